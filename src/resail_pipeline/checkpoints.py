@@ -1,0 +1,130 @@
+"""Load and publish policies as Hugging Face directories (safetensors + config + tokenizer).
+
+A checkpoint is written to a temporary directory and renamed into place only when complete;
+loading never runs remote code and reads safetensors only.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+
+from resail_pipeline.io import atomic_path, sha256_files
+
+MANIFEST_NAME = "resail_manifest.json"
+
+
+class CheckpointError(FileNotFoundError):
+    """A checkpoint directory is missing or incomplete."""
+
+
+def check_checkpoint(path: str | Path) -> Path:
+    """Return ``path`` if it is a loadable checkpoint directory; else raise naming what is missing."""
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"checkpoint {path}: no such directory")
+    if not (path / "config.json").is_file():
+        raise CheckpointError(f"checkpoint {path}: config.json is missing")
+    if not list(path.glob("*.safetensors")):
+        raise CheckpointError(f"checkpoint {path}: no *.safetensors weights (pickled weights are not loaded)")
+    return path
+
+
+def weights_sha256(path: str | Path) -> str:
+    """sha256 over the checkpoint's safetensors files (names and contents, sorted by name)."""
+    return sha256_files(sorted(Path(path).glob("*.safetensors")))
+
+
+def load_tokenizer(path: str | Path) -> Any:
+    tokenizer = AutoTokenizer.from_pretrained(str(check_checkpoint(path)), trust_remote_code=False)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(
+    path: str | Path, dtype: torch.dtype | None = None, device: str | torch.device = "cpu"
+) -> PreTrainedModel:
+    model = AutoModelForCausalLM.from_pretrained(
+        str(check_checkpoint(path)),
+        trust_remote_code=False,
+        use_safetensors=True,
+        dtype=dtype or torch.float32,
+    )
+    return model.to(device)
+
+
+def load_policy(path: str | Path, dtype: torch.dtype | None = None, device: str = "cpu"):
+    """``(model, tokenizer)`` from a local checkpoint directory."""
+    return load_model(path, dtype, device), load_tokenizer(path)
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """What the catalog records of a published checkpoint (the ``checkpoints`` schema)."""
+
+    policy_id: str
+    path: str
+    parent_id: str
+    method: str
+    cycle: int
+    sha256: str
+
+    def to_row(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def save_policy(
+    model: PreTrainedModel,
+    tokenizer: Any,
+    path: str | Path,
+    *,
+    name: str,
+    parent_id: str = "",
+    method: str = "",
+    cycle: int = 0,
+    extra: dict[str, Any] | None = None,
+) -> CheckpointInfo:
+    """Write ``model`` + ``tokenizer`` to ``path`` atomically, with a manifest; return its info."""
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        tokenizer.save_pretrained(str(tmp))
+        sha = weights_sha256(tmp)
+        info = CheckpointInfo(
+            policy_id=f"{name}@{sha[:12]}",
+            path=str(path),
+            parent_id=parent_id,
+            method=method,
+            cycle=cycle,
+            sha256=sha,
+        )
+        manifest = {**info.to_row(), **(extra or {})}
+        (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return info
+
+
+def read_checkpoint_info(path: str | Path, **defaults: Any) -> CheckpointInfo:
+    """The info of a checkpoint directory: from its manifest, or computed for a foreign one."""
+    path = check_checkpoint(path)
+    manifest_path = path / MANIFEST_NAME
+    sha = weights_sha256(path)
+    if manifest_path.is_file():
+        manifest = json.loads(manifest_path.read_text())
+        fields = {k: manifest[k] for k in CheckpointInfo.__dataclass_fields__ if k in manifest}
+        fields.update(path=str(path), sha256=sha)
+        fields.setdefault("policy_id", f"{path.name}@{sha[:12]}")
+        return CheckpointInfo(**{**_defaults(), **defaults, **fields})
+    return CheckpointInfo(
+        **{**_defaults(), **defaults, "policy_id": f"{path.name}@{sha[:12]}", "path": str(path), "sha256": sha}
+    )
+
+
+def _defaults() -> dict[str, Any]:
+    return {"parent_id": "", "method": "", "cycle": 0}

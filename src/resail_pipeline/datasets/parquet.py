@@ -1,0 +1,58 @@
+"""A Parquet dataset that writes atomically and checks its columns when it loads.
+
+Catalog entries name a schema from :mod:`resail_pipeline.schemas`; a file that lacks one of its
+columns fails on load with an error naming the file and the column, before any node runs on it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+from kedro.io import AbstractDataset, DatasetError
+
+from resail_pipeline.io import atomic_path
+from resail_pipeline.schemas import SCHEMAS, check_columns
+
+
+class AtomicParquetDataset(AbstractDataset[pd.DataFrame, pd.DataFrame]):
+    """``pandas.DataFrame`` <-> one Parquet file (pyarrow), written through temp + rename.
+
+    Args:
+        filepath: the Parquet file.
+        schema: optional name of a table in ``resail_pipeline.schemas.SCHEMAS`` whose columns
+            the file must have.
+    """
+
+    def __init__(self, filepath: str, schema: str | None = None, metadata: dict | None = None):
+        if schema is not None and schema not in SCHEMAS:
+            raise DatasetError(f"{filepath}: unknown schema {schema!r}; known: {sorted(SCHEMAS)}")
+        self._filepath = Path(filepath)
+        self._schema = schema
+        self.metadata = metadata
+
+    def _load(self) -> pd.DataFrame:
+        if not self._filepath.exists():
+            raise DatasetError(f"{self._filepath}: no such Parquet file")
+        frame = pq.read_table(self._filepath).to_pandas()
+        if self._schema is not None:
+            check_columns(frame, self._schema, source=str(self._filepath))
+        return frame
+
+    def _save(self, data: pd.DataFrame) -> None:
+        if not isinstance(data, pd.DataFrame):
+            raise DatasetError(f"{self._filepath}: expected a pandas DataFrame, got {type(data)}")
+        if self._schema is not None:
+            check_columns(data, self._schema, source=str(self._filepath))
+        table = pa.Table.from_pandas(data, preserve_index=False)
+        with atomic_path(self._filepath) as tmp:
+            pq.write_table(table, tmp)
+
+    def _exists(self) -> bool:
+        return self._filepath.is_file()
+
+    def _describe(self) -> dict[str, Any]:
+        return {"filepath": str(self._filepath), "schema": self._schema}

@@ -1,0 +1,52 @@
+"""Environment adapters behind one protocol, built by name from a registry.
+
+>>> env = make_env("textcraft")
+>>> obs = env.reset(env.task_ids("test")[0])
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from resail_pipeline.envs.base import (
+    END_ENV_DONE,
+    END_STEP_LIMIT,
+    END_SUCCESS,
+    Environment,
+    Observation,
+    StepResult,
+)
+
+# name -> "module:factory". Modules are imported on first use so that an optional
+# environment (ALFWorld needs the `alfworld` extra) costs nothing when it is not chosen.
+ENV_REGISTRY: dict[str, str] = {
+    "textcraft": "resail_pipeline.envs.textcraft:TextCraftEnv",
+    "alfworld": "resail_pipeline.envs.alfworld:AlfWorldEnv",
+}
+
+
+def check_env_name(name: str) -> str:
+    """Return ``name`` if it is a registered environment, else raise a ``ValueError`` naming it."""
+    if name not in ENV_REGISTRY:
+        raise ValueError(f"env: unknown environment {name!r}; choose one of {sorted(ENV_REGISTRY)}")
+    return name
+
+
+def make_env(name: str, **kwargs: Any) -> Environment:
+    """Build the environment registered as ``name`` with adapter-specific ``kwargs``."""
+    module_name, _, factory = ENV_REGISTRY[check_env_name(name)].partition(":")
+    return getattr(importlib.import_module(module_name), factory)(**kwargs)
+
+
+__all__ = [
+    "END_ENV_DONE",
+    "END_STEP_LIMIT",
+    "END_SUCCESS",
+    "ENV_REGISTRY",
+    "Environment",
+    "Observation",
+    "StepResult",
+    "check_env_name",
+    "make_env",
+]

@@ -1,0 +1,56 @@
+"""Atomic file writes and content hashes: nothing already written is ever half-replaced."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds.
+
+    Works for files and directories alike. An existing directory at ``path`` is replaced whole;
+    on error the temporary is removed and ``path`` is left as it was.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    tmp.rmdir()  # the caller creates a file or a directory here
+    try:
+        yield tmp
+        if target.is_dir() and tmp.is_dir():
+            old = target.with_name(f".{target.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            target.rename(old)
+            tmp.rename(target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
+    finally:
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif tmp.exists():
+            tmp.unlink()
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def sha256_files(paths: list[Path]) -> str:
+    """One hash over several files' names and contents, in the given order."""
+    digest = hashlib.sha256()
+    for p in paths:
+        digest.update(Path(p).name.encode())
+        digest.update(sha256_file(p).encode())
+    return digest.hexdigest()

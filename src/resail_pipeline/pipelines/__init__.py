@@ -1,0 +1,1 @@
+"""Kedro pipelines: one folder per pipeline, thin nodes over the library."""
