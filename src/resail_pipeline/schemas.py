@@ -16,10 +16,10 @@ import pandas as pd
 SCHEMAS: dict[str, tuple[str, ...]] = {
     # one row per task of a cycle's collection or of an evaluation
     "tasks": ("env", "split", "task_id", "seed"),
-    # one row per trajectory
+    # one row per trajectory; `task` is the goal / task description shown to the agent
     "trajectories": (
         "traj_id", "cycle", "method", "env", "split", "task_id", "decoding_seed",
-        "policy_id", "success", "num_steps", "end_reason",
+        "policy_id", "task", "success", "num_steps", "end_reason",
     ),
     # one row per interaction step; `prompt` is the ordinary-view user message (before the chat
     # template), `admissible_actions` is null where the environment lists none
