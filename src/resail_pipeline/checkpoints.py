@@ -31,7 +31,9 @@ def check_checkpoint(path: str | Path) -> Path:
     if not (path / "config.json").is_file():
         raise CheckpointError(f"checkpoint {path}: config.json is missing")
     if not list(path.glob("*.safetensors")):
-        raise CheckpointError(f"checkpoint {path}: no *.safetensors weights (pickled weights are not loaded)")
+        raise CheckpointError(
+            f"checkpoint {path}: no *.safetensors weights (pickled weights are not loaded)"
+        )
     return path
 
 
@@ -122,7 +124,13 @@ def read_checkpoint_info(path: str | Path, **defaults: Any) -> CheckpointInfo:
         fields.setdefault("policy_id", f"{path.name}@{sha[:12]}")
         return CheckpointInfo(**{**_defaults(), **defaults, **fields})
     return CheckpointInfo(
-        **{**_defaults(), **defaults, "policy_id": f"{path.name}@{sha[:12]}", "path": str(path), "sha256": sha}
+        **{
+            **_defaults(),
+            **defaults,
+            "policy_id": f"{path.name}@{sha[:12]}",
+            "path": str(path),
+            "sha256": sha,
+        }
     )
 
 

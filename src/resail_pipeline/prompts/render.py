@@ -45,7 +45,9 @@ def _textcraft_without_commands(text: str, commands: tuple[str, ...]) -> str:
     """
     if not commands:
         return text
-    kept = [line for line in text.split("\n") if line not in commands and line != "Crafting commands:"]
+    kept = [
+        line for line in text.split("\n") if line not in commands and line != "Crafting commands:"
+    ]
     return "\n".join(kept).strip()
 
 
