@@ -1,0 +1,76 @@
+"""Success rates per decoding seed and their mean and sample standard deviation.
+
+The paper reports each checkpoint's success as the mean and the *sample* standard deviation
+(``n - 1`` in the denominator) of the per-seed success rates over three decoding seeds
+(appendix A.3). Rates here are fractions in ``[0, 1]``; the report turns them into percent.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from resail_pipeline.schemas import check_columns
+
+#: The columns an evaluation is grouped by: one summary row per (checkpoint, split, view).
+SUMMARY_KEYS = ("policy_id", "cycle", "method", "env", "split", "view")
+
+
+def mean_and_sd(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (``ddof = 1``) of ``values``.
+
+    >>> [round(x, 6) for x in mean_and_sd([0.5, 0.6, 0.7])]
+    [0.6, 0.1]
+
+    One value has no sample SD: it is returned as ``nan``. An empty sequence raises.
+    """
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim != 1 or array.size == 0:
+        raise ValueError(f"values: expected a non-empty 1-d sequence, got shape {array.shape}")
+    mean = float(array.mean())
+    sd = float(array.std(ddof=1)) if array.size > 1 else math.nan
+    return mean, sd
+
+
+def summarize_eval_results(results: pd.DataFrame) -> pd.DataFrame:
+    """The ``eval_summary`` table of an ``eval_results`` table.
+
+    For each (checkpoint, split, view) the success rate of every decoding seed is the fraction of
+    its episodes that succeeded; ``mean`` and ``sd`` are taken over those per-seed rates (sample SD).
+    Every seed of a group must cover the same tasks, so that seeds differ only in decoding.
+
+    Returns:
+        One row per group with ``success_per_seed`` (list, ordered by ``seeds``), ``seeds``,
+        ``mean``, ``sd``, ``episodes`` (all episodes of the group, over every seed) and ``tasks``
+        (episodes per seed).
+    """
+    check_columns(results, "eval_results", source="eval_results")
+    if results.empty:
+        raise ValueError("eval_results: no episodes to summarise")
+    rows = []
+    for key, group in results.groupby(list(SUMMARY_KEYS), sort=True, dropna=False):
+        tasks_per_seed = {
+            seed: frozenset(g["task_id"]) for seed, g in group.groupby("decoding_seed", sort=True)
+        }
+        if len(set(tasks_per_seed.values())) != 1:
+            raise ValueError(
+                f"eval_results: decoding seeds of {dict(zip(SUMMARY_KEYS, key, strict=True))} "
+                "were run on different task ids; seeds must share the same tasks"
+            )
+        per_seed = group.groupby("decoding_seed", sort=True)["success"].mean()
+        mean, sd = mean_and_sd(per_seed.to_list())
+        rows.append(
+            {
+                **dict(zip(SUMMARY_KEYS, key, strict=True)),
+                "success_per_seed": [float(x) for x in per_seed.to_list()],
+                "seeds": [int(s) for s in per_seed.index],
+                "mean": mean,
+                "sd": sd,
+                "episodes": len(group),
+                "tasks": len(next(iter(tasks_per_seed.values()))),
+            }
+        )
+    return pd.DataFrame(rows)

@@ -1,0 +1,237 @@
+"""Rules-based summaries (``source: rules``): the two appendix-G formats built from the trajectory.
+
+For models too small to write prose, the summary is assembled from the evidence itself; it goes
+through the same validator as a generated one. Nothing is invented: every action named is an
+executed action, every quoted result is an observation of the trajectory, and the corrected plan of
+a failure comes only from an environment planner that computes it from the initial observation.
+
+Success ("Guidance summary"):
+
+- Minimal plan: the *contributing* actions in order: accepted actions, without the environment's
+  information-only actions (TextCraft ``inventory``; ALFWorld ``look``, ``inventory``, ``help``),
+  which change no state. Repeated accepted actions are kept: in TextCraft a repeated ``get`` adds
+  to the count a later craft consumes.
+- Critical actions: the environment's critical subset of the plan (TextCraft: the ``craft``
+  actions, where recipe quantities matter; by default the actions that followed a rejected one,
+  which corrected it, and the final action).
+- Checks: the final action's result, which completed the task, and how many actions were rejected.
+- Avoid: the rejected actions (at most three, each once) and any information-only steps taken.
+
+Failure ("Failure analysis"):
+
+- Failure diagnosis: the last rejected action and its result; if none was rejected, that all
+  accepted actions did not reach the goal; with the end of the episode (step limit, ...).
+- Useful evidence: the contributing accepted actions in order (the partial progress).
+- Corrected plan: the environment planner's plan from the initial observation (TextCraft: goal and
+  crafting commands); where there is no planner, or it finds no plan, the field says so.
+- Avoid: the rejected actions, with how often each was repeated.
+
+Quoted results are cut to :data:`QUOTE_CHARS`, below the validator's long-copy limit.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from resail_pipeline.envs import check_env_name
+from resail_pipeline.experience.evidence import Evidence, EvidenceRecord
+from resail_pipeline.experience.validation import canonical_text
+from resail_pipeline.prompts.common import OUTCOME_SUCCESS
+
+#: Characters of an observation quoted in a rules-based summary.
+QUOTE_CHARS = 100
+#: Distinct rejected actions named in an "Avoid" field.
+AVOID_ACTIONS = 3
+
+#: A planner: initial observation text -> the actions of a plan, or ``None`` when none is found.
+Planner = Callable[[str], "Sequence[str] | None"]
+
+
+@dataclass(frozen=True)
+class EnvRules:
+    """What the rules-based extractor knows about one environment.
+
+    Attributes:
+        information_actions: exact actions that only report state (dropped from plans).
+        critical: picks the critical actions from the plan; ``None`` uses the default rule.
+        planner: ``"module:function"`` of a :data:`Planner`, imported on first use; ``None`` when
+            the environment has no planner (the corrected plan then says so).
+    """
+
+    information_actions: frozenset[str] = field(default_factory=frozenset)
+    critical: Callable[[Sequence[EvidenceRecord], list[str]], list[str]] | None = None
+    planner: str | None = None
+
+
+def _textcraft_critical(_records: Sequence[EvidenceRecord], plan: list[str]) -> list[str]:
+    return [action for action in plan if action.startswith("craft ")]
+
+
+#: env name -> its rules; ALFWorld has no planner yet (plug one in here).
+ENV_RULES: dict[str, EnvRules] = {
+    "textcraft": EnvRules(
+        information_actions=frozenset({"inventory"}),
+        critical=_textcraft_critical,
+        planner="resail_pipeline.envs.planner:plan_from_observation",
+    ),
+    "alfworld": EnvRules(information_actions=frozenset({"look", "inventory", "help"})),
+}
+
+
+def env_rules(env: str) -> EnvRules:
+    """The rules of ``env``; an unregistered environment raises naming it."""
+    check_env_name(env)
+    try:
+        return ENV_RULES[env]
+    except KeyError:
+        raise ValueError(f"env: no summary rules for {env!r}; add them to ENV_RULES") from None
+
+
+def load_planner(rules: EnvRules) -> Planner | None:
+    """The planner function named by ``rules.planner``, or ``None``."""
+    if rules.planner is None:
+        return None
+    module_name, _, name = rules.planner.partition(":")
+    return getattr(importlib.import_module(module_name), name)
+
+
+def _q(action: str) -> str:
+    return f"`{action}`"
+
+
+def _quote(observation: str) -> str:
+    text = (
+        observation if len(observation) <= QUOTE_CHARS else observation[: QUOTE_CHARS - 3] + "..."
+    )
+    return f'"{text}"'
+
+
+def _actions(actions: Sequence[str]) -> str:
+    return ", then ".join(_q(a) for a in actions)
+
+
+def contributing(evidence: Evidence, rules: EnvRules) -> list[str]:
+    """Accepted, state-changing actions in order (see the module docstring)."""
+    return [
+        r.action
+        for r in evidence.records
+        if r.valid and r.action and r.action not in rules.information_actions
+    ]
+
+
+def _rejected(evidence: Evidence) -> list[EvidenceRecord]:
+    return [r for r in evidence.records if not r.valid]
+
+
+def _default_critical(records: Sequence[EvidenceRecord], plan: list[str]) -> list[str]:
+    """Accepted actions right after a rejected one (the corrections), and the final action."""
+    picked = [
+        b.action
+        for a, b in itertools.pairwise(records)
+        if not a.valid and b.valid and b.action in plan
+    ]
+    if plan and plan[-1] not in picked:
+        picked.append(plan[-1])
+    return picked
+
+
+def _ending(evidence: Evidence) -> str:
+    n = len(evidence.records)
+    if evidence.end_reason == "step_limit":
+        return f"the episode hit the step limit after {n} steps"
+    if evidence.end_reason == "env_done":
+        return f"the environment ended the episode after {n} steps"
+    return f"the episode ended ({evidence.end_reason or 'no reason recorded'}) after {n} steps"
+
+
+def _rejected_names(rejected: list[EvidenceRecord], with_counts: bool) -> str:
+    counts = Counter(r.action or "(unparsable response)" for r in rejected)
+    names = []
+    for action, count in list(counts.items())[:AVOID_ACTIONS]:
+        label = _q(action) if action != "(unparsable response)" else "responses without an action"
+        names.append(f"{label} (rejected {count} times)" if with_counts and count > 1 else label)
+    return ", ".join(names)
+
+
+def _information_steps(evidence: Evidence, rules: EnvRules) -> list[str]:
+    return [r.action for r in evidence.records if r.valid and r.action in rules.information_actions]
+
+
+def success_fields(evidence: Evidence, rules: EnvRules) -> list[str]:
+    plan = contributing(evidence, rules)
+    rejected = _rejected(evidence)
+    pick = rules.critical or _default_critical
+    critical = pick(evidence.records, plan) or plan[-1:]
+    accepted = [r for r in evidence.records if r.valid and r.action]
+    final = accepted[-1] if accepted else None
+
+    minimal = _actions(plan) if plan else "no state-changing action was recorded"
+    crit = _actions(critical) if critical else "none beyond the plan"
+    if final is not None:
+        checks = f"{_q(final.action)} returned {_quote(final.observation)} and completed the task"
+    else:
+        checks = "the task was completed without an accepted action"
+    checks += (
+        f"; {len(rejected)} of {len(evidence.records)} actions were rejected"
+        if rejected
+        else "; every action was accepted"
+    )
+    avoid_parts = []
+    if rejected:
+        avoid_parts.append("the rejected actions " + _rejected_names(rejected, with_counts=False))
+    info = _information_steps(evidence, rules)
+    if info:
+        avoid_parts.append(
+            f"information-only steps such as {_q(info[0])} ({len(info)} used), which change nothing"
+        )
+    avoid = "; ".join(avoid_parts) or "no action was rejected; steps beyond the plan are not needed"
+    return [minimal, crit, checks, avoid]
+
+
+def failure_fields(evidence: Evidence, rules: EnvRules, plan: Sequence[str] | None) -> list[str]:
+    rejected = _rejected(evidence)
+    progress = contributing(evidence, rules)
+    if rejected:
+        last = rejected[-1]
+        what = _q(last.action) if last.action else "a response without a parsable action"
+        diagnosis = (
+            f"the last rejected action was {what}, which returned {_quote(last.observation)}"
+        )
+    else:
+        diagnosis = f"all {len(evidence.records)} actions were accepted but none completed the task"
+    diagnosis += f"; {_ending(evidence)} without success"
+
+    useful = (
+        f"accepted progress: {_actions(progress)}"
+        if progress
+        else "no state-changing action was accepted, so there is no partial progress to keep"
+    )
+    if plan:
+        corrected = _actions(plan)
+    elif rules.planner is None:
+        corrected = "not derivable from the evidence: this environment has no planner"
+    else:
+        corrected = "not derivable from the evidence: the planner found no plan from the initial observation"
+    if rejected:
+        avoid = "repeating the rejected actions " + _rejected_names(rejected, with_counts=True)
+    else:
+        avoid = "stopping at the accepted actions above; they did not finish the task"
+    return [diagnosis, useful, corrected, avoid]
+
+
+def rules_summary(evidence: Evidence, planner: Planner | None = None) -> str:
+    """The canonical summary text of ``evidence`` built by the rules (see the module docstring).
+
+    ``planner`` overrides the environment's registered planner (failures only).
+    """
+    rules = env_rules(evidence.env)
+    if evidence.outcome == OUTCOME_SUCCESS:
+        return canonical_text(evidence.outcome, success_fields(evidence, rules))
+    if planner is None:
+        planner = load_planner(rules)
+    plan = planner(evidence.initial_observation) if planner is not None else None
+    return canonical_text(evidence.outcome, failure_fields(evidence, rules, plan))

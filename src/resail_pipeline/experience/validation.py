@@ -1,0 +1,224 @@
+"""Acceptance of a generated summary (appendix G) and its canonical form.
+
+After the ``<thinking>`` block is removed, an accepted summary has the heading matching the
+trajectory's outcome and exactly its four fields, in order, each on one ``- Field: value`` line
+with a non-empty value; no other line, no extra heading and no copied trajectory. The accepted
+text is normalised to the canonical form inserted into the privileged prompt::
+
+    Guidance summary:
+    - Minimal plan: ...
+    - Critical actions: ...
+    - Checks: ...
+    - Avoid: ...
+
+Every rejection reason is a string ``"<code>: <detail>"`` with one of the ``REASON_*`` codes.
+
+Copied trajectory. The prompt asks the model to use the evidence "but do not copy the full task,
+observations, or command list", while quoting exact action strings is encouraged. The evidence is
+read as the sequence of its pieces in prompt order (snapshot lines, then action, result, action,
+result, ...; see :meth:`Evidence.units`). A summary copies the trajectory when
+
+1. it reproduces :data:`COPY_RUN` (3) consecutive non-empty pieces verbatim and adjacent: one
+   after the other, separated by at most :data:`COPY_GAP` (40) characters that are no letters
+   except the record labels "Action", "Result", "Observation" (so renumbering, backticks, quotes
+   and arrows do not hide a copy). Three pieces are more than one record (action + result), the
+   least a diagnosis needs to quote; or
+2. it contains, verbatim, one snapshot line or observation of at least :data:`COPY_LONG_CHARS`
+   (160) characters: a room description or inventory dump, never a diagnosis.
+
+Comparison is on whitespace-normalised text and case-sensitive.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from resail_pipeline.experience.evidence import Evidence, normalise
+from resail_pipeline.prompts.common import OUTCOME_FAILURE, OUTCOME_SUCCESS, OUTCOMES
+from resail_pipeline.prompts.parsing import strip_thinking
+from resail_pipeline.prompts.render import Summary
+from resail_pipeline.prompts.summaries import (
+    FAILURE_FIELDS,
+    FAILURE_HEADING,
+    FIELD_LINE,
+    SUCCESS_FIELDS,
+    SUCCESS_HEADING,
+)
+
+HEADINGS = {OUTCOME_SUCCESS: SUCCESS_HEADING, OUTCOME_FAILURE: FAILURE_HEADING}
+FIELDS = {OUTCOME_SUCCESS: SUCCESS_FIELDS, OUTCOME_FAILURE: FAILURE_FIELDS}
+
+REASON_EMPTY = "empty"  # nothing outside the <thinking> block
+REASON_MISSING_HEADING = "missing_heading"
+REASON_WRONG_HEADING = "wrong_heading"  # the other outcome's heading
+REASON_EXTRA_HEADING = "extra_heading"  # any other heading line, or the heading twice
+REASON_MISSING_FIELD = "missing_field"
+REASON_EMPTY_FIELD = "empty_field"
+REASON_DUPLICATE_FIELD = "duplicate_field"
+REASON_UNKNOWN_FIELD = "unknown_field"  # includes the other outcome's fields
+REASON_FIELD_ORDER = "field_order"
+REASON_UNEXPECTED_LINE = "unexpected_line"  # text before the heading or outside field lines
+REASON_COPIED = "copied_evidence"
+
+#: Consecutive evidence pieces that, copied adjacently, count as a copied trajectory.
+COPY_RUN = 3
+#: Characters of non-letters (or record labels) allowed between adjacent copied pieces.
+COPY_GAP = 40
+#: A single snapshot line or observation at least this long may not be copied verbatim.
+COPY_LONG_CHARS = 160
+
+# "- Field: value" (also "* Field:" and markdown bold around the name).
+_FIELD = re.compile(r"^[-*]\s*(?P<name>[^:]{1,60}?)\s*:\s*(?P<value>.*)$")
+# A heading line: a short label ending in ":" with nothing after it, or a markdown heading.
+_HEADING = re.compile(r"^(?:#{1,6}\s*\S.*|[^\s:-][^:]{0,60}:)$")
+# Values that are the template's placeholder, not content.
+_PLACEHOLDERS = frozenset({"...", "\u2026", "<...>", "[...]", "-"})
+_DECORATION = "*_#` "
+_GAP = rf"(?:[\W\d_]|(?i:action|result|observation)){{0,{COPY_GAP}}}"
+_STRAY_CLOSE = "</thinking>"
+
+
+@dataclass(frozen=True)
+class Validation:
+    """The verdict on one generated text.
+
+    Attributes:
+        accepted: the text passed every check.
+        reasons: the rejection reasons (``"<code>: <detail>"``), empty when accepted.
+        summary: the canonical accepted summary, ``None`` when rejected.
+    """
+
+    accepted: bool
+    reasons: tuple[str, ...]
+    summary: Summary | None = None
+
+
+def canonical_text(outcome: str, values: dict[str, str] | list[str] | tuple[str, ...]) -> str:
+    """The heading of ``outcome`` and one ``- Field: value`` line per field, values normalised."""
+    fields = FIELDS[outcome]
+    if not isinstance(values, dict):
+        values = dict(zip(fields, values, strict=True))
+    lines = [HEADINGS[outcome]]
+    lines += [FIELD_LINE.format(field=f, value=normalise(values[f])) for f in fields]
+    return "\n".join(lines)
+
+
+def visible_text(text: str) -> str:
+    """``text`` without its reasoning: ``<thinking>`` blocks removed (an unclosed block runs to
+    the end), and, when a closing ``</thinking>`` is left without its opening tag, everything up to
+    and including it."""
+    visible = strip_thinking(text or "")
+    if _STRAY_CLOSE in visible:
+        visible = visible.rsplit(_STRAY_CLOSE, 1)[1]
+    return visible
+
+
+def _undecorate(line: str) -> str:
+    return line.strip(_DECORATION)
+
+
+def _heading_of(line: str) -> str | None:
+    """The outcome whose heading ``line`` is (markdown decoration ignored), else ``None``."""
+    bare = _undecorate(line).lower()
+    for outcome, heading in HEADINGS.items():
+        if bare == heading.lower() or bare == heading[:-1].lower():
+            return outcome
+    return None
+
+
+def _short(line: str, width: int = 60) -> str:
+    return line if len(line) <= width else line[: width - 3] + "..."
+
+
+def copied_evidence(text: str, evidence: Evidence) -> list[str]:
+    """The copy-rule violations of ``text`` against ``evidence`` (see the module docstring)."""
+    flat = normalise(text)
+    units = evidence.units()
+    found: list[str] = []
+    for kind, piece in units:
+        if kind != "action" and len(piece) >= COPY_LONG_CHARS and piece in flat:
+            found.append(f"{REASON_COPIED}: a {len(piece)}-character {kind} copied verbatim")
+            break
+    for start in range(len(units) - COPY_RUN + 1):
+        window = [piece for _, piece in units[start : start + COPY_RUN]]
+        if not all(window):
+            continue
+        if not all(piece in flat for piece in window):  # cheap filter before the regex
+            continue
+        if re.search(_GAP.join(re.escape(piece) for piece in window), flat):
+            kinds = "/".join(kind for kind, _ in units[start : start + COPY_RUN])
+            found.append(
+                f"{REASON_COPIED}: {COPY_RUN} consecutive evidence pieces ({kinds}) copied "
+                f"verbatim, starting with {_short(window[0], 40)!r}"
+            )
+            break
+    return found
+
+
+def validate_summary(text: str, outcome: str, evidence: Evidence | None = None) -> Validation:
+    """Accept or reject ``text`` as the summary of a trajectory with ``outcome``.
+
+    Pure: the same arguments give the same verdict. Without ``evidence`` the copy rule is skipped.
+    """
+    if outcome not in OUTCOMES:
+        raise ValueError(f"outcome: expected one of {OUTCOMES}, got {outcome!r}")
+    lines = [line.strip() for line in visible_text(text).splitlines()]
+    lines = [line for line in lines if line]
+    if not lines:
+        return Validation(False, (f"{REASON_EMPTY}: no text outside the <thinking> block",))
+
+    heading, fields = HEADINGS[outcome], FIELDS[outcome]
+    reasons: list[str] = []
+    heading_at = [i for i, line in enumerate(lines) if _heading_of(line) == outcome]
+    other = [line for line in lines if _heading_of(line) not in (None, outcome)]
+    if other:
+        reasons.append(
+            f"{REASON_WRONG_HEADING}: {_undecorate(other[0])!r} in a {outcome} summary "
+            f"(expected {heading!r})"
+        )
+    if not heading_at:
+        reasons.append(f"{REASON_MISSING_HEADING}: expected {heading!r}")
+    elif len(heading_at) > 1:
+        reasons.append(f"{REASON_EXTRA_HEADING}: {heading!r} appears {len(heading_at)} times")
+    start = heading_at[0] + 1 if heading_at else 0
+    for before in lines[: start - 1] if heading_at else ():
+        if _heading_of(before) is None:
+            code = REASON_EXTRA_HEADING if _HEADING.match(before) else REASON_UNEXPECTED_LINE
+            reasons.append(f"{code}: {_short(before)!r} before {heading!r}")
+
+    values: dict[str, str] = {}
+    order: list[str] = []
+    for line in lines[start:]:
+        if _heading_of(line) is not None:
+            continue  # reported above
+        match = _FIELD.match(line)
+        if match is None:
+            code = REASON_EXTRA_HEADING if _HEADING.match(line) else REASON_UNEXPECTED_LINE
+            reasons.append(f"{code}: {_short(line)!r}")
+            continue
+        name = _undecorate(match["name"])
+        value = normalise(match["value"].strip(" *_"))
+        canonical = next((f for f in fields if f.lower() == name.lower()), None)
+        if canonical is None:
+            reasons.append(f"{REASON_UNKNOWN_FIELD}: {name!r} is not one of {list(fields)}")
+            continue
+        if canonical in values:
+            reasons.append(f"{REASON_DUPLICATE_FIELD}: {canonical!r}")
+            continue
+        values[canonical] = value
+        order.append(canonical)
+        if not value or value.lower() in _PLACEHOLDERS:
+            reasons.append(f"{REASON_EMPTY_FIELD}: {canonical!r}")
+    for name in fields:
+        if name not in values:
+            reasons.append(f"{REASON_MISSING_FIELD}: {name!r}")
+    expected_order = [f for f in fields if f in values]
+    if order != expected_order:
+        reasons.append(f"{REASON_FIELD_ORDER}: got {order}, expected {expected_order}")
+
+    if evidence is not None:
+        reasons += copied_evidence("\n".join(lines), evidence)
+    if reasons:
+        return Validation(False, tuple(reasons))
+    return Validation(True, (), Summary(outcome, canonical_text(outcome, values)))
