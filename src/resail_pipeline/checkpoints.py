@@ -92,11 +92,15 @@ def save_policy(
     method: str = "",
     cycle: int = 0,
     extra: dict[str, Any] | None = None,
+    state_dict: dict[str, torch.Tensor] | None = None,
 ) -> CheckpointInfo:
-    """Write ``model`` + ``tokenizer`` to ``path`` atomically, with a manifest; return its info."""
+    """Write ``model`` + ``tokenizer`` to ``path`` atomically, with a manifest; return its info.
+
+    ``state_dict`` replaces the model's own weights (e.g. gathered from ZeRO-3 partitions).
+    """
     path = Path(path)
     with atomic_path(path) as tmp:
-        model.save_pretrained(str(tmp), safe_serialization=True)
+        model.save_pretrained(str(tmp), safe_serialization=True, state_dict=state_dict)
         tokenizer.save_pretrained(str(tmp))
         sha = weights_sha256(tmp)
         info = CheckpointInfo(
