@@ -1,0 +1,407 @@
+"""The trainer's configuration: one typed object, read from and written to YAML, checked up front.
+
+Every field is validated when the object is built, before any model or data is loaded; an error
+names the offending field by its YAML path (``resail.rho``, ``engine.kind``, ...). The resolved
+configuration (``auto`` replaced by what the hardware gives) is what the launcher writes beside
+the run and what the trainer reads.
+
+Defaults are the paper's (appendix B.3-B.4, table 4 for TextCraft): AdamW with a constant
+learning rate of 1e-6 and no warm-up, 30 updates of 8 trajectories, ``rho = 0.25``,
+``lambda = 1.0``, Top-20 plus tail. The paper does not state AdamW's betas, epsilon, weight decay
+or the clipping norm; the defaults here are Megatron-LM's (its training framework).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from resail_pipeline.generation import SamplingParams
+from resail_pipeline.io import atomic_path
+from resail_pipeline.objectives import ResailConfig
+
+__all__ = [
+    "ENGINES",
+    "METHODS",
+    "PRECISIONS",
+    "ConfigError",
+    "EngineConfig",
+    "OptimizerConfig",
+    "ResponseConfig",
+    "RunPaths",
+    "ScheduleConfig",
+    "TrainConfig",
+]
+
+#: training methods: the two parents and each with the ReSAIL plug-in
+METHODS = ("oel", "sdpo", "oel_resail", "sdpo_resail")
+#: ``single``: one process; ``ddp``: torch DistributedDataParallel; ``deepspeed``: ZeRO
+ENGINES = ("auto", "single", "ddp", "deepspeed")
+#: ``bf16``: bf16 parameters under DeepSpeed, bf16 autocast otherwise
+PRECISIONS = ("auto", "fp32", "bf16")
+#: YAML key of the retention weight (``lambda`` is a Python keyword; the field is ``lam``)
+_LAMBDA_KEY = "lambda"
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, unknown or out of range; the message names the field."""
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _positive_int(name: str, value: Any) -> None:
+    if not _is_int(value) or value < 1:
+        raise ConfigError(f"{name}: must be a positive integer, got {value!r}")
+
+
+def _optional_positive_int(name: str, value: Any) -> None:
+    if value is not None:
+        _positive_int(name, value)
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    """Which trajectories each update sees (algorithm 1, line 4)."""
+
+    # M: optimiser updates per cycle
+    updates: int = 30
+    # |B|: trajectories per update, drawn without replacement from the cycle's corpus
+    trajectories_per_update: int = 8
+    # seeds the batch order, random selection, response sampling and torch (reset every cycle)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _positive_int("updates", self.updates)
+        _positive_int("trajectories_per_update", self.trajectories_per_update)
+        if not _is_int(self.seed) or self.seed < 0:
+            raise ConfigError(f"seed: must be a non-negative integer, got {self.seed!r}")
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    """AdamW with a constant learning rate and no warm-up; state reset every cycle."""
+
+    # learning rate, constant for the whole cycle (paper: 1e-6)
+    lr: float = 1e-6
+    # AdamW (beta1, beta2), each in [0, 1)
+    betas: tuple[float, float] = (0.9, 0.999)
+    # AdamW epsilon, > 0
+    eps: float = 1e-8
+    # decoupled weight decay, >= 0
+    weight_decay: float = 0.01
+    # clip the global gradient norm to this value; None: no clipping
+    grad_clip: float | None = 1.0
+
+    def __post_init__(self) -> None:
+        if not _is_number(self.lr) or self.lr <= 0:
+            raise ConfigError(f"lr: must be a finite number > 0, got {self.lr!r}")
+        betas = tuple(self.betas) if isinstance(self.betas, (list, tuple)) else None
+        if betas is None or len(betas) != 2 or not all(_is_number(b) and 0 <= b < 1 for b in betas):
+            raise ConfigError(f"betas: must be two numbers in [0, 1), got {self.betas!r}")
+        object.__setattr__(self, "betas", (float(betas[0]), float(betas[1])))
+        if not _is_number(self.eps) or self.eps <= 0:
+            raise ConfigError(f"eps: must be a finite number > 0, got {self.eps!r}")
+        if not _is_number(self.weight_decay) or self.weight_decay < 0:
+            raise ConfigError(
+                f"weight_decay: must be a finite number >= 0, got {self.weight_decay!r}"
+            )
+        if self.grad_clip is not None and (not _is_number(self.grad_clip) or self.grad_clip <= 0):
+            raise ConfigError(f"grad_clip: must be null or a number > 0, got {self.grad_clip!r}")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How the update runs: engine, processes, precision, micro-batching."""
+
+    # auto | single | ddp | deepspeed; auto: deepspeed with GPUs, else single (ddp under torchrun)
+    kind: str = "auto"
+    # data-parallel processes; None: one per GPU, or 1 without GPUs
+    world_size: int | None = None
+    # DeepSpeed ZeRO stage: 1, 2 (default) or 3
+    zero_stage: int = 2
+    # auto | fp32 | bf16; auto: bf16 on GPUs that support it, else fp32
+    precision: str = "auto"
+    # interaction steps per forward/backward on one rank; None: the rank's whole share of U at once
+    micro_batch_steps: int | None = None
+    # response positions per block in the full-vocabulary reductions; None: all at once
+    chunk_size: int | None = None
+    # recompute decoder activations in backward (saves memory, costs one extra forward)
+    gradient_checkpointing: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in ENGINES:
+            raise ConfigError(f"kind: must be one of {ENGINES}, got {self.kind!r}")
+        _optional_positive_int("world_size", self.world_size)
+        if self.kind == "single" and self.world_size not in (None, 1):
+            raise ConfigError(
+                f"world_size: the single engine runs one process, got {self.world_size}"
+            )
+        if self.zero_stage not in (1, 2, 3) or not _is_int(self.zero_stage):
+            raise ConfigError(f"zero_stage: must be 1, 2 or 3, got {self.zero_stage!r}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"precision: must be one of {PRECISIONS}, got {self.precision!r}")
+        _optional_positive_int("micro_batch_steps", self.micro_batch_steps)
+        _optional_positive_int("chunk_size", self.chunk_size)
+        if not isinstance(self.gradient_checkpointing, bool):
+            raise ConfigError(
+                f"gradient_checkpointing: must be true or false, got {self.gradient_checkpointing!r}"
+            )
+
+    @property
+    def resolved(self) -> bool:
+        """Whether ``auto`` has been replaced everywhere."""
+        return self.kind != "auto" and self.precision != "auto" and self.world_size is not None
+
+    def resolve(self, *, num_gpus: int, bf16_supported: bool) -> EngineConfig:
+        """``auto`` replaced by what the hardware gives.
+
+        Args:
+            num_gpus: CUDA devices visible to the launcher (0 on a CPU-only machine).
+            bf16_supported: whether those devices compute in bf16.
+        """
+        kind = self.kind
+        if kind == "auto":
+            kind = "deepspeed" if num_gpus else ("ddp" if (self.world_size or 1) > 1 else "single")
+        world_size = self.world_size or (max(num_gpus, 1) if kind != "single" else 1)
+        precision = self.precision
+        if precision == "auto":
+            precision = "bf16" if num_gpus and bf16_supported else "fp32"
+        if num_gpus and kind != "single" and world_size > num_gpus:
+            raise ConfigError(f"world_size: {world_size} processes but only {num_gpus} GPU(s)")
+        return replace(self, kind=kind, world_size=world_size, precision=precision)
+
+
+@dataclass(frozen=True)
+class ResponseConfig:
+    """Fresh OEL responses (sampled from the current student) and the length of every response."""
+
+    # sampling temperature (> 0); 1.0 samples the policy's own distribution
+    temperature: float = 1.0
+    # nucleus sampling mass in (0, 1]
+    top_p: float = 1.0
+    # top-k truncation of sampling; -1: off
+    top_k: int = -1
+    # response tokens per step: OEL's max_new_tokens; cached (SDPO) responses are cut to this
+    max_tokens: int = 1024
+    # prompts per generate call
+    batch_size: int = 16
+
+    def __post_init__(self) -> None:
+        if not _is_number(self.temperature) or self.temperature <= 0:
+            raise ConfigError(
+                f"temperature: training responses are sampled, must be > 0, got {self.temperature!r}"
+            )
+        _positive_int("max_tokens", self.max_tokens)
+        _positive_int("batch_size", self.batch_size)
+        if not _is_int(self.top_k):
+            raise ConfigError(f"top_k: must be -1 (off) or a positive integer, got {self.top_k!r}")
+        try:
+            self.sampling_params(seed=0)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
+
+    def sampling_params(self, seed: int) -> SamplingParams:
+        """One response per prompt with these settings."""
+        return SamplingParams(
+            temperature=float(self.temperature),
+            top_p=float(self.top_p),
+            top_k=self.top_k,
+            max_new_tokens=self.max_tokens,
+            seed=seed,
+            n=1,
+        )
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Where the inputs are described and the outputs go."""
+
+    # the input manifest (YAML): cycle-start checkpoint and Parquet inputs with their sha256
+    manifest: str = ""
+    # the final student's Hugging Face directory; written whole or not at all
+    checkpoint: str = ""
+    # directory for train_metrics.parquet, selected_steps.parquet and the log
+    run_dir: str = ""
+    # the new checkpoint's name; its policy_id is "{name}@{sha256[:12]}"
+    policy_name: str = "policy"
+    # the cycle r this run trains (pi_r -> pi_{r+1}); recorded in the checkpoint's manifest
+    cycle: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("manifest", "checkpoint", "run_dir"):
+            if not isinstance(getattr(self, name), str):
+                raise ConfigError(f"{name}: must be a path string, got {getattr(self, name)!r}")
+        if not isinstance(self.policy_name, str) or not self.policy_name:
+            raise ConfigError(f"policy_name: must be a non-empty string, got {self.policy_name!r}")
+        if not _is_int(self.cycle) or self.cycle < 0:
+            raise ConfigError(f"cycle: must be a non-negative integer, got {self.cycle!r}")
+
+    def check_set(self) -> None:
+        """Raise unless the three paths a run needs are given."""
+        for name in ("manifest", "checkpoint", "run_dir"):
+            if not getattr(self, name):
+                raise ConfigError(f"run.{name}: required to run the trainer")
+
+
+#: section name -> dataclass, in YAML order
+_SECTIONS: dict[str, type] = {
+    "resail": ResailConfig,
+    "schedule": ScheduleConfig,
+    "optimizer": OptimizerConfig,
+    "engine": EngineConfig,
+    "responses": ResponseConfig,
+    "run": RunPaths,
+}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything one cycle of training needs, grouped as in the YAML file."""
+
+    # oel | sdpo | oel_resail | sdpo_resail
+    method: str = "oel_resail"
+    # the ablation switches (selection, rho, balancing, retention, lambda, top_k); the parents
+    # use only top_k (ResailConfig.off)
+    resail: ResailConfig = field(default_factory=ResailConfig)
+    # updates, trajectories per update, seed
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    # AdamW settings
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    # engine, world size, precision, micro-batching
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    # OEL sampling and response length
+    responses: ResponseConfig = field(default_factory=ResponseConfig)
+    # input manifest and output paths
+    run: RunPaths = field(default_factory=RunPaths)
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ConfigError(f"method: must be one of {METHODS}, got {self.method!r}")
+        for name, cls in _SECTIONS.items():
+            if not isinstance(getattr(self, name), cls):
+                raise ConfigError(
+                    f"{name}: expected a {cls.__name__}, got {type(getattr(self, name))}"
+                )
+
+    # ------------------------------------------------------------------------------------------
+    # what the method means
+
+    @property
+    def parent(self) -> str:
+        """``oel`` or ``sdpo``: where responses come from and whether TIS corrects ``l_dist``."""
+        return self.method.removesuffix("_resail")
+
+    @property
+    def uses_resail(self) -> bool:
+        return self.method.endswith("_resail")
+
+    @property
+    def uses_cached_responses(self) -> bool:
+        """Offline SDPO trains on responses sampled once at cycle start (with behaviour log-probs)."""
+        return self.parent == "sdpo"
+
+    def objective(self) -> ResailConfig:
+        """The switches the loss uses: the configured ones, or the parent's (``ResailConfig.off``)."""
+        return self.resail if self.uses_resail else ResailConfig.off(self.resail.top_k)
+
+    # ------------------------------------------------------------------------------------------
+    # YAML
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrainConfig:
+        """Build from nested plain data (e.g. YAML or Kedro parameters); unknown keys are errors."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"config: expected a mapping, got {type(data).__name__}")
+        unknown = sorted(set(data) - {"method", *_SECTIONS})
+        if unknown:
+            raise ConfigError(f"config: unknown key(s) {unknown}; known: {['method', *_SECTIONS]}")
+        kwargs: dict[str, Any] = {}
+        if "method" in data:
+            kwargs["method"] = data["method"]
+        for name, section_cls in _SECTIONS.items():
+            if data.get(name) is not None:
+                kwargs[name] = _build_section(name, section_cls, data[name])
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Nested plain data that :meth:`from_dict` reads back to an equal object."""
+        out: dict[str, Any] = {"method": self.method}
+        for name in _SECTIONS:
+            section = dataclasses.asdict(getattr(self, name))
+            if name == "resail":
+                section[_LAMBDA_KEY] = section.pop("lam")
+            if name == "optimizer":
+                section["betas"] = list(section["betas"])
+            out[name] = section
+        return out
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> TrainConfig:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"{path}: no such configuration file")
+        try:
+            data = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as error:
+            raise ConfigError(f"{path}: not valid YAML ({error})") from None
+        try:
+            return cls.from_dict(data or {})
+        except ConfigError as error:
+            raise ConfigError(f"{path}: {error}") from None
+
+    def to_yaml(self, path: str | Path) -> Path:
+        """Write atomically; returns the path."""
+        path = Path(path)
+        with atomic_path(path) as tmp:
+            tmp.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+        return path
+
+    # ------------------------------------------------------------------------------------------
+    # resolution
+
+    def resolve(self, *, num_gpus: int, bf16_supported: bool) -> TrainConfig:
+        """``engine`` with ``auto`` replaced by what the hardware gives (see :meth:`EngineConfig.resolve`)."""
+        try:
+            engine = self.engine.resolve(num_gpus=num_gpus, bf16_supported=bf16_supported)
+        except ConfigError as error:
+            raise ConfigError(f"engine.{error}") from None
+        return replace(self, engine=engine)
+
+
+def _build_section(name: str, cls: type, data: Any) -> Any:
+    """One section dataclass from a mapping; errors are prefixed with the section name."""
+    if isinstance(data, cls):
+        return data
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{name}: expected a mapping, got {type(data).__name__}")
+    values = dict(data)
+    if cls is ResailConfig and _LAMBDA_KEY in values:
+        if "lam" in values:
+            raise ConfigError(f"{name}: give the retention weight once, as '{_LAMBDA_KEY}'")
+        values["lam"] = values.pop(_LAMBDA_KEY)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        shown = sorted(_LAMBDA_KEY if k == "lam" else k for k in known)
+        raise ConfigError(f"{name}: unknown key(s) {unknown}; known: {shown}")
+    if cls is OptimizerConfig and isinstance(values.get("betas"), list):
+        values["betas"] = tuple(values["betas"])
+    try:
+        return cls(**values)
+    except (ValueError, TypeError) as error:
+        message = str(error)
+        if cls is ResailConfig:
+            message = message.replace("lam:", f"{_LAMBDA_KEY}:", 1)
+        raise ConfigError(f"{name}.{message}") from None
