@@ -1,0 +1,328 @@
+"""Next-token logits of one or two views of a step at its response positions, in one forward.
+
+A step's privileged prompt is its ordinary prompt with an insert after the user message, so the
+two views share a long prefix (the chat header and the whole history). When a row carries both
+views it is packed as ``[shared prefix | ordinary rest + z | privileged rest + z]``: position ids
+restart after the prefix for each branch and a 4-D attention mask lets every token see the prefix
+and the earlier tokens of its own branch only. The prefix is then computed once, and each
+branch's logits equal those of a separate forward of that view (to float rounding).
+
+Logits are computed only where they are needed: the decoder's hidden states are gathered at the
+positions that predict the response tokens, and only those go through the output layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from transformers import PreTrainedModel
+
+from resail_pipeline.training.data import StepExample
+
+__all__ = [
+    "ORDINARY",
+    "PRIVILEGED",
+    "VIEWS",
+    "PackedRows",
+    "ResponseLogits",
+    "ViewLogits",
+    "ViewRow",
+    "forward_views",
+    "pack_rows",
+    "shared_prefix_length",
+    "view_logits",
+]
+
+ORDINARY = "ordinary"
+PRIVILEGED = "privileged"
+VIEWS = (ORDINARY, PRIVILEGED)
+
+#: attention implementations that take a custom 4-D mask as given
+_MASKABLE = ("sdpa", "eager")
+
+
+class ResponseLogits(nn.Module):
+    """A causal LM that returns logits only at requested positions.
+
+    Wraps a Hugging Face ``*ForCausalLM`` without logit soft-capping (Qwen3 and the like):
+    decoder, then the output layer on the gathered hidden states. The wrapped model is
+    ``self.model``; engines (DDP, DeepSpeed) wrap this module.
+    """
+
+    def __init__(self, model: PreTrainedModel) -> None:
+        super().__init__()
+        implementation = model.config._attn_implementation
+        if implementation not in _MASKABLE:
+            model.set_attn_implementation("sdpa")
+        self.model = model
+
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor, positions: Tensor
+    ) -> Tensor:
+        """Logits at ``positions``.
+
+        Args:
+            input_ids: Long ``(R, L)``.
+            attention_mask: ``(R, L)`` padding mask, or bool ``(R, 1, L, L)`` (True: may attend).
+            position_ids: Long ``(R, L)``.
+            positions: Long ``(R, G)`` sequence positions whose next-token logits are wanted.
+
+        Returns:
+            ``(R, G, V)`` logits.
+        """
+        if attention_mask.dim() == 4 and self.model.config._attn_implementation == "eager":
+            # eager attention adds its mask to the scores: 0 where allowed, the dtype's minimum elsewhere
+            dtype = self.model.get_input_embeddings().weight.dtype
+            if torch.is_autocast_enabled(input_ids.device.type):
+                dtype = torch.get_autocast_dtype(input_ids.device.type)
+            zero = torch.zeros((), dtype=dtype, device=attention_mask.device)
+            attention_mask = torch.where(attention_mask, zero, torch.finfo(dtype).min)
+        decoder = self.model.get_decoder()
+        hidden = decoder(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=False,
+        ).last_hidden_state  # (R, L, H)
+        index = positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])  # (R, G, H)
+        return self.model.get_output_embeddings()(hidden.gather(1, index))  # (R, G, V)
+
+
+@dataclass(frozen=True)
+class ViewRow:
+    """One step's inputs for one forward: one or two prompts followed by the same response.
+
+    Attributes:
+        prompts: token ids of each view's prompt, in the order the caller names the views.
+        response: the response tokens ``z``.
+    """
+
+    prompts: tuple[Sequence[int], ...]
+    response: Sequence[int]
+
+
+def shared_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """Number of leading tokens ``a`` and ``b`` have in common."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+@dataclass(frozen=True)
+class PackedRows:
+    """Model inputs for a list of :class:`ViewRow` (right-padded).
+
+    Attributes:
+        input_ids: Long ``(R, L)``.
+        attention_mask: Long ``(R, L)`` padding mask when every row has one branch, else bool
+            ``(R, 1, L, L)``.
+        position_ids: Long ``(R, L)``.
+        positions: Long ``(R, nb * T)``: branch ``j``'s position predicting ``z_k`` at column
+            ``j * T + k`` (0 at padding).
+        response_mask: Bool ``(R, T)`` valid response tokens.
+        response_ids: Long ``(R, T)`` response tokens (0 at padding).
+        num_branches: ``nb``, the most views any row carries.
+    """
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    position_ids: Tensor
+    positions: Tensor
+    response_mask: Tensor
+    response_ids: Tensor
+    num_branches: int
+
+    @property
+    def max_response(self) -> int:
+        return self.response_mask.shape[1]
+
+
+def pack_rows(
+    rows: Sequence[ViewRow], pad_id: int, device: torch.device | str = "cpu"
+) -> PackedRows:
+    """Lay out rows of one or two branches over a shared prefix (see the module docstring)."""
+    if not rows:
+        raise ValueError("rows: need at least one row")
+    num_branches = max(len(r.prompts) for r in rows)
+    if num_branches > 2 or min(len(r.prompts) for r in rows) < 1:
+        raise ValueError("rows: every row needs one or two prompts")
+    t_max = max(len(r.response) for r in rows)
+    if t_max == 0:
+        raise ValueError("rows: every response is empty")
+
+    tokens: list[list[int]] = []
+    positions_1d: list[list[int]] = []
+    segments: list[list[int]] = []  # 0: shared prefix, j + 1: branch j
+    gathers: list[list[int]] = []
+    for row in rows:
+        response = list(row.response)
+        if not response:
+            raise ValueError("rows: a response is empty")
+        if len(row.prompts) == 1:
+            prefix = 0
+        else:
+            prefix = shared_prefix_length(row.prompts[0], row.prompts[1])
+            prefix = min(prefix, len(row.prompts[0]) - 1, len(row.prompts[1]) - 1)
+        seq = list(row.prompts[0][:prefix])
+        pos = list(range(prefix))
+        seg = [0] * prefix
+        gather: list[int] = []
+        for j, prompt in enumerate(row.prompts):
+            start = len(seq)
+            branch = list(prompt[prefix:]) + response
+            seq += branch
+            pos += range(prefix, prefix + len(branch))
+            seg += [j + 1] * len(branch)
+            # position start + (len(prompt) - prefix) - 1 + k predicts z_k
+            first = start + len(prompt) - prefix - 1
+            gather += [first + k for k in range(len(response))] + [0] * (t_max - len(response))
+        gather += [0] * (t_max * (num_branches - len(row.prompts)))
+        tokens.append(seq)
+        positions_1d.append(pos)
+        segments.append(seg)
+        gathers.append(gather)
+
+    length = max(len(s) for s in tokens)
+    r = len(rows)
+    input_ids = torch.full((r, length), pad_id, dtype=torch.long)
+    position_ids = torch.zeros((r, length), dtype=torch.long)
+    padding = torch.zeros((r, length), dtype=torch.long)
+    segment = torch.full((r, length), -1, dtype=torch.long)  # -1: padding
+    for i, (seq, pos, seg) in enumerate(zip(tokens, positions_1d, segments, strict=True)):
+        input_ids[i, : len(seq)] = torch.tensor(seq)
+        position_ids[i, : len(seq)] = torch.tensor(pos)
+        padding[i, : len(seq)] = 1
+        segment[i, : len(seq)] = torch.tensor(seg)
+
+    if num_branches == 1:
+        attention_mask = padding
+    else:
+        q = torch.arange(length).view(1, length, 1)  # (1, L, 1)
+        k = torch.arange(length).view(1, 1, length)  # (1, 1, L)
+        seg_q = segment.unsqueeze(2)  # (R, L, 1)
+        seg_k = segment.unsqueeze(1)  # (R, 1, L)
+        visible = (seg_k == 0) | (seg_k == seg_q)  # (R, L, L): the prefix, or the same branch
+        # padding queries see themselves only, so that no row of the mask is empty
+        attention_mask = ((k <= q) & visible & (seg_k >= 0)) | ((seg_q < 0) & (k == q))
+        attention_mask = attention_mask.unsqueeze(1)  # (R, 1, L, L)
+
+    response_mask = torch.zeros((r, t_max), dtype=torch.bool)
+    response_ids = torch.zeros((r, t_max), dtype=torch.long)
+    for i, row in enumerate(rows):
+        response_mask[i, : len(row.response)] = True
+        response_ids[i, : len(row.response)] = torch.tensor(list(row.response))
+    return PackedRows(
+        input_ids=input_ids.to(device),
+        attention_mask=attention_mask.to(device),
+        position_ids=position_ids.to(device),
+        positions=torch.tensor(gathers, dtype=torch.long, device=device),
+        response_mask=response_mask.to(device),
+        response_ids=response_ids.to(device),
+        num_branches=num_branches,
+    )
+
+
+def forward_views(module: nn.Module, packed: PackedRows) -> Tensor:
+    """Run ``module`` (a :class:`ResponseLogits`, possibly engine-wrapped) on packed rows.
+
+    Returns:
+        ``(R, nb, T, V)`` logits: ``[:, j, k]`` predicts ``z_k`` under the row's branch ``j``.
+    """
+    logits = module(
+        packed.input_ids, packed.attention_mask, packed.position_ids, packed.positions
+    )  # (R, nb * T, V)
+    r, _, v = logits.shape
+    return logits.view(r, packed.num_branches, packed.max_response, v)  # (R, nb, T, V)
+
+
+@dataclass(frozen=True)
+class ViewLogits:
+    """Response-position logits of a batch of steps, per view.
+
+    Attributes:
+        logits: ``view -> (N_v, T, V)`` for the rows that carry the view.
+        rows: ``view -> Long (N_v,)`` those rows' positions in the batch.
+        mask: Bool ``(N, T)`` valid response tokens of every row.
+        response_ids: Long ``(N, T)`` the response tokens (0 at padding).
+    """
+
+    logits: dict[str, Tensor]
+    rows: dict[str, Tensor]
+    mask: Tensor
+    response_ids: Tensor
+
+
+def _prompt(step: StepExample, view: str) -> tuple[int, ...]:
+    if view == ORDINARY:
+        return step.ordinary_ids
+    if view == PRIVILEGED:
+        return step.privileged_ids
+    raise ValueError(f"view: must be one of {VIEWS}, got {view!r}")
+
+
+def view_logits(
+    module: nn.Module,
+    steps: Sequence[StepExample],
+    responses: Sequence[Sequence[int]],
+    views: Sequence[tuple[str, ...]],
+    *,
+    pad_id: int,
+    device: torch.device | str,
+) -> ViewLogits:
+    """One forward of ``module`` over the requested views of each step, packed per row.
+
+    Args:
+        module: a :class:`ResponseLogits` (possibly engine-wrapped).
+        steps: the steps.
+        responses: each step's response tokens ``z``.
+        views: each step's views, e.g. ``("ordinary", "privileged")``; an empty tuple leaves the
+            row out of the forward (its mask row is still returned).
+        pad_id: padding token id.
+        device: where the inputs go.
+    """
+    if not len(steps) == len(responses) == len(views):
+        raise ValueError(
+            f"steps, responses, views: lengths differ ({len(steps)}, {len(responses)}, {len(views)})"
+        )
+    t_max = max(len(z) for z in responses)
+    mask = torch.zeros((len(steps), t_max), dtype=torch.bool)
+    response_ids = torch.zeros((len(steps), t_max), dtype=torch.long)
+    for i, z in enumerate(responses):
+        mask[i, : len(z)] = True
+        response_ids[i, : len(z)] = torch.tensor(list(z))
+    mask, response_ids = mask.to(device), response_ids.to(device)
+
+    active = [i for i, v in enumerate(views) if v]
+    logits: dict[str, Tensor] = {}
+    rows: dict[str, Tensor] = {}
+    if active:
+        packed = pack_rows(
+            [ViewRow(tuple(_prompt(steps[i], v) for v in views[i]), responses[i]) for i in active],
+            pad_id,
+            device,
+        )
+        out = forward_views(module, packed)  # (R, nb, T_active, V)
+        for view in VIEWS:
+            picked = [(r, views[i].index(view)) for r, i in enumerate(active) if view in views[i]]
+            if not picked:
+                continue
+            branch = {j for _, j in picked}
+            if len(picked) == len(active) and len(branch) == 1:
+                chosen = out[:, branch.pop()]  # (N_v, T_active, V), a view without copy
+            else:
+                r_idx = torch.tensor([r for r, _ in picked], device=out.device)
+                b_idx = torch.tensor([j for _, j in picked], device=out.device)
+                chosen = out[r_idx, b_idx]  # (N_v, T_active, V)
+            t_active = chosen.shape[1]
+            if t_active < t_max:  # the active rows' responses are shorter than the batch's
+                chosen = nn.functional.pad(chosen, (0, 0, 0, t_max - t_active))  # (N_v, T, V)
+            logits[view] = chosen
+            rows[view] = torch.tensor(
+                [active[r] for r, _ in picked], dtype=torch.long, device=out.device
+            )
+    return ViewLogits(logits=logits, rows=rows, mask=mask, response_ids=response_ids)
