@@ -1,0 +1,53 @@
+"""Train one cycle of a policy: OEL or offline SDPO, with or without the ReSAIL plug-in.
+
+One process (CPU, or one device)::
+
+    python -m resail_pipeline.training --config data/07_model_output/cycle_1/train/train_config.yaml
+
+Data parallel, one process per device (DeepSpeed with GPUs; DDP over gloo on CPU)::
+
+    torchrun --standalone --nproc_per_node=8 -m resail_pipeline.training \\
+        --config data/07_model_output/cycle_1/train/train_config.yaml
+
+The configuration is a :class:`~resail_pipeline.training.config.TrainConfig` in YAML (the
+``train`` pipeline writes it, resolved, with the input manifest it names). On success the final
+student is published at ``run.checkpoint``; on any error the process exits non-zero and nothing
+is published there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from resail_pipeline.training.config import TrainConfig
+from resail_pipeline.training.run import TrainingRun
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m resail_pipeline.training", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--config", required=True, help="the run's TrainConfig YAML file")
+    args = parser.parse_args(argv)
+    rank = int(os.environ.get("RANK", "0"))
+    logging.basicConfig(
+        level=logging.INFO if rank == 0 else logging.WARNING,
+        format=f"%(asctime)s [rank {rank}] %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    config = TrainConfig.from_yaml(args.config)
+    try:
+        TrainingRun(config).run()
+    finally:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

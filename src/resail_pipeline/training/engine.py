@@ -1,0 +1,299 @@
+"""Training engines: one process, torch DDP, or DeepSpeed ZeRO, behind one small interface.
+
+Every engine optimises a :class:`~resail_pipeline.training.views.ResponseLogits` around the
+student with AdamW (a client torch optimiser under DeepSpeed too) and offers the same steps:
+
+- ``with engine.micro_batch(last=...)``: around the forward and backward of one micro-batch;
+  gradients are accumulated locally and reduced across ranks once, with the last micro-batch
+  (DDP) or at ``step`` (DeepSpeed ZeRO-1/2, "unmanaged" accumulation);
+- ``engine.backward(loss)``: the caller's loss is already the exact share of this rank, scaled
+  by the world size, so that the engines' gradient *average* over ranks is the global sum;
+- ``engine.step()``: clip, AdamW step, zero the gradients; returns the pre-clip gradient norm.
+
+Every rank must run the same number of micro-batches per update (collectives are matched).
+
+Precision: ``fp32`` everywhere, or ``bf16``: bf16 parameters with fp32 optimiser state and fp32
+gradient accumulation under DeepSpeed (as in the paper), bf16 autocast over fp32 parameters with
+the other engines (CPU or GPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from resail_pipeline.training.config import EngineConfig, OptimizerConfig
+from resail_pipeline.training.views import ResponseLogits
+
+__all__ = [
+    "DeepSpeedEngine",
+    "Engine",
+    "TorchEngine",
+    "autocast",
+    "build_engine",
+    "deepspeed_config",
+    "init_distributed",
+]
+
+logger = logging.getLogger(__name__)
+
+
+def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    """bf16 autocast on ``device`` for ``precision == "bf16"``, else nothing."""
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def init_distributed(kind: str) -> tuple[int, int, torch.device]:
+    """Join the process group torchrun describes (if any); return ``(rank, world_size, device)``.
+
+    One process without torchrun's variables runs alone (no process group). NCCL is used with
+    GPUs, gloo without.
+    """
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    if "WORLD_SIZE" in os.environ and not dist.is_initialized():
+        backend = "nccl" if cuda else "gloo"
+        if kind == "deepspeed":
+            import deepspeed
+
+            deepspeed.init_distributed(dist_backend=backend)
+        else:
+            dist.init_process_group(backend=backend)
+    return rank, world_size, device
+
+
+def _adamw(parameters: list[nn.Parameter], config: OptimizerConfig) -> torch.optim.AdamW:
+    return torch.optim.AdamW(
+        parameters,
+        lr=config.lr,
+        betas=config.betas,
+        eps=config.eps,
+        weight_decay=config.weight_decay,
+    )
+
+
+class Engine(ABC):
+    """What the training loop needs from an engine (see the module docstring).
+
+    Attributes:
+        inner: the unwrapped student (:class:`ResponseLogits`; its HF model is ``inner.model``);
+            use it for forwards without gradient and for generation.
+        module: what gradient forwards go through (the engine's wrapper of ``inner``).
+        rank: this process's rank.
+        world_size: number of processes.
+        device: this process's device.
+        precision: ``fp32`` or ``bf16``.
+    """
+
+    inner: ResponseLogits
+    module: nn.Module
+    rank: int
+    world_size: int
+    device: torch.device
+    precision: str
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """The precision context for forwards of the student and the teacher."""
+        return autocast(self.device, "fp32" if self.casts_parameters else self.precision)
+
+    @property
+    def casts_parameters(self) -> bool:
+        """Whether the student's parameters themselves are bf16 (no autocast needed)."""
+        return False
+
+    @contextlib.contextmanager
+    def micro_batch(self, *, last: bool) -> Iterator[None]:
+        """Around one micro-batch's forward and backward; ``last`` is the update's final one."""
+        yield
+
+    @abstractmethod
+    def backward(self, loss: Tensor) -> None:
+        """Accumulate the gradient of this rank's share of the loss."""
+
+    @abstractmethod
+    def step(self) -> float:
+        """Reduce, clip, step AdamW, zero gradients; return the global gradient norm before clipping."""
+
+    def consolidated_state_dict(self) -> dict[str, Tensor] | None:
+        """Weights to publish instead of ``inner.model``'s own, where those are partitioned.
+
+        ``None`` when ``inner.model`` holds the complete weights (every engine but ZeRO-3).
+        A collective: every rank must call it.
+        """
+        return None
+
+
+def _hf_keys(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """``ResponseLogits`` state-dict keys (``model.*``) as the wrapped HF model's."""
+    return {k.removeprefix("model."): v for k, v in state.items()}
+
+
+class TorchEngine(Engine):
+    """One process, or torch ``DistributedDataParallel`` over the process group."""
+
+    def __init__(
+        self,
+        student: ResponseLogits,
+        optimizer: OptimizerConfig,
+        *,
+        rank: int,
+        world_size: int,
+        device: torch.device,
+        precision: str,
+    ) -> None:
+        self.inner = student.to(device)
+        self.rank, self.world_size, self.device, self.precision = (
+            rank,
+            world_size,
+            device,
+            precision,
+        )
+        self._parameters = [p for p in student.parameters() if p.requires_grad]
+        self._optimizer = _adamw(self._parameters, optimizer)
+        self._clip = optimizer.grad_clip
+        self._ddp = world_size > 1
+        if self._ddp:
+            self.module = nn.parallel.DistributedDataParallel(
+                student,
+                device_ids=[device.index] if device.type == "cuda" else None,
+                broadcast_buffers=False,
+            )
+        else:
+            self.module = student
+
+    @contextlib.contextmanager
+    def micro_batch(self, *, last: bool) -> Iterator[None]:
+        # DDP reduces in the backward of the last micro-batch; the others accumulate locally
+        if self._ddp and not last:
+            with self.module.no_sync():
+                yield
+        else:
+            yield
+
+    def backward(self, loss: Tensor) -> None:
+        loss.backward()
+
+    def step(self) -> float:
+        max_norm = self._clip if self._clip is not None else math.inf
+        norm = torch.nn.utils.clip_grad_norm_(self._parameters, max_norm)
+        self._optimizer.step()
+        self._optimizer.zero_grad(set_to_none=True)
+        return float(norm)
+
+
+def deepspeed_config(engine: EngineConfig, optimizer: OptimizerConfig) -> dict[str, Any]:
+    """The DeepSpeed configuration of a run (a client AdamW is passed separately).
+
+    Micro-batches are interaction steps chosen by the trainer, not DeepSpeed samples: DeepSpeed
+    sees one "sample" per step call and leaves accumulation to the caller
+    (``managed_gradient_accumulation: false``).
+    """
+    bf16 = engine.precision == "bf16"
+    return {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,
+        "managed_gradient_accumulation": False,
+        "gradient_clipping": optimizer.grad_clip or 0.0,
+        "bf16": {"enabled": bf16},
+        # main gradients accumulate in fp32; the optimiser keeps fp32 master weights and state
+        "data_types": {"grad_accum_dtype": "fp32"} if bf16 else {},
+        "zero_optimization": {
+            "stage": engine.zero_stage,
+            "contiguous_gradients": True,
+            "overlap_comm": False,
+        },
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 2**31 - 1,
+        "wall_clock_breakdown": False,
+    }
+
+
+class DeepSpeedEngine(Engine):
+    """DeepSpeed ZeRO (stage 1, 2 or 3) with a client torch AdamW."""
+
+    def __init__(
+        self,
+        student: ResponseLogits,
+        engine: EngineConfig,
+        optimizer: OptimizerConfig,
+        *,
+        rank: int,
+        world_size: int,
+        device: torch.device,
+    ) -> None:
+        import deepspeed
+
+        self.rank, self.world_size, self.device = rank, world_size, device
+        self.precision = engine.precision
+        self._stage = engine.zero_stage
+        student = student.to(device)
+        parameters = [p for p in student.parameters() if p.requires_grad]
+        self.module, _, _, _ = deepspeed.initialize(
+            model=student,
+            optimizer=_adamw(parameters, optimizer),
+            config=deepspeed_config(engine, optimizer),
+        )
+        self.inner = self.module.module
+
+    @property
+    def casts_parameters(self) -> bool:
+        return self.precision == "bf16"
+
+    def backward(self, loss: Tensor) -> None:
+        self.module.backward(loss, scale_wrt_gas=False)
+
+    def step(self) -> float:
+        self.module.step()
+        norm = self.module.get_global_grad_norm()
+        return float(norm) if norm is not None else float("nan")
+
+    def consolidated_state_dict(self) -> dict[str, Tensor] | None:
+        if self._stage != 3:
+            return None
+        # ZeRO-3 partitions the parameters: gather them (a collective), complete on rank 0 only
+        state = self.module._zero3_consolidated_16bit_state_dict()
+        return _hf_keys(state) if self.rank == 0 else None
+
+
+def build_engine(
+    student: ResponseLogits,
+    engine: EngineConfig,
+    optimizer: OptimizerConfig,
+    *,
+    rank: int,
+    world_size: int,
+    device: torch.device,
+) -> Engine:
+    """The engine ``engine.kind`` names (``auto`` must be resolved first)."""
+    if engine.kind == "deepspeed":
+        return DeepSpeedEngine(
+            student, engine, optimizer, rank=rank, world_size=world_size, device=device
+        )
+    if engine.kind in ("single", "ddp"):
+        if engine.kind == "ddp" and world_size > 1 and not dist.is_initialized():
+            raise RuntimeError("engine.kind: ddp needs a process group (run under torchrun)")
+        return TorchEngine(
+            student,
+            optimizer,
+            rank=rank,
+            world_size=world_size,
+            device=device,
+            precision=engine.precision,
+        )
+    raise ValueError(f"engine.kind: resolve 'auto' before building an engine, got {engine.kind!r}")

@@ -1,0 +1,144 @@
+"""Launch the trainer as a subprocess: ``torchrun`` on GPUs or for data parallelism, plain
+``python -m`` for one CPU process.
+
+The launcher resolves the configuration for this machine (``auto`` engine, world size and
+precision), writes it into the run directory, streams the trainer's output line by line to the
+``logging`` logger and to a log file, and on a non-zero exit raises :class:`TrainingFailed`
+carrying the log's last lines. On success it returns the published checkpoint's manifest row and
+the run's metrics.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from resail_pipeline.checkpoints import CheckpointInfo, read_checkpoint_info
+from resail_pipeline.training.config import TrainConfig
+from resail_pipeline.training.data import read_manifest
+from resail_pipeline.training.run import METRICS_FILE, SELECTED_FILE
+
+__all__ = ["CONFIG_FILE", "LOG_FILE", "TrainResult", "TrainingFailed", "command", "launch"]
+
+logger = logging.getLogger(__name__)
+
+CONFIG_FILE = "train_config.yaml"
+LOG_FILE = "train.log"
+
+
+class TrainingFailed(RuntimeError):
+    """The trainer exited non-zero; the message carries the last lines of its log."""
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """A finished training run.
+
+    Attributes:
+        checkpoint: the new checkpoint's manifest row (path, parent, method, cycle, sha256).
+        metrics: one ``train_metrics`` row per update.
+        selected: one ``selected_steps`` row per (update, selected step).
+        config: the resolved configuration the trainer ran with.
+        log_path: the trainer's log.
+    """
+
+    checkpoint: CheckpointInfo
+    metrics: pd.DataFrame
+    selected: pd.DataFrame
+    config: TrainConfig
+    log_path: Path
+
+
+def command(config: TrainConfig, config_path: str | Path) -> list[str]:
+    """The trainer's command line for a resolved ``config``.
+
+    ``single`` runs ``python -m resail_pipeline.training``; ``ddp`` and ``deepspeed`` run the
+    same module under ``torchrun --standalone --nproc_per_node=<world_size>``.
+    """
+    if not config.engine.resolved:
+        raise ValueError("config: resolve the engine before building its command")
+    entry = ["-m", "resail_pipeline.training", "--config", str(config_path)]
+    if config.engine.kind == "single":
+        return [sys.executable, *entry]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={config.engine.world_size}",
+        *entry,
+    ]
+
+
+def _machine_resolved(config: TrainConfig) -> TrainConfig:
+    cuda = torch.cuda.is_available()
+    return config.resolve(
+        num_gpus=torch.cuda.device_count() if cuda else 0,
+        bf16_supported=cuda and torch.cuda.is_bf16_supported(),
+    )
+
+
+def launch(
+    config: TrainConfig, log_path: str | Path | None = None, *, tail_lines: int = 40
+) -> TrainResult:
+    """Run the trainer for ``config`` in a subprocess and collect what it published.
+
+    Args:
+        config: the run's configuration; its manifest must exist (see
+            :func:`~resail_pipeline.training.data.write_inputs`).
+        log_path: the trainer's log file; default ``<run_dir>/train.log``.
+        tail_lines: how many of the log's last lines a failure carries.
+
+    Returns:
+        :class:`TrainResult`.
+
+    Raises:
+        TrainingFailed: the trainer exited non-zero (nothing was published at the checkpoint path).
+    """
+    config.run.check_set()
+    read_manifest(config.run.manifest, verify=False)  # exists and parses, before anything starts
+    resolved = _machine_resolved(config)
+    run_dir = Path(resolved.run.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config_path = resolved.to_yaml(run_dir / CONFIG_FILE)
+    log_path = Path(log_path) if log_path is not None else run_dir / LOG_FILE
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+
+    cmd = command(resolved, config_path)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(Path.cwd() / ".cache" / "torch_extensions"))
+    logger.info("training: %s (log: %s)", " ".join(cmd), log_path)
+    tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
+    with (
+        open(log_path, "w") as log,
+        subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        ) as process,
+    ):
+        for line in process.stdout:
+            line = line.rstrip("\n")
+            log.write(line + "\n")
+            log.flush()
+            tail.append(line)
+            logger.info("[trainer] %s", line)
+        returncode = process.wait()
+    if returncode != 0:
+        raise TrainingFailed(
+            f"the trainer exited with status {returncode}; last lines of {log_path}:\n"
+            + "\n".join(tail)
+        )
+    return TrainResult(
+        checkpoint=read_checkpoint_info(resolved.run.checkpoint),
+        metrics=pd.read_parquet(run_dir / METRICS_FILE),
+        selected=pd.read_parquet(run_dir / SELECTED_FILE),
+        config=resolved,
+        log_path=log_path,
+    )

@@ -1,0 +1,218 @@
+"""One cycle's training in this process: check inputs, load models, train, publish.
+
+Everything that can be checked without a model is checked first: the configuration, the
+manifest and the sha256 of every input, the Parquet schemas, the summaries and cached responses.
+Only then are the student and the frozen teacher loaded from the cycle-start checkpoint.
+
+Outputs (rank 0): ``train_metrics.parquet`` and ``selected_steps.parquet`` in ``run.run_dir``,
+then the final student as a Hugging Face checkpoint at ``run.checkpoint``, written to a temporary
+directory and renamed into place only when complete. A run that fails leaves no checkpoint there.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pandas as pd
+import torch
+import torch.distributed as dist
+from transformers import AutoConfig
+
+from resail_pipeline.checkpoints import (
+    CheckpointInfo,
+    load_model,
+    load_tokenizer,
+    read_checkpoint_info,
+    save_policy,
+)
+from resail_pipeline.training.config import ConfigError, TrainConfig
+from resail_pipeline.training.data import (
+    InputError,
+    batch_schedule,
+    build_training_data,
+    check_lengths,
+    check_token_ids,
+    read_manifest,
+    read_table,
+    write_parquet,
+)
+from resail_pipeline.training.engine import build_engine, init_distributed
+from resail_pipeline.training.trainer import Trainer, UpdateRecord
+from resail_pipeline.training.views import ResponseLogits
+
+__all__ = ["METRICS_FILE", "SELECTED_FILE", "TrainOutcome", "TrainingRun", "resolve_for_process"]
+
+logger = logging.getLogger(__name__)
+
+METRICS_FILE = "train_metrics.parquet"
+SELECTED_FILE = "selected_steps.parquet"
+
+
+@dataclass(frozen=True)
+class TrainOutcome:
+    """What a run produced.
+
+    Attributes:
+        checkpoint: the published checkpoint's manifest row (rank 0; ``None`` on other ranks).
+        metrics: one ``train_metrics`` row per update.
+        selected: one ``selected_steps`` row per (update, selected step).
+    """
+
+    checkpoint: CheckpointInfo | None
+    metrics: pd.DataFrame
+    selected: pd.DataFrame
+
+
+def resolve_for_process(config: TrainConfig) -> TrainConfig:
+    """``config`` with ``auto`` resolved for this process; checks the world size torchrun gave."""
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    engine = config.engine
+    if engine.world_size is None and "WORLD_SIZE" in os.environ:
+        config = replace(config, engine=replace(engine, world_size=launched))
+    if not config.engine.resolved:
+        cuda = torch.cuda.is_available()
+        config = config.resolve(
+            num_gpus=torch.cuda.device_count() if cuda else 0,
+            bf16_supported=cuda and torch.cuda.is_bf16_supported(),
+        )
+    if config.engine.world_size != launched:
+        raise ConfigError(
+            f"engine.world_size: configured {config.engine.world_size} processes, "
+            f"but {launched} were started"
+        )
+    if config.engine.kind == "single" and launched > 1:
+        raise ConfigError(
+            "engine.kind: single runs one process; use ddp or deepspeed under torchrun"
+        )
+    return config
+
+
+class TrainingRun:
+    """One cycle's training on this rank: inputs checked, models loaded, engine built.
+
+    Args:
+        config: the configuration (``run.manifest``, ``run.checkpoint`` and ``run.run_dir`` set).
+    """
+
+    def __init__(self, config: TrainConfig) -> None:
+        config.run.check_set()
+        config = resolve_for_process(config)
+        self.config = config
+        self.rank, self.world_size, self.device = init_distributed(config.engine.kind)
+
+        # inputs, before any model is loaded
+        manifest = read_manifest(config.run.manifest)
+        if config.uses_cached_responses and manifest.responses is None:
+            raise InputError(
+                f"responses: method {config.method!r} trains on responses cached at cycle start; "
+                f"the manifest {config.run.manifest} lists none"
+            )
+        self.manifest = manifest
+        self.parent = read_checkpoint_info(manifest.policy)
+        self.tokenizer = load_tokenizer(manifest.policy)
+        responses = None
+        if config.uses_cached_responses:
+            responses = read_table(manifest.responses, "responses")
+        self.data = build_training_data(
+            read_table(manifest.steps, "steps"),
+            read_table(manifest.summaries, "summaries"),
+            self.tokenizer,
+            responses=responses,
+            max_response_tokens=config.responses.max_tokens,
+            sources=manifest.files(),
+        )
+        model_config = AutoConfig.from_pretrained(manifest.policy, trust_remote_code=False)
+        check_token_ids(self.data, model_config.vocab_size)
+        check_lengths(self.data, model_config.max_position_embeddings, config.responses.max_tokens)
+        schedule = config.schedule
+        self.schedule = batch_schedule(
+            self.data.trajectories,
+            schedule.updates,
+            schedule.trajectories_per_update,
+            schedule.seed,
+        )
+
+        # models: student and frozen teacher both start from the cycle-start policy
+        torch.manual_seed(schedule.seed)
+        engine_config = config.engine
+        bf16_parameters = engine_config.kind == "deepspeed" and engine_config.precision == "bf16"
+        dtype = torch.bfloat16 if bf16_parameters else torch.float32
+        student = load_model(manifest.policy, dtype=dtype)
+        if engine_config.gradient_checkpointing:
+            student.gradient_checkpointing_enable()
+        student.train()
+        teacher = ResponseLogits(load_model(manifest.policy, dtype=dtype, device=self.device))
+        engine = build_engine(
+            ResponseLogits(student),
+            engine_config,
+            config.optimizer,
+            rank=self.rank,
+            world_size=self.world_size,
+            device=self.device,
+        )
+        generator = None
+        if not config.uses_cached_responses:
+            from resail_pipeline.generation.transformers_backend import TransformersGenerator
+
+            generator = TransformersGenerator(
+                engine.inner.model,
+                self.tokenizer,
+                policy_id=f"{self.parent.policy_id}+{config.method}",
+                batch_size=config.responses.batch_size,
+                progress=False,
+            )
+        self.trainer = Trainer(config, self.data, engine, teacher, self.tokenizer, generator)
+        logger.info(
+            "%s on %d trajectories (%d steps): %d updates x %d, engine %s x %d, %s",
+            config.method,
+            len(self.data.trajectories),
+            self.data.num_steps,
+            schedule.updates,
+            schedule.trajectories_per_update,
+            engine_config.kind,
+            self.world_size,
+            engine_config.precision,
+        )
+
+    def run(self) -> TrainOutcome:
+        """Train, then publish metrics and the checkpoint; returns what was written."""
+        records = self.trainer.train(self.schedule)
+        metrics, selected = _frames(records)
+        checkpoint = self._publish(metrics, selected)
+        if dist.is_initialized():
+            dist.barrier()
+        return TrainOutcome(checkpoint=checkpoint, metrics=metrics, selected=selected)
+
+    def _publish(self, metrics: pd.DataFrame, selected: pd.DataFrame) -> CheckpointInfo | None:
+        state = self.trainer.engine.consolidated_state_dict()  # a collective under ZeRO-3
+        if self.rank != 0:
+            return None
+        run_dir = Path(self.config.run.run_dir)
+        write_parquet(metrics, run_dir / METRICS_FILE)
+        write_parquet(selected, run_dir / SELECTED_FILE)
+        model = self.trainer.engine.inner.model
+        info = save_policy(
+            model,
+            self.tokenizer,
+            self.config.run.checkpoint,
+            name=self.config.run.policy_name,
+            parent_id=self.parent.policy_id,
+            method=self.config.method,
+            cycle=self.config.run.cycle,
+            extra={"train_config": self.config.to_dict(), "inputs": dict(self.manifest.sha256)},
+            state_dict=state,
+        )
+        logger.info("published %s at %s", info.policy_id, info.path)
+        return info
+
+
+def _frames(records: list[UpdateRecord]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    metrics = pd.DataFrame([r.metrics_row() for r in records])
+    selected = pd.DataFrame(
+        [row for r in records for row in r.selected_rows()],
+        columns=["update", "traj_id", "t", "score"],
+    )
+    return metrics, selected
