@@ -172,7 +172,8 @@ class TorchEngine(Engine):
             self.module = nn.parallel.DistributedDataParallel(
                 student,
                 device_ids=[device.index] if device.type == "cuda" else None,
-                broadcast_buffers=False,
+                # the buffers (rotary frequencies) are equal on every rank: no sync per forward
+                forward_sync_buffers=False,
             )
         else:
             self.module = student

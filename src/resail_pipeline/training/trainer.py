@@ -423,12 +423,14 @@ class Trainer:
                 if not fused:
                     scored.append(state)
                     continue
+                # a rank without steps forwards where the others do (DDP's forward may communicate)
+                idle = self._idle_forward() if state is None else None
                 if selection is None:  # needs_scores with one micro-batch: gather now
                     with timer("scoring"):
                         scores = self._all_reduce_tensor(local_scores)
                         selection = select(objective, traj_index, num_trajectories, scores, random)
                 with timer("optimisation"):
-                    self._backward(state, steps, responses, selection, sums)
+                    self._backward(state, responses, selection, sums, idle)
 
         if self._teacher_ordinary and scores is None:
             with timer("scoring"):
@@ -438,11 +440,14 @@ class Trainer:
                 selection = select(objective, traj_index, num_trajectories, scores, random)
             for k, state in enumerate(scored):
                 with self.engine.micro_batch(last=k == len(scored) - 1), timer("optimisation"):
+                    idle = None
                     if state is not None:
                         state.student = self._student_views(
                             state.rows, steps, responses, selection, with_grad=True
                         )
-                    self._backward(state, steps, responses, selection, sums)
+                    if state is None or not state.student.logits:
+                        idle = self._idle_forward()
+                    self._backward(state, responses, selection, sums, idle)
         return selection, scores, sums
 
     def _views(self, rows: Sequence[int], selection: Selection | None) -> list[tuple[str, ...]]:
@@ -518,16 +523,21 @@ class Trainer:
     def _backward(
         self,
         state: _Scored | None,
-        steps: Sequence[StepExample],
         responses: dict,
         selection: Selection,
         sums: _Sums,
+        idle: Tensor | None,
     ) -> None:
-        """This micro-batch's weighted loss, scaled to the engines' gradient average, backward."""
+        """This micro-batch's weighted loss, scaled to the engines' gradient average, backward.
+
+        ``idle`` is the zero loss of :meth:`_idle_forward` when the micro-batch has no step (or
+        no step with weight) on this rank.
+        """
         if state is not None:
             sums.tokens += int(state.targets.mask.sum())
-        if state is None or not state.student.logits:  # no step, or no step with weight
-            self._idle_backward()
+        if state is None or not state.student.logits:
+            if idle is not None:
+                self.engine.backward(idle)
             return
         loss_sel, loss_ret = self._micro_batch_loss(state, responses, selection)
         loss = loss_sel + self.objective.lam * loss_ret
@@ -582,19 +592,19 @@ class Trainer:
             loss_sel = loss_sel + _graph_zero(student)
         return loss_sel, loss_ret
 
-    def _idle_backward(self) -> None:
-        """A zero-weighted forward and backward for a rank without steps in this micro-batch.
+    def _idle_forward(self) -> Tensor | None:
+        """A zero loss from a one-token forward through the engine, for a rank without steps.
 
-        Collectives of DDP and DeepSpeed are matched across ranks, so a rank with an empty share
-        still runs one (one token, through the engine).
+        DDP's and DeepSpeed's collectives are matched across ranks, so a rank with nothing to do
+        in a micro-batch still runs a forward and a backward; one process needs neither.
         """
         if self.engine.world_size == 1:
-            return
+            return None
         ids = torch.full((1, 1), self.pad_id, dtype=torch.long, device=self.engine.device)
         zeros = torch.zeros_like(ids)
         with self.engine.autocast():
             logits = self.engine.module(ids, torch.ones_like(ids), zeros, zeros)  # (1, 1, V)
-        self.engine.backward(logits.float().sum() * 0.0)
+        return logits.float().sum() * 0.0
 
     # ------------------------------------------------------------------------------------------
     # collectives

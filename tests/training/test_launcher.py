@@ -1,0 +1,82 @@
+"""The launcher: the trainer as a subprocess, its log streamed, its failures carrying the log's tail."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from resail_pipeline.checkpoints import read_checkpoint_info
+from resail_pipeline.training import TrainConfig, TrainingFailed, launch
+from resail_pipeline.training.launcher import command
+
+
+@pytest.fixture(autouse=True)
+def one_thread_per_process(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+def test_command_lines():
+    single = TrainConfig.from_dict(
+        {"engine": {"kind": "single", "world_size": 1, "precision": "fp32"}}
+    )
+    assert command(single, "c.yaml") == [
+        sys.executable,
+        "-m",
+        "resail_pipeline.training",
+        "--config",
+        "c.yaml",
+    ]
+    ddp = TrainConfig.from_dict({"engine": {"kind": "ddp", "world_size": 2, "precision": "fp32"}})
+    assert command(ddp, "c.yaml") == [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "resail_pipeline.training",
+        "--config",
+        "c.yaml",
+    ]
+    with pytest.raises(ValueError, match="resolve the engine"):
+        command(TrainConfig(), "c.yaml")
+
+
+def test_launch_trains_and_returns_the_checkpoint_and_metrics(make_config, caplog):
+    config = make_config(method="sdpo_resail", engine={"kind": "auto"})
+    with caplog.at_level("INFO", logger="resail_pipeline.training.launcher"):
+        result = launch(config)
+    assert result.config.engine.kind == "single" and result.config.engine.world_size == 1
+    assert TrainConfig.from_yaml(Path(config.run.run_dir) / "train_config.yaml") == result.config
+    assert result.checkpoint == read_checkpoint_info(config.run.checkpoint)
+    assert result.checkpoint.method == "sdpo_resail"
+    assert len(result.checkpoint.sha256) == 64
+    assert result.metrics["update"].tolist() == [0, 1]
+    assert len(result.selected) == result.metrics["num_selected"].sum()
+    log = result.log_path.read_text()
+    assert "update 2/2" in log and "published" in log
+    assert "[trainer]" in caplog.text and "update 2/2" in caplog.text
+
+
+def test_a_crash_fails_with_the_trainers_last_lines_and_publishes_nothing(
+    make_config, nan_manifest
+):
+    config = make_config(method="sdpo", run={"manifest": str(nan_manifest)})
+    with pytest.raises(TrainingFailed) as failure:
+        launch(config, tail_lines=15)
+    message = str(failure.value)
+    assert "exited with status 1" in message
+    assert "FloatingPointError: update 0: the loss is not finite" in message
+    assert len(message.splitlines()) <= 16
+    checkpoint = Path(config.run.checkpoint)
+    assert not checkpoint.exists() and not list(checkpoint.parent.glob(".policy*"))
+    assert "Traceback" in (checkpoint.parent / "train.log").read_text()
+
+
+def test_a_missing_manifest_fails_before_launching(make_config, tmp_path):
+    config = make_config(run={"manifest": str(tmp_path / "nowhere.yaml")})
+    with pytest.raises(ValueError, match=r"nowhere\.yaml: no such file"):
+        launch(config)
+    assert not (Path(config.run.run_dir) / "train.log").exists()
