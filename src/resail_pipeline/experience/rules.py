@@ -194,16 +194,16 @@ def _success_fields(evidence: Evidence, rules: EnvRules) -> list[str]:
     return [minimal, crit, checks, avoid]
 
 
-def _failure_fields(
-    evidence: Evidence, rules: EnvRules, planner: Planner | None
-) -> list[str]:
+def _failure_fields(evidence: Evidence, rules: EnvRules, planner: Planner | None) -> list[str]:
     """The four "Failure analysis" values, in template order."""
     rejected = _rejected(evidence)
     progress = _contributing(evidence, rules)
     if rejected:
         last = rejected[-1]
         what = _q(last.action) if last.action else "a response without a parsable action"
-        diagnosis = f"the last rejected action was {what}, which returned {_quote(last.observation)}"
+        diagnosis = (
+            f"the last rejected action was {what}, which returned {_quote(last.observation)}"
+        )
     else:
         diagnosis = f"all {len(evidence.records)} actions were accepted but none completed the task"
     diagnosis += f"; {_ending(evidence)} without success"
