@@ -6,9 +6,12 @@ button); the ALFWorld texts follow ALFWorld's wording.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pandas as pd
+
+from resail_pipeline.envs import Environment
 
 TEXTCRAFT_INITIAL = (
     "Crafting commands:\n"
@@ -157,6 +160,27 @@ ALFWORLD_FAILURE = Episode(
 )
 
 EPISODES = (TEXTCRAFT_SUCCESS, TEXTCRAFT_FAILURE, ALFWORLD_SUCCESS, ALFWORLD_FAILURE)
+
+
+def play(env: Environment, task_id: int, actions: Sequence[str | None], seed: int = 0) -> Episode:
+    """The episode of ``task_id`` in the real ``env`` when ``actions`` are executed in order,
+    until the environment ends it."""
+    initial = env.reset(task_id)
+    steps = []
+    for action in actions:
+        result = env.step(action)
+        steps.append((action, result.action_valid, result.observation))
+        if result.done:
+            break
+    return Episode(
+        traj_id=f"cycle_1/{env.name}/train/{task_id}/{seed}",
+        env=env.name,
+        task=initial.task,
+        initial=initial.text,
+        success=result.success,
+        end_reason=result.end_reason or "",
+        steps=tuple(steps),
+    )
 
 
 def tables(*episodes: Episode) -> tuple[pd.DataFrame, pd.DataFrame]:

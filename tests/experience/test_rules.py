@@ -6,6 +6,8 @@ import dataclasses
 
 import pytest
 
+from resail_pipeline.envs import make_env
+from resail_pipeline.envs.planner import plan_from_observation
 from resail_pipeline.experience.evidence import build_evidence_table
 from resail_pipeline.experience.rules import QUOTE_CHARS, env_rules, rules_summary
 from resail_pipeline.experience.validation import validate_summary
@@ -18,6 +20,7 @@ from ._episodes import (
     TEXTCRAFT_PLAN,
     TEXTCRAFT_SUCCESS,
     Episode,
+    play,
     tables,
 )
 
@@ -114,3 +117,31 @@ def test_long_results_are_quoted_below_the_copy_limit():
 def test_unknown_environment_is_an_error():
     with pytest.raises(ValueError, match="env: unknown environment 'minigrid'"):
         env_rules("minigrid")
+
+
+def test_real_textcraft_episodes_with_the_registered_planner():
+    env = make_env("textcraft", max_steps=4)
+    task_id = 0  # craft acacia boat
+    plan = plan_from_observation(env.reset(task_id).text)
+    failure = play(
+        env, task_id, [plan[0], "craft 1 acacia boat using 5 acacia planks", None, "inventory"]
+    )
+    assert (failure.success, failure.end_reason) == (False, "step_limit")
+    env = make_env("textcraft")
+    success = play(env, task_id, [plan[0], "craft 1 acacia boat using 5 acacia planks", *plan[1:]])
+    assert (success.success, success.end_reason) == (True, "success")
+
+    for episode in (failure, success):
+        evidence = evidence_of(episode)
+        text = rules_summary(evidence)  # the planner registered for TextCraft
+        assert validate_summary(text, evidence.outcome, evidence).accepted
+    corrected = fields(rules_summary(evidence_of(failure)))["Corrected plan"]
+    assert corrected == ", then ".join(f"`{a}`" for a in plan)
+    # the corrected plan solves the task when executed
+    replay = play(
+        make_env("textcraft"), task_id, [a.strip("`") for a in corrected.split(", then ")]
+    )
+    assert replay.success
+    assert fields(rules_summary(evidence_of(success)))["Minimal plan"] == ", then ".join(
+        f"`{a}`" for a in plan
+    )

@@ -19,19 +19,15 @@ from resail_pipeline.generation import SamplingParams
 from resail_pipeline.prompts import add_privileged
 from resail_pipeline.schemas import SCHEMAS, SchemaError
 
-from ._episodes import EPISODES, TEXTCRAFT_PLAN, tables
+from ._episodes import EPISODES, tables
 from ._fakes import GOOD_FAILURE, FakeGenerator, is_success_prompt
 
 RULES = SummarizeConfig(source="rules")
 
 
-def plan(_observation: str) -> list[str]:
-    return TEXTCRAFT_PLAN
-
-
 def test_rules_summaries_round_trip_through_parquet(tmp_path):
     trajectories, steps = tables(*EPISODES)
-    summaries = summarize_trajectories(trajectories, steps, RULES, planner=plan)
+    summaries = summarize_trajectories(trajectories, steps, RULES)
     assert list(summaries.columns) == list(SCHEMAS["summaries"])
     assert summaries["traj_id"].tolist() == trajectories["traj_id"].tolist()
     assert summaries["outcome"].tolist() == ["success", "failure", "success", "failure"]
@@ -73,7 +69,7 @@ def test_rules_fallback_replaces_rejected_model_summaries(tiny_tokenizer):
         tiny_tokenizer, lambda p, s: "no summary" if is_success_prompt(p) else GOOD_FAILURE
     )
     config = SummarizeConfig(source="model", max_attempts=2, on_rejected="rules")
-    summaries = summarize_trajectories(trajectories, steps, config, generator, planner=plan)
+    summaries = summarize_trajectories(trajectories, steps, config, generator)
     assert summaries["accepted"].all()
     assert summaries["source"].tolist() == ["rules_fallback", "model", "rules_fallback", "model"]
     assert summaries.loc[0, "attempts"] == 2  # the model's attempts
@@ -107,7 +103,7 @@ def test_usable_summaries_drop_the_rejected_and_log_counts(tiny_tokenizer, caplo
 
 def test_usable_summaries_refuse_summaries_of_other_trajectories():
     trajectories, steps = tables(*EPISODES)
-    summaries = summarize_trajectories(trajectories, steps, RULES, planner=plan)
+    summaries = summarize_trajectories(trajectories, steps, RULES)
     with pytest.raises(ValueError, match=r"summaries: no row for 1 of 4 trajectories"):
         usable_summaries(trajectories, summaries.iloc[1:])
     with pytest.raises(ValueError, match=r"summaries\.traj_id: duplicated"):
