@@ -150,8 +150,9 @@ def summarize_trajectories(
         accepted text or ``""``; ``rejection_reasons`` lists every rejected attempt's reasons.
 
     Raises:
-        SchemaError: a table lacks a column. ValueError: duplicated or incomplete trajectories,
-        or ``source: model`` without a generator; all before any summary is made.
+        SchemaError: a table lacks a column (before any summary is made).
+        ValueError: duplicated or incomplete trajectories, or ``source: model`` without a
+            generator (before any summary is made).
     """
     if config.source == SOURCE_MODEL and generator is None:
         raise ValueError("generator: source 'model' needs the cycle-start policy's generator")
@@ -198,9 +199,10 @@ def usable_summaries(
         ``traj_id -> Summary``, ready for :func:`~resail_pipeline.prompts.add_privileged`.
 
     Raises:
-        SchemaError: a table lacks a column. ValueError: a trajectory without a summaries row,
-        a duplicated row, an outcome that contradicts the trajectory, or an accepted text that
-        does not pass the validator; each names the trajectory.
+        SchemaError: a table lacks a column.
+        ValueError: a trajectory without a summaries row, a duplicated row, an outcome that
+            contradicts the trajectory, or an accepted text that does not pass the validator;
+            each names the trajectory.
     """
     check_columns(trajectories, "trajectories", source="trajectories")
     check_columns(summaries, "summaries", source="summaries")
