@@ -100,7 +100,7 @@ TEXTCRAFT_FAILURE = Episode(
             False,
             "Could not find enough items to craft minecraft:dark_oak_button",
         ),
-        (None, False, "Could not execute None"),
+        (None, False, "Could not execute"),
         (
             "craft 1 dark oak button using 1 planks",
             False,
