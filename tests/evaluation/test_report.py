@@ -403,3 +403,16 @@ def test_write_report_with_partial_data_and_bad_input(eval_summary, tmp_path):
     assert not (tmp_path / "bad").exists()
     with pytest.raises(ValueError, match=r"\.png"):
         write_figure(success_figure(eval_summary), tmp_path / "figure.pdf")
+
+
+def test_report_reads_its_inputs_after_a_parquet_round_trip(eval_summary, tmp_path):
+    eval_summary.to_parquet(tmp_path / "eval_summary.parquet")
+    probe = pd.DataFrame(_probe("oel", 1, 2, 0.2))
+    probe.to_parquet(tmp_path / "probe.parquet")
+    loaded = pd.read_parquet(tmp_path / "eval_summary.parquet")
+    assert isinstance(loaded["success_per_seed"].iloc[0], np.ndarray)  # lists come back as arrays
+    pd.testing.assert_frame_equal(main_results_table(loaded), main_results_table(eval_summary))
+    pd.testing.assert_frame_equal(
+        sensitivity_per_update(pd.read_parquet(tmp_path / "probe.parquet")),
+        sensitivity_per_update(probe),
+    )

@@ -381,10 +381,16 @@ def _new_figure(
 
 
 def _empty_figure(title: str, reason: str) -> Figure:
-    figure, axes = _new_figure(1, 1, (6.0, 3.0))
-    figure.suptitle(f"{title}: no data ({reason})")
+    figure, axes = _new_figure(1, 1, (8.0, 2.5))
+    figure.suptitle(f"{title}: no data\n({reason})")
+    _say_no_data(axes[0, 0], reason)
     axes[0, 0].set_axis_off()
     return figure
+
+
+def _say_no_data(ax: Axes, reason: str) -> None:
+    ax.set_xticks([])
+    ax.text(0.5, 0.5, reason, transform=ax.transAxes, ha="center", va="center", color="0.4")
 
 
 def _cycle_axis(ax: Axes, cycles: Iterable[int]) -> None:
@@ -521,6 +527,7 @@ def dual_view_figure(eval_summary: pd.DataFrame, *, source: str = "eval_summary"
             caption = f"{benchmark_label(env, split)}: {captions[view]}"
             if _where(frame, env=env, split=split, view=view).empty:
                 ax.set_title(f"{caption}: no data")
+                _say_no_data(ax, f"{source} has no {view}-view rows here")
                 continue
             _plot_success_curves(
                 ax,
