@@ -1,0 +1,276 @@
+"""Batched sampling from a live transformers model: left padding, KV cache, fp32 log-probs.
+
+The trainer wraps its current student in a :class:`TransformersGenerator` to sample fresh
+responses between updates; pipelines build one from a checkpoint with
+:meth:`TransformersGenerator.from_checkpoint`.
+
+What is guaranteed:
+
+- The same prompts, params and seeds give identical outputs on the same hardware, dtype and
+  ``batch_size``.
+- Every response draws its uniforms from its own stream (:func:`~.base.response_seeds`), so the
+  random choices do not depend on which other prompts share the call or the micro-batch. Outputs
+  are therefore the same under any grouping as long as the batched kernels return the same
+  logits; in fp32 on CPU they agree to rounding (about 1e-6), which can change a choice only at
+  an exact tie of the sampling distribution.
+
+Memory: prompts are sorted by length and cut into micro-batches of ``batch_size`` rows, and each
+micro-batch is left-padded to a multiple of ``pad_to_multiple_of`` tokens, so few distinct prefill
+shapes occur; only the last position's logits are computed at prefill.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+from transformers import DynamicCache, PreTrainedModel
+
+from resail_pipeline.checkpoints import load_policy, read_checkpoint_info
+from resail_pipeline.generation.base import Generation, SamplingParams, response_seeds
+
+logger = logging.getLogger(__name__)
+
+
+@contextmanager
+def eval_mode(model: torch.nn.Module) -> Iterator[None]:
+    """Put every module of ``model`` in eval mode; restore each module's own flag on exit."""
+    flags = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for module, training in flags:
+            module.training = training
+
+
+def choose_tokens(
+    logits: torch.Tensor, params: SamplingParams, uniforms: torch.Tensor | None
+) -> torch.Tensor:
+    """The next token of each row: greedy, or sampled by inverse CDF from one uniform per row.
+
+    Temperature scales the logits, then top-k keeps the ``top_k`` largest, then top-p keeps the
+    smallest set of the remaining (renormalised) tokens whose mass reaches ``top_p``.
+
+    Args:
+        logits: ``(B, V)`` next-token logits.
+        params: the decoding settings.
+        uniforms: ``(B,)`` float64 draws in ``[0, 1)``; unused (may be ``None``) when greedy.
+
+    Returns:
+        ``(B,)`` token ids.
+    """
+    if params.temperature == 0:
+        return logits.argmax(dim=-1)
+    if uniforms is None:
+        raise ValueError("uniforms: required when temperature > 0")
+    scaled = logits.float() / params.temperature  # (B, V)
+    if params.top_k != -1:
+        values, index = scaled.topk(min(params.top_k, scaled.shape[-1]), dim=-1)  # (B, K)
+    elif params.top_p < 1:
+        values, index = scaled.sort(dim=-1, descending=True, stable=True)  # (B, V)
+    else:
+        values, index = scaled, None
+    probs = torch.softmax(values.double(), dim=-1)  # (B, K)
+    if params.top_p < 1:
+        # values are sorted: drop a token once the mass of the tokens before it reaches top_p.
+        probs = probs.masked_fill(probs.cumsum(dim=-1) - probs >= params.top_p, 0.0)
+    cdf = probs.cumsum(dim=-1)  # (B, K)
+    targets = (uniforms.to(cdf) * cdf[:, -1]).unsqueeze(-1)  # (B, 1)
+    # right=True: the first position whose cdf exceeds the target, never a zero-mass token.
+    picks = torch.searchsorted(cdf, targets, right=True).clamp_(max=cdf.shape[-1] - 1)  # (B, 1)
+    return (picks if index is None else index.gather(-1, picks)).squeeze(-1)
+
+
+class TransformersGenerator:
+    """The :class:`~.base.Generator` over a transformers causal LM, on CPU or GPU.
+
+    Args:
+        model: a causal LM; used as is (device, dtype), in eval mode during a call and left in
+            the train/eval state it had.
+        tokenizer: its tokenizer; ``eos_token`` (``<|im_end|>`` for Qwen3 chat models) ends a
+            response. Its own padding side is not used: prompts are always left-padded.
+        policy_id: recorded with every response.
+        batch_size: rows (prompt x sample) per forward pass.
+        pad_to_multiple_of: prompt lengths in a micro-batch are padded up to a multiple of it,
+            bounding the number of distinct shapes.
+        progress: show a progress bar over micro-batches when a call has more than one.
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: Any,
+        *,
+        policy_id: str,
+        batch_size: int = 16,
+        pad_to_multiple_of: int = 32,
+        progress: bool = True,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size: must be >= 1, got {batch_size}")
+        if pad_to_multiple_of < 1:
+            raise ValueError(f"pad_to_multiple_of: must be >= 1, got {pad_to_multiple_of}")
+        if tokenizer.eos_token_id is None:
+            raise ValueError("tokenizer: has no eos_token, so a response could never end")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.policy_id = policy_id
+        self.batch_size = batch_size
+        self.pad_to_multiple_of = pad_to_multiple_of
+        self.progress = progress
+        self.eos_id: int = tokenizer.eos_token_id
+        self.pad_id: int = (
+            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
+        )
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        path: str | Path,
+        *,
+        dtype: torch.dtype | None = None,
+        device: str = "cpu",
+        policy_id: str | None = None,
+        **options: Any,
+    ) -> TransformersGenerator:
+        """Load a local checkpoint; ``policy_id`` defaults to the one its manifest records."""
+        model, tokenizer = load_policy(path, dtype=dtype, device=device)
+        if policy_id is None:
+            policy_id = read_checkpoint_info(path).policy_id
+        return cls(model, tokenizer, policy_id=policy_id, **options)
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        params: SamplingParams,
+        seeds: Sequence[int] | None = None,
+    ) -> list[Generation]:
+        """``len(prompts) * params.n`` generations, prompt-major; see the module notes."""
+        stream_seeds = response_seeds(len(prompts), params, seeds)
+        encoded = self._encode(prompts, params)
+        rows = [encoded[r // params.n] for r in range(len(stream_seeds))]
+        # Longest first, so that the largest shapes come first and memory peaks early.
+        order = sorted(range(len(rows)), key=lambda r: -len(rows[r]))
+        chunks = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        results: list[Generation | None] = [None] * len(rows)
+        start = time.perf_counter()
+        bar = tqdm(
+            chunks, desc="generate", leave=False, disable=not self.progress or len(chunks) < 2
+        )
+        with eval_mode(self.model), torch.inference_mode():
+            for chunk in bar:
+                generated = self._generate_rows(
+                    [rows[r] for r in chunk], [stream_seeds[r] for r in chunk], params
+                )
+                for r, generation in zip(chunk, generated, strict=True):
+                    results[r] = generation
+        done = [g for g in results if g is not None]
+        tokens = sum(len(g.token_ids) for g in done)
+        seconds = time.perf_counter() - start
+        logger.debug(
+            "generated %d responses, %d tokens in %.2f s (%.0f tokens/s)",
+            len(done),
+            tokens,
+            seconds,
+            tokens / max(seconds, 1e-9),
+        )
+        return done
+
+    def _encode(self, prompts: Sequence[str], params: SamplingParams) -> list[list[int]]:
+        """Token ids of each prompt, checked for emptiness and for room to generate."""
+        encoded = self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        for i, ids in enumerate(encoded):
+            if not ids:
+                raise ValueError(f"prompts[{i}]: empty prompt")
+            if limit is not None and len(ids) + params.max_new_tokens > limit:
+                raise ValueError(
+                    f"prompts[{i}]: {len(ids)} prompt tokens + max_new_tokens "
+                    f"{params.max_new_tokens} exceed the model's {limit} positions"
+                )
+        return encoded
+
+    def _generate_rows(
+        self, rows: list[list[int]], seeds: list[int], params: SamplingParams
+    ) -> list[Generation]:
+        """Decode one micro-batch: left-padded prefill, then one token per step from the cache."""
+        device = next(self.model.parameters()).device
+        batch, steps = len(rows), params.max_new_tokens
+        width = math.ceil(max(map(len, rows)) / self.pad_to_multiple_of) * self.pad_to_multiple_of
+        input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long)  # (B, W)
+        mask = torch.zeros((batch, width), dtype=torch.long)  # (B, W)
+        for b, ids in enumerate(rows):
+            input_ids[b, width - len(ids) :] = torch.tensor(ids)
+            mask[b, width - len(ids) :] = 1
+        input_ids, mask = input_ids.to(device), mask.to(device)
+        positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)  # (B, W)
+        uniforms = None
+        if params.temperature > 0:
+            uniforms = torch.stack(
+                [
+                    torch.rand(
+                        steps, generator=torch.Generator().manual_seed(s), dtype=torch.float64
+                    )
+                    for s in seeds
+                ]
+            ).to(device)  # (B, N)
+
+        cache = DynamicCache(config=self.model.config)
+        tokens = torch.full((batch, steps), self.pad_id, dtype=torch.long, device=device)  # (B, N)
+        logprobs = torch.zeros((batch, steps), dtype=torch.float32, device=device)  # (B, N)
+        lengths = torch.full((batch,), steps, dtype=torch.long, device=device)  # (B,)
+        finished = torch.zeros(batch, dtype=torch.bool, device=device)  # (B,)
+        logits = self._next_logits(input_ids, mask, positions, cache)
+        for k in range(steps):
+            chosen = choose_tokens(logits, params, None if uniforms is None else uniforms[:, k])
+            chosen = chosen.masked_fill(finished, self.pad_id)  # (B,)
+            tokens[:, k] = chosen
+            logprobs[:, k] = torch.log_softmax(logits, dim=-1).gather(-1, chosen[:, None])[:, 0]
+            ended = ~finished & (chosen == self.eos_id)
+            lengths[ended] = k + 1
+            finished |= ended
+            if bool(finished.all()) or k == steps - 1:
+                break
+            mask = torch.cat([mask, mask.new_ones((batch, 1))], dim=-1)  # (B, W + k + 1)
+            positions = positions[:, -1:] + 1  # (B, 1)
+            logits = self._next_logits(chosen[:, None], mask, positions, cache)
+
+        generations = []
+        for b in range(batch):
+            ids = tokens[b, : lengths[b]].tolist()
+            text_ids = ids[:-1] if finished[b] else ids
+            generations.append(
+                Generation(
+                    text=self.tokenizer.decode(text_ids, skip_special_tokens=False),
+                    token_ids=tuple(ids),
+                    logprobs=tuple(logprobs[b, : lengths[b]].tolist()),
+                    finished=bool(finished[b]),
+                )
+            )
+        return generations
+
+    def _next_logits(
+        self,
+        input_ids: torch.Tensor,
+        mask: torch.Tensor,
+        positions: torch.Tensor,
+        cache: DynamicCache,
+    ) -> torch.Tensor:
+        """``(B, V)`` fp32 logits at the last position, extending ``cache`` with ``input_ids``."""
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        return out.logits[:, -1].float()  # (B, V)
