@@ -220,6 +220,11 @@ def test_rollout_is_deterministic_and_independent_of_the_batch(
     assert [s.response for s in reseeded[0].steps] != [s.response for s in first[0].steps]
 
 
+def test_no_episodes_need_no_generation(generator):
+    assert run_episodes(EnvFactory(), [], generator, PARAMS, progress=False) == []
+    assert generator.calls == []
+
+
 def test_bad_input_is_named(generator):
     with pytest.raises(ValueError, match=r"params\.n"):
         run_episodes(EnvFactory(), specs([1]), generator, SamplingParams(n=2), progress=False)

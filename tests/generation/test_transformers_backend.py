@@ -49,6 +49,7 @@ def test_it_is_a_generator_with_the_tokenizer(tiny_model, tiny_tokenizer):
     generator = make(tiny_model, tiny_tokenizer)
     assert isinstance(generator, Generator)
     assert generator.tokenizer is tiny_tokenizer
+    assert generator.generate([], SAMPLED) == []
 
 
 def test_n_samples_per_prompt_come_prompt_major_with_matching_lengths(
@@ -65,6 +66,9 @@ def test_n_samples_per_prompt_come_prompt_major_with_matching_lengths(
     seed_1 = derive_seed(params.seed, 1)
     alone = make(tiny_model, tiny_tokenizer).generate(prompts[1:2], params, seeds=[seed_1])
     assert [g.token_ids for g in out[3:]] == [g.token_ids for g in alone]
+    # Micro-batches smaller than n still keep a prompt's samples together.
+    narrow = make(tiny_model, tiny_tokenizer, batch_size=2).generate(prompts[:2], params)
+    assert [g.token_ids for g in narrow] == [g.token_ids for g in out]
     # The samples of one prompt differ: each has its own stream.
     assert len({g.token_ids for g in out[:3]}) == 3
 
@@ -81,9 +85,9 @@ def test_greedy_tokens_are_the_argmax_and_logprobs_match_a_full_forward(
 
 
 def test_sampled_logprobs_are_untempered_and_untruncated(tiny_model, tiny_tokenizer, prompts):
-    params = SamplingParams(temperature=0.5, top_p=0.9, top_k=5, max_new_tokens=8, seed=3)
+    params = SamplingParams(temperature=0.5, top_p=0.9, top_k=5, max_new_tokens=8, seed=3, n=2)
     out = make(tiny_model, tiny_tokenizer).generate(prompts, params)
-    for prompt, g in zip(prompts, out, strict=True):
+    for prompt, g in zip([p for p in prompts for _ in range(2)], out, strict=True):
         reference = full_forward_logprobs(tiny_model, tiny_tokenizer, prompt, g.token_ids)
         chosen = reference.gather(-1, torch.tensor(g.token_ids)[:, None])[:, 0]
         torch.testing.assert_close(torch.tensor(g.logprobs), chosen, atol=1e-5, rtol=0)
@@ -149,7 +153,9 @@ def test_generation_stops_at_eos_per_row(tiny_model, tiny_tokenizer, prompts):
     assert len(ended.logprobs) == 3 and ended.logprobs[-1] == pytest.approx(0.0, abs=1e-4)
     assert ended.text == tiny_tokenizer.decode(ended.token_ids[:2])
     assert not running.finished and len(running.token_ids) == GREEDY.max_new_tokens
-    assert eos not in running.token_ids
+    # Once row 0 has left the batch, row 1 goes on exactly as it would alone.
+    (alone,) = make(tiny_model, tiny_tokenizer).generate(prompts[4:5], GREEDY)
+    assert running.token_ids == alone.token_ids
 
 
 def test_all_rows_ending_stops_the_loop(tiny_model, tiny_tokenizer, prompts):

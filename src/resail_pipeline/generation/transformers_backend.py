@@ -9,14 +9,16 @@ What is guaranteed:
 - The same prompts, params and seeds give identical outputs on the same hardware, dtype and
   ``batch_size``.
 - Every response draws its uniforms from its own stream (:func:`~.base.response_seeds`), so the
-  random choices do not depend on which other prompts share the call or the micro-batch. Outputs
-  are therefore the same under any grouping as long as the batched kernels return the same
-  logits; in fp32 on CPU they agree to rounding (about 1e-6), which can change a choice only at
-  an exact tie of the sampling distribution.
+  random choices do not depend on which other prompts share the call or the micro-batch. Under
+  another grouping the batched kernels return the same log-probs up to rounding (about 1e-6 in
+  fp32 on CPU), so a sampled token can differ only where its uniform falls within that rounding
+  of a boundary of the cumulative distribution: rare for a trained policy, a few times per
+  thousand tokens for a random model's near-uniform one. Greedy ties are as rare.
 
-Memory: prompts are sorted by length and cut into micro-batches of ``batch_size`` rows, and each
-micro-batch is left-padded to a multiple of ``pad_to_multiple_of`` tokens, so few distinct prefill
-shapes occur; only the last position's logits are computed at prefill.
+Cost and memory: prompts are sorted by length and cut into micro-batches of ``batch_size`` rows
+(a prompt's ``n`` samples share one prefill), each left-padded to a multiple of
+``pad_to_multiple_of`` tokens so that few distinct prefill shapes occur; only the last position's
+logits are computed at prefill, and a row that ends leaves the batch and its cache.
 """
 
 from __future__ import annotations
@@ -98,7 +100,8 @@ class TransformersGenerator:
         tokenizer: its tokenizer; ``eos_token`` (``<|im_end|>`` for Qwen3 chat models) ends a
             response. Its own padding side is not used: prompts are always left-padded.
         policy_id: recorded with every response.
-        batch_size: rows (prompt x sample) per forward pass.
+        batch_size: rows (prompt x sample) per forward pass; a prompt's ``n`` samples are never
+            split, so a micro-batch holds ``max(1, batch_size // n)`` prompts.
         pad_to_multiple_of: prompt lengths in a micro-batch are padded up to a multiple of it,
             bounding the number of distinct shapes.
         progress: show a progress bar over micro-batches when a call has more than one.
@@ -110,7 +113,7 @@ class TransformersGenerator:
         tokenizer: Any,
         *,
         policy_id: str,
-        batch_size: int = 16,
+        batch_size: int = 8,
         pad_to_multiple_of: int = 32,
         progress: bool = True,
     ) -> None:
@@ -156,36 +159,39 @@ class TransformersGenerator:
         """``len(prompts) * params.n`` generations, prompt-major; see the module notes."""
         stream_seeds = response_seeds(len(prompts), params, seeds)
         encoded = self._encode(prompts, params)
-        rows = [encoded[r // params.n] for r in range(len(stream_seeds))]
-        # Longest first, so that the largest shapes come first and memory peaks early.
-        order = sorted(range(len(rows)), key=lambda r: -len(rows[r]))
-        chunks = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
-        results: list[Generation | None] = [None] * len(rows)
+        # Longest first, so that the largest shapes come first and memory peaks early; a
+        # prompt's n samples share its micro-batch and its prefill.
+        order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
+        per_chunk = max(1, self.batch_size // params.n)
+        chunks = [order[i : i + per_chunk] for i in range(0, len(order), per_chunk)]
+        by_row: dict[int, Generation] = {}
         start = time.perf_counter()
         bar = tqdm(
             chunks, desc="generate", leave=False, disable=not self.progress or len(chunks) < 2
         )
         with eval_mode(self.model), torch.inference_mode():
             for chunk in bar:
-                generated = self._generate_rows(
-                    [rows[r] for r in chunk], [stream_seeds[r] for r in chunk], params
+                rows = [i * params.n + j for i in chunk for j in range(params.n)]
+                generated = self._generate_chunk(
+                    [encoded[i] for i in chunk], [stream_seeds[r] for r in rows], params
                 )
-                for r, generation in zip(chunk, generated, strict=True):
-                    results[r] = generation
-        done = [g for g in results if g is not None]
-        tokens = sum(len(g.token_ids) for g in done)
+                by_row.update(zip(rows, generated, strict=True))
+        results = [by_row[r] for r in range(len(stream_seeds))]
+        tokens = sum(len(g.token_ids) for g in results)
         seconds = time.perf_counter() - start
         logger.debug(
             "generated %d responses, %d tokens in %.2f s (%.0f tokens/s)",
-            len(done),
+            len(results),
             tokens,
             seconds,
             tokens / max(seconds, 1e-9),
         )
-        return done
+        return results
 
     def _encode(self, prompts: Sequence[str], params: SamplingParams) -> list[list[int]]:
         """Token ids of each prompt, checked for emptiness and for room to generate."""
+        if not prompts:
+            return []
         encoded = self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
         limit = getattr(self.model.config, "max_position_embeddings", None)
         for i, ids in enumerate(encoded):
@@ -198,20 +204,32 @@ class TransformersGenerator:
                 )
         return encoded
 
-    def _generate_rows(
-        self, rows: list[list[int]], seeds: list[int], params: SamplingParams
+    def _generate_chunk(
+        self, prompts: list[list[int]], seeds: list[int], params: SamplingParams
     ) -> list[Generation]:
-        """Decode one micro-batch: left-padded prefill, then one token per step from the cache."""
+        """Decode one micro-batch: a left-padded prefill of its prompts, repeated for the ``n``
+        samples of each, then one token per step from the cache; rows that end leave the batch."""
         device = next(self.model.parameters()).device
-        batch, steps = len(rows), params.max_new_tokens
-        width = math.ceil(max(map(len, rows)) / self.pad_to_multiple_of) * self.pad_to_multiple_of
-        input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long)  # (B, W)
-        mask = torch.zeros((batch, width), dtype=torch.long)  # (B, W)
-        for b, ids in enumerate(rows):
-            input_ids[b, width - len(ids) :] = torch.tensor(ids)
-            mask[b, width - len(ids) :] = 1
+        n, steps = params.n, params.max_new_tokens
+        width = (
+            math.ceil(max(map(len, prompts)) / self.pad_to_multiple_of) * self.pad_to_multiple_of
+        )
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)  # (P, W)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)  # (P, W)
+        for i, ids in enumerate(prompts):
+            input_ids[i, width - len(ids) :] = torch.tensor(ids)
+            mask[i, width - len(ids) :] = 1
         input_ids, mask = input_ids.to(device), mask.to(device)
-        positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)  # (B, W)
+        positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)  # (P, W)
+
+        cache = DynamicCache(config=self.model.config)
+        logits = self._next_logits(input_ids, mask, positions, cache)  # (P, V)
+        if n > 1:
+            cache.batch_repeat_interleave(n)
+            logits = logits.repeat_interleave(n, dim=0)  # (B, V), B = P * n
+            mask = mask.repeat_interleave(n, dim=0)  # (B, W)
+            positions = positions.repeat_interleave(n, dim=0)  # (B, W)
+        batch = len(seeds)
         uniforms = None
         if params.temperature > 0:
             uniforms = torch.stack(
@@ -223,33 +241,45 @@ class TransformersGenerator:
                 ]
             ).to(device)  # (B, N)
 
-        cache = DynamicCache(config=self.model.config)
         tokens = torch.full((batch, steps), self.pad_id, dtype=torch.long, device=device)  # (B, N)
         logprobs = torch.zeros((batch, steps), dtype=torch.float32, device=device)  # (B, N)
-        lengths = torch.full((batch,), steps, dtype=torch.long, device=device)  # (B,)
+        lengths = torch.zeros(batch, dtype=torch.long, device=device)  # (B,)
         finished = torch.zeros(batch, dtype=torch.bool, device=device)  # (B,)
-        logits = self._next_logits(input_ids, mask, positions, cache)
+        active = torch.arange(batch, device=device)  # (A,) the rows still decoding
+        position = positions[:, -1:]  # (A, 1) the position of each row's last token
         for k in range(steps):
-            chosen = choose_tokens(logits, params, None if uniforms is None else uniforms[:, k])
-            chosen = chosen.masked_fill(finished, self.pad_id)  # (B,)
-            tokens[:, k] = chosen
-            logprobs[:, k] = torch.log_softmax(logits, dim=-1).gather(-1, chosen[:, None])[:, 0]
-            ended = ~finished & (chosen == self.eos_id)
-            lengths[ended] = k + 1
-            finished |= ended
-            if bool(finished.all()) or k == steps - 1:
+            draws = None if uniforms is None else uniforms[active, k]  # (A,)
+            chosen = choose_tokens(logits, params, draws)  # (A,)
+            tokens[active, k] = chosen
+            logprobs[active, k] = logits.gather(-1, chosen[:, None])[:, 0] - logits.logsumexp(
+                dim=-1
+            )
+            lengths[active] = k + 1
+            ended = chosen == self.eos_id  # (A,)
+            finished[active[ended]] = True
+            if k == steps - 1 or bool(ended.all()):
                 break
-            mask = torch.cat([mask, mask.new_ones((batch, 1))], dim=-1)  # (B, W + k + 1)
-            positions = positions[:, -1:] + 1  # (B, 1)
-            logits = self._next_logits(chosen[:, None], mask, positions, cache)
+            if bool(ended.any()):
+                keep = (~ended).nonzero().squeeze(-1)  # (A',)
+                cache.batch_select_indices(keep)
+                active, chosen, mask, position = (
+                    active[keep],
+                    chosen[keep],
+                    mask[keep],
+                    position[keep],
+                )
+            mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=-1)  # (A, W + k + 1)
+            position = position + 1
+            logits = self._next_logits(chosen[:, None], mask, position, cache)  # (A, V)
 
         generations = []
         for b in range(batch):
             ids = tokens[b, : lengths[b]].tolist()
-            text_ids = ids[:-1] if finished[b] else ids
             generations.append(
                 Generation(
-                    text=self.tokenizer.decode(text_ids, skip_special_tokens=False),
+                    text=self.tokenizer.decode(
+                        ids[:-1] if finished[b] else ids, skip_special_tokens=False
+                    ),
                     token_ids=tuple(ids),
                     logprobs=tuple(logprobs[b, : lengths[b]].tolist()),
                     finished=bool(finished[b]),
