@@ -207,29 +207,9 @@ class TransformersGenerator:
     def _generate_chunk(
         self, prompts: list[list[int]], seeds: list[int], params: SamplingParams
     ) -> list[Generation]:
-        """Decode one micro-batch: a left-padded prefill of its prompts, repeated for the ``n``
-        samples of each, then one token per step from the cache; rows that end leave the batch."""
-        device = next(self.model.parameters()).device
-        n, steps = params.n, params.max_new_tokens
-        width = (
-            math.ceil(max(map(len, prompts)) / self.pad_to_multiple_of) * self.pad_to_multiple_of
-        )
-        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)  # (P, W)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)  # (P, W)
-        for i, ids in enumerate(prompts):
-            input_ids[i, width - len(ids) :] = torch.tensor(ids)
-            mask[i, width - len(ids) :] = 1
-        input_ids, mask = input_ids.to(device), mask.to(device)
-        positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)  # (P, W)
-
-        cache = DynamicCache(config=self.model.config)
-        logits = self._next_logits(input_ids, mask, positions, cache)  # (P, V)
-        if n > 1:
-            cache.batch_repeat_interleave(n)
-            logits = logits.repeat_interleave(n, dim=0)  # (B, V), B = P * n
-            mask = mask.repeat_interleave(n, dim=0)  # (B, W)
-            positions = positions.repeat_interleave(n, dim=0)  # (B, W)
-        batch = len(seeds)
+        """Decode one micro-batch of prompts, ``params.n`` rows each, one token per step."""
+        cache, logits, mask, position = self._prefill(prompts, params.n)
+        batch, steps, device = len(seeds), params.max_new_tokens, logits.device
         uniforms = None
         if params.temperature > 0:
             uniforms = torch.stack(
@@ -246,20 +226,18 @@ class TransformersGenerator:
         lengths = torch.zeros(batch, dtype=torch.long, device=device)  # (B,)
         finished = torch.zeros(batch, dtype=torch.bool, device=device)  # (B,)
         active = torch.arange(batch, device=device)  # (A,) the rows still decoding
-        position = positions[:, -1:]  # (A, 1) the position of each row's last token
         for k in range(steps):
             draws = None if uniforms is None else uniforms[active, k]  # (A,)
             chosen = choose_tokens(logits, params, draws)  # (A,)
             tokens[active, k] = chosen
-            logprobs[active, k] = logits.gather(-1, chosen[:, None])[:, 0] - logits.logsumexp(
-                dim=-1
-            )
+            chosen_logits = logits.gather(-1, chosen[:, None])[:, 0]  # (A,)
+            logprobs[active, k] = chosen_logits - logits.logsumexp(dim=-1)
             lengths[active] = k + 1
             ended = chosen == self.eos_id  # (A,)
             finished[active[ended]] = True
             if k == steps - 1 or bool(ended.all()):
                 break
-            if bool(ended.any()):
+            if bool(ended.any()):  # rows that ended leave the batch and the cache
                 keep = (~ended).nonzero().squeeze(-1)  # (A',)
                 cache.batch_select_indices(keep)
                 active, chosen, mask, position = (
@@ -269,23 +247,51 @@ class TransformersGenerator:
                     position[keep],
                 )
             mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=-1)  # (A, W + k + 1)
-            position = position + 1
+            position = position + 1  # (A, 1)
             logits = self._next_logits(chosen[:, None], mask, position, cache)  # (A, V)
 
         generations = []
         for b in range(batch):
             ids = tokens[b, : lengths[b]].tolist()
+            text_ids = ids[:-1] if finished[b] else ids
             generations.append(
                 Generation(
-                    text=self.tokenizer.decode(
-                        ids[:-1] if finished[b] else ids, skip_special_tokens=False
-                    ),
+                    text=self.tokenizer.decode(text_ids, skip_special_tokens=False),
                     token_ids=tuple(ids),
                     logprobs=tuple(logprobs[b, : lengths[b]].tolist()),
                     finished=bool(finished[b]),
                 )
             )
         return generations
+
+    def _prefill(
+        self, prompts: list[list[int]], n: int
+    ) -> tuple[DynamicCache, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Run the left-padded prompts once and repeat the result for their ``n`` samples.
+
+        Returns:
+            the cache, the ``(B, V)`` next-token logits, the ``(B, W)`` attention mask and the
+            ``(B, 1)`` position of each row's last token, ``B = len(prompts) * n``.
+        """
+        device = next(self.model.parameters()).device
+        multiple = self.pad_to_multiple_of
+        width = math.ceil(max(map(len, prompts)) / multiple) * multiple
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)  # (P, W)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)  # (P, W)
+        for i, ids in enumerate(prompts):
+            input_ids[i, width - len(ids) :] = torch.tensor(ids)
+            mask[i, width - len(ids) :] = 1
+        input_ids, mask = input_ids.to(device), mask.to(device)
+        positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)  # (P, W)
+        cache = DynamicCache(config=self.model.config)
+        logits = self._next_logits(input_ids, mask, positions, cache)  # (P, V)
+        position = positions[:, -1:]  # (P, 1)
+        if n > 1:
+            cache.batch_repeat_interleave(n)
+            logits = logits.repeat_interleave(n, dim=0)  # (B, V)
+            mask = mask.repeat_interleave(n, dim=0)  # (B, W)
+            position = position.repeat_interleave(n, dim=0)  # (B, 1)
+        return cache, logits, mask, position
 
     def _next_logits(
         self,

@@ -72,6 +72,8 @@ class VLLMGenerator:
         seeds: Sequence[int] | None = None,
     ) -> list[Generation]:
         """``len(prompts) * params.n`` generations, prompt-major (one request per response)."""
+        if not prompts:
+            return []
         from vllm import SamplingParams as VLLMSamplingParams
 
         stream_seeds = response_seeds(len(prompts), params, seeds)
