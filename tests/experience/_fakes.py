@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from resail_pipeline.generation import Generation, SamplingParams
 
@@ -16,8 +17,17 @@ GOOD_FAILURE = (
 )
 
 
+@dataclass(frozen=True)
+class Call:
+    """One ``generate`` call as the fake received it."""
+
+    prompts: list[str]
+    params: SamplingParams
+    seeds: list[int] | None
+
+
 class FakeGenerator:
-    """Answers each prompt with ``respond(prompt, seed)``; records every call (test-only)."""
+    """Answers each prompt with ``respond(prompt, call_number)`` (1-based); records every call."""
 
     policy_id = "fake@000000000000"
 
@@ -25,12 +35,19 @@ class FakeGenerator:
         self.tokenizer = tokenizer
         self.respond = respond
         self.finished = finished
-        self.calls: list[tuple[list[str], SamplingParams]] = []
+        self.calls: list[Call] = []
 
-    def generate(self, prompts: list[str], params: SamplingParams) -> list[Generation]:
-        self.calls.append((list(prompts), params))
+    def generate(
+        self,
+        prompts: Sequence[str],
+        params: SamplingParams,
+        seeds: Sequence[int] | None = None,
+    ) -> list[Generation]:
+        self.calls.append(Call(list(prompts), params, None if seeds is None else list(seeds)))
         return [
-            Generation(text=self.respond(p, params.seed), token_ids=(1,), finished=self.finished)
+            Generation(
+                text=self.respond(p, len(self.calls)), token_ids=(1,), finished=self.finished
+            )
             for p in prompts
         ]
 

@@ -5,8 +5,12 @@ from __future__ import annotations
 import pytest
 
 from resail_pipeline.experience.evidence import build_evidence_table
-from resail_pipeline.experience.extraction import extract_with_model, extract_with_rules
-from resail_pipeline.generation import SamplingParams
+from resail_pipeline.experience.extraction import (
+    extract_with_model,
+    extract_with_rules,
+    traj_key,
+)
+from resail_pipeline.generation import SamplingParams, derive_seed
 
 from ._episodes import TEXTCRAFT_FAILURE, TEXTCRAFT_PLAN, TEXTCRAFT_SUCCESS, tables
 from ._fakes import GOOD_FAILURE, GOOD_SUCCESS, FakeGenerator, is_success_prompt
@@ -18,9 +22,10 @@ def evidence():
 
 
 def test_prompts_are_chat_formatted_with_thinking_disabled(tiny_tokenizer, evidence):
-    generator = FakeGenerator(tiny_tokenizer, lambda p, s: "")
+    generator = FakeGenerator(tiny_tokenizer, lambda p, a: "")
     extract_with_model(evidence, generator, SamplingParams(), max_attempts=1)
-    ((prompts, _params),) = generator.calls
+    (call,) = generator.calls
+    prompts = call.prompts
     assert prompts[0].startswith(
         "<|im_start|>user\nYou are writing concise guidance from one completed"
     )
@@ -29,16 +34,16 @@ def test_prompts_are_chat_formatted_with_thinking_disabled(tiny_tokenizer, evide
 
 
 def test_accepted_summaries_stop_being_generated(tiny_tokenizer, evidence):
-    # the success summary is good at once; the failure summary only from the third seed on
-    def respond(prompt: str, seed: int) -> str:
+    # the success summary is good at once; the failure summary only from the third attempt on
+    def respond(prompt: str, attempt: int) -> str:
         if is_success_prompt(prompt):
             return GOOD_SUCCESS
-        return GOOD_FAILURE if seed >= 7 else "I do not know."
+        return GOOD_FAILURE if attempt >= 3 else "I do not know."
 
     generator = FakeGenerator(tiny_tokenizer, respond)
     results = extract_with_model(evidence, generator, SamplingParams(seed=5), max_attempts=4)
-    assert [len(prompts) for prompts, _ in generator.calls] == [2, 1, 1]
-    assert [params.seed for _, params in generator.calls] == [5, 6, 7]
+    assert [len(call.prompts) for call in generator.calls] == [2, 1, 1]
+    assert all(call.params == SamplingParams(seed=5) for call in generator.calls)
     success, failure = results
     assert (success.accepted, success.attempts, success.rejection_reasons) == (True, 1, ())
     assert success.summary.startswith("Guidance summary:\n- Minimal plan: logs, planks, button")
@@ -55,14 +60,31 @@ def test_accepted_summaries_stop_being_generated(tiny_tokenizer, evidence):
     ]
 
 
+def test_every_attempt_of_every_trajectory_has_its_own_seed(tiny_tokenizer, evidence):
+    generator = FakeGenerator(tiny_tokenizer, lambda p, a: "no summary")
+    extract_with_model(evidence, generator, SamplingParams(seed=5), max_attempts=2)
+    success, failure = (traj_key(e.traj_id) for e in evidence)
+    assert [call.seeds for call in generator.calls] == [
+        [derive_seed(5, 1, success), derive_seed(5, 1, failure)],
+        [derive_seed(5, 2, success), derive_seed(5, 2, failure)],
+    ]
+    # a trajectory's seeds do not depend on the others summarised with it
+    alone = FakeGenerator(tiny_tokenizer, lambda p, a: "no summary")
+    extract_with_model(evidence[1:], alone, SamplingParams(seed=5), max_attempts=2)
+    assert [call.seeds for call in alone.calls] == [
+        [derive_seed(5, 1, failure)],
+        [derive_seed(5, 2, failure)],
+    ]
+
+
 @pytest.mark.parametrize("max_attempts", [1, 3])
 def test_retries_stop_at_the_bound(tiny_tokenizer, evidence, max_attempts):
     generator = FakeGenerator(
-        tiny_tokenizer, lambda p, s: "<thinking>Guidance summary: ...", finished=False
+        tiny_tokenizer, lambda p, a: "<thinking>Guidance summary: ...", finished=False
     )
     results = extract_with_model(evidence, generator, SamplingParams(), max_attempts=max_attempts)
     assert len(generator.calls) == max_attempts
-    assert [params.seed for _, params in generator.calls] == list(range(max_attempts))
+    assert len({seed for call in generator.calls for seed in call.seeds}) == 2 * max_attempts
     for result in results:
         assert (result.accepted, result.attempts, result.summary) == (False, max_attempts, "")
         assert result.rejection_reasons == tuple(
@@ -81,27 +103,24 @@ def test_copied_trajectories_are_rejected_and_retried(tiny_tokenizer, evidence):
         "- Checks: `get 1 dark oak logs` -> Got 1 dark oak logs; `inventory` -> "
         "Inventory: [dark oak logs] (1)",
     )
-    generator = FakeGenerator(tiny_tokenizer, lambda p, s: copy if s == 0 else GOOD_SUCCESS)
+    generator = FakeGenerator(tiny_tokenizer, lambda p, a: copy if a == 1 else GOOD_SUCCESS)
     (result,) = extract_with_model(evidence[:1], generator, SamplingParams(), max_attempts=2)
     assert (result.accepted, result.attempts) == (True, 2)
     assert result.rejection_reasons[0].startswith("attempt 1: copied_evidence: 3 consecutive")
 
 
 def test_bad_arguments_are_refused_before_generating(tiny_tokenizer, evidence):
-    generator = FakeGenerator(tiny_tokenizer, lambda p, s: GOOD_SUCCESS)
+    generator = FakeGenerator(tiny_tokenizer, lambda p, a: GOOD_SUCCESS)
     with pytest.raises(ValueError, match="max_attempts: must be >= 1"):
         extract_with_model(evidence, generator, SamplingParams(), max_attempts=0)
     with pytest.raises(ValueError, match=r"sampling\.n: one summary per trajectory"):
         extract_with_model(evidence, generator, SamplingParams(n=2), max_attempts=1)
-    generator.tokenizer = None
-    with pytest.raises(TypeError, match=r"generator: FakeGenerator has no \.tokenizer"):
-        extract_with_model(evidence, generator, SamplingParams(), max_attempts=1)
     assert generator.calls == []
 
 
 def test_a_generator_that_loses_prompts_is_an_error(tiny_tokenizer, evidence):
-    generator = FakeGenerator(tiny_tokenizer, lambda p, s: GOOD_SUCCESS)
-    generator.generate = lambda prompts, params: []
+    generator = FakeGenerator(tiny_tokenizer, lambda p, a: GOOD_SUCCESS)
+    generator.generate = lambda prompts, params, seeds=None: []
     with pytest.raises(RuntimeError, match="0 generations for 2 prompts"):
         extract_with_model(evidence, generator, SamplingParams(), max_attempts=1)
 

@@ -16,6 +16,7 @@ from resail_pipeline.experience.summarize import (
 )
 from resail_pipeline.experience.validation import validate_summary
 from resail_pipeline.generation import SamplingParams
+from resail_pipeline.generation.transformers_backend import TransformersGenerator
 from resail_pipeline.prompts import add_privileged
 from resail_pipeline.schemas import SCHEMAS, SchemaError
 
@@ -48,7 +49,7 @@ def test_rules_summaries_round_trip_through_parquet(tmp_path):
 def test_model_rejections_are_recorded_not_raised(tiny_tokenizer):
     trajectories, steps = tables(*EPISODES)
     generator = FakeGenerator(
-        tiny_tokenizer, lambda p, s: "no summary" if is_success_prompt(p) else GOOD_FAILURE
+        tiny_tokenizer, lambda p, a: "no summary" if is_success_prompt(p) else GOOD_FAILURE
     )
     config = SummarizeConfig(source="model", max_attempts=2)
     summaries = summarize_trajectories(trajectories, steps, config, generator)
@@ -66,7 +67,7 @@ def test_model_rejections_are_recorded_not_raised(tiny_tokenizer):
 def test_rules_fallback_replaces_rejected_model_summaries(tiny_tokenizer):
     trajectories, steps = tables(*EPISODES)
     generator = FakeGenerator(
-        tiny_tokenizer, lambda p, s: "no summary" if is_success_prompt(p) else GOOD_FAILURE
+        tiny_tokenizer, lambda p, a: "no summary" if is_success_prompt(p) else GOOD_FAILURE
     )
     config = SummarizeConfig(source="model", max_attempts=2, on_rejected="rules")
     summaries = summarize_trajectories(trajectories, steps, config, generator)
@@ -80,7 +81,7 @@ def test_rules_fallback_replaces_rejected_model_summaries(tiny_tokenizer):
 def test_usable_summaries_drop_the_rejected_and_log_counts(tiny_tokenizer, caplog):
     trajectories, steps = tables(*EPISODES)
     generator = FakeGenerator(
-        tiny_tokenizer, lambda p, s: "no summary" if is_success_prompt(p) else GOOD_FAILURE
+        tiny_tokenizer, lambda p, a: "no summary" if is_success_prompt(p) else GOOD_FAILURE
     )
     summaries = summarize_trajectories(
         trajectories, steps, SummarizeConfig(source="model", max_attempts=1), generator
@@ -123,7 +124,7 @@ def test_usable_summaries_refuse_summaries_of_other_trajectories():
 
 def test_bad_input_fails_before_any_summary_is_made(tiny_tokenizer):
     trajectories, steps = tables(*EPISODES)
-    generator = FakeGenerator(tiny_tokenizer, lambda p, s: GOOD_FAILURE)
+    generator = FakeGenerator(tiny_tokenizer, lambda p, a: GOOD_FAILURE)
     model = SummarizeConfig(source="model")
     with pytest.raises(ValueError, match="generator: source 'model' needs"):
         summarize_trajectories(trajectories, steps, model)
@@ -180,3 +181,29 @@ def test_config_range_checks(kwargs, message):
 def test_greedy_decoding_is_allowed_with_a_single_attempt():
     config = SummarizeConfig(max_attempts=1, sampling=SamplingParams(temperature=0.0))
     assert config.sampling.temperature == 0.0
+
+
+def test_the_tiny_model_run_records_rejections(tiny_model, tiny_tokenizer, tmp_path):
+    trajectories, steps = tables(*EPISODES)
+    generator = TransformersGenerator(tiny_model, tiny_tokenizer, policy_id="tiny", batch_size=4)
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=12, seed=3)
+    config = SummarizeConfig(source="model", max_attempts=2, sampling=sampling)
+    summaries = summarize_trajectories(trajectories, steps, config, generator)
+    # a random model writes no acceptable summary: every attempt is used and every rejection kept
+    assert not summaries["accepted"].any()
+    assert (summaries["attempts"] == 2).all()
+    for reasons in summaries["rejection_reasons"]:
+        assert {r.split(":")[0] for r in reasons} == {"attempt 1", "attempt 2"}
+    dataset = AtomicParquetDataset(str(tmp_path / "summaries.parquet"), schema="summaries")
+    dataset.save(summaries)
+    kept, by_id = usable_summaries(trajectories, dataset.load())
+    assert kept.empty and by_id == {}
+
+    fallback = SummarizeConfig(
+        source="model", max_attempts=1, on_rejected="rules", sampling=sampling
+    )
+    summaries = summarize_trajectories(trajectories, steps, fallback, generator)
+    assert summaries["accepted"].all()
+    assert (summaries["source"] == "rules_fallback").all()
+    kept, by_id = usable_summaries(trajectories, summaries)
+    assert len(kept) == len(by_id) == 4

@@ -3,9 +3,11 @@
 Model extraction (appendix G): the frozen cycle-start policy writes each summary from the
 outcome-specific prompt, through any :class:`~resail_pipeline.generation.Generator`. All
 trajectories still lacking an accepted summary are generated together, one batched call per
-attempt; attempt ``a`` samples with seed ``sampling.seed + a - 1``, so every retry draws anew.
-After ``max_attempts`` attempts a trajectory that never passed the validator is recorded as
-rejected, with the reasons of every attempt.
+attempt. Attempt ``a`` of a trajectory samples with its own seed
+``derive_seed(sampling.seed, a, traj_key(traj_id))``: every retry draws anew, and a trajectory's
+summary does not depend on which other trajectories are summarised with it. After
+``max_attempts`` attempts a trajectory that never passed the validator is recorded as rejected,
+with the reasons of every attempt.
 
 Rules extraction builds the summary from the trajectory itself (:mod:`.rules`) and puts it through
 the same validator.
@@ -13,14 +15,15 @@ the same validator.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from resail_pipeline.experience.evidence import Evidence
 from resail_pipeline.experience.rules import Planner, rules_summary
 from resail_pipeline.experience.validation import validate_summary
-from resail_pipeline.generation import Generator, SamplingParams
+from resail_pipeline.generation import Generator, SamplingParams, derive_seed
 from resail_pipeline.prompts import chat_prompt
 
 logger = logging.getLogger(__name__)
@@ -53,6 +56,11 @@ class Extraction:
     accepted: bool
     source: str
     rejection_reasons: tuple[str, ...] = ()
+
+
+def traj_key(traj_id: str) -> int:
+    """A 64-bit integer hashed from ``traj_id`` (BLAKE2b), the trajectory's part of its seeds."""
+    return int.from_bytes(hashlib.blake2b(traj_id.encode(), digest_size=8).digest(), "little")
 
 
 def extract_with_rules(
@@ -91,7 +99,7 @@ def extract_with_model(
         evidence: the trajectories to summarise.
         generator: the frozen cycle-start policy; its ``tokenizer`` applies the chat template
             (:func:`~resail_pipeline.prompts.chat_prompt`, thinking disabled).
-        sampling: decoding settings of the first attempt; ``n`` must be 1.
+        sampling: decoding settings; ``n`` must be 1 (the seeds are derived from ``seed``).
         max_attempts: generations per trajectory at most (``>= 1``).
 
     Returns:
@@ -101,12 +109,8 @@ def extract_with_model(
         raise ValueError(f"max_attempts: must be >= 1, got {max_attempts}")
     if sampling.n != 1:
         raise ValueError(f"sampling.n: one summary per trajectory and attempt, got n={sampling.n}")
-    tokenizer = getattr(generator, "tokenizer", None)
-    if tokenizer is None:
-        raise TypeError(
-            f"generator: {type(generator).__name__} has no .tokenizer to apply the chat template"
-        )
-    prompts = [chat_prompt(tokenizer, item.prompt()) for item in evidence]
+    prompts = [chat_prompt(generator.tokenizer, item.prompt()) for item in evidence]
+    keys = [traj_key(item.traj_id) for item in evidence]
     summaries: dict[int, str] = {}
     attempts = [0] * len(evidence)
     reasons: list[list[str]] = [[] for _ in evidence]
@@ -121,8 +125,11 @@ def extract_with_model(
             len(pending),
             len(evidence),
         )
-        params = replace(sampling, seed=sampling.seed + attempt - 1)
-        outputs = generator.generate([prompts[i] for i in pending], params)
+        outputs = generator.generate(
+            [prompts[i] for i in pending],
+            sampling,
+            seeds=[derive_seed(sampling.seed, attempt, keys[i]) for i in pending],
+        )
         if len(outputs) != len(pending):
             raise RuntimeError(
                 f"generator {generator.policy_id!r}: {len(outputs)} generations "

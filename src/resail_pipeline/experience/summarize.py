@@ -57,7 +57,8 @@ class SummarizeConfig:
     # a trajectory whose model summary was never accepted: "drop" (recorded as rejected; consumers
     # leave it out) or "rules" (the rules-based summary instead)
     on_rejected: str = "drop"
-    # model extraction: decoding of the first attempt (attempt a uses seed + a - 1); n must be 1
+    # model extraction: decoding; every attempt of every trajectory derives its own seed from
+    # sampling.seed (see extraction); n must be 1
     sampling: SamplingParams = field(default_factory=SamplingParams)
 
     def __post_init__(self) -> None:
