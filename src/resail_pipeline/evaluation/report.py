@@ -693,7 +693,7 @@ def write_figure(figure: Figure, path: str | Path) -> Path:
     if path.suffix != ".png":
         raise ValueError(f"path: figures are written as .png, got {str(path)!r}")
     with atomic_path(path) as tmp:
-        figure.savefig(tmp, format="png", dpi=DPI)
+        figure.savefig(tmp, format="png", dpi=DPI, bbox_inches="tight")
     return path
 
 
