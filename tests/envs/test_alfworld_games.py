@@ -19,7 +19,6 @@ from resail_pipeline.envs.alfworld_games import (
     GameGenConfig,
     GameSpec,
     Placement,
-    _write_game,
     game_data,
     load_room,
     main,
@@ -27,6 +26,7 @@ from resail_pipeline.envs.alfworld_games import (
     sample_game,
     solve,
     task_options,
+    write_game,
 )
 
 pytestmark = pytest.mark.alfworld
@@ -71,7 +71,7 @@ def test_every_task_type_yields_a_solvable_game_in_unseen_rooms(tmp_path):
     config = GameGenConfig(games_per_split=len(TASK_TYPES))
     engine = GameEngine(plan=True)
     for index in range(len(TASK_TYPES)):
-        _write_game(tmp_path, "ood", index, TEST_SCENES, engine, config)
+        write_game(tmp_path, "ood", index, TEST_SCENES, engine, config)
     env = AlfWorldEnv(data_path=tmp_path)
     ids = env.task_ids("ood")
     types = sorted(env.game_file(t).parent.parent.name.split("-")[0] for t in ids)

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 from tqdm import tqdm
 
@@ -73,8 +75,9 @@ LAMP_RECEPTACLES = ("Desk", "Dresser", "SideTable")
 DOMAIN_RTYPES = ("Fridge", "Microwave", "SinkBasin")
 DOMAIN_OTYPES = ("ButterKnife", "Knife")
 #: ALFRED's mangling of ids into PDDL names (``PlannedGameState.fix_pddl_str_chars``, which
-#: cannot be imported without OpenCV).
+#: cannot be imported without OpenCV); characters are replaced all at once.
 PDDL_CHARS = {"-": "_minus_", "#": "-", "|": "_bar_", "+": "_plus_", ".": "_dot_", ",": "_comma_"}
+_PDDL_TABLE = str.maketrans(PDDL_CHARS)
 #: Grid step of the layouts, in metres.
 GRID = 0.25
 #: Split -> the ALFRED scenes its rooms are drawn from (valid_unseen holds unseen rooms).
@@ -159,17 +162,21 @@ class GameSpec:
     sentence: str
 
 
-def _constants():
+def _constants() -> ModuleType:
     from alfworld.gen import constants
 
     return constants
 
 
+def _goal_library() -> ModuleType:
+    from alfworld.gen import goal_library
+
+    return goal_library
+
+
 def pddl_name(text: str) -> str:
     """``text`` as a PDDL name, mangled the way ALFRED's own problems are."""
-    from alfworld.gen.utils.py_util import multireplace
-
-    return multireplace(text, PDDL_CHARS)
+    return text.translate(_PDDL_TABLE)
 
 
 def _location_name(location: Location) -> str:
@@ -271,7 +278,8 @@ def sample_game(
         needed.append(_pick(rng, room.receptacles, appliance))
     if toggle:
         lamp_classes = sorted({r.cls for r in room.receptacles} & set(LAMP_RECEPTACLES))
-        needed.append(_pick(rng, room.receptacles, rng.choice(lamp_classes)))
+        lamp_holder = _pick(rng, room.receptacles, rng.choice(lamp_classes))
+        needed.append(lamp_holder)
     sources = [r for r in room.receptacles if r.cls != parent and _holds(r.cls, obj)]
     copies = 2 if task_type == "pick_two_obj_and_place" else 1
     starts = [rng.choice(sources) for _ in range(copies)]
@@ -283,7 +291,7 @@ def sample_game(
 
     placements = [(obj, start) for start in starts]
     if toggle:
-        placements.append((toggle, needed[0]))
+        placements.append((toggle, lamp_holder))
     others_cls = sorted((_pickupable() & room.object_classes) - {obj})
     for cls in rng.sample(others_cls, min(config.distractors, len(others_cls))):
         holders = [r for r in kept if _holds(r.cls, cls)]
@@ -316,12 +324,6 @@ def sample_game(
         start=start,
         sentence=sentence,
     )
-
-
-def _goal_library():
-    import alfworld.gen.goal_library as goal_library
-
-    return goal_library
 
 
 def problem_text(spec: GameSpec, name: str) -> str:
@@ -386,7 +388,7 @@ def problem_text(spec: GameSpec, name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def traj_data(spec: GameSpec, trial: str) -> dict:
+def traj_data(spec: GameSpec, trial: str) -> dict[str, Any]:
     """The ``traj_data.json`` ALFWorld reads for a game (task type and PDDL parameters)."""
     return {
         "task_id": trial,
@@ -402,7 +404,7 @@ def traj_data(spec: GameSpec, trial: str) -> dict:
     }
 
 
-def game_data(spec: GameSpec, trial: str) -> dict:
+def game_data(spec: GameSpec, trial: str) -> dict[str, Any]:
     """The ``game.tw-pddl`` content of ``spec``, before its walkthrough is known."""
     data = files("alfworld") / "data"
     grammar = (data / "alfred.twl2").read_text().replace("UNKNOWN GOAL", spec.sentence)
@@ -447,14 +449,14 @@ def write_games(out: Path, config: GameGenConfig) -> list[Path]:
     jobs = [(split, i) for split in SPLITS for i in range(config.games_per_split)]
     with atomic_path(out) as tmp:
         for split, index in tqdm(jobs, desc="alfworld games", unit="game"):
-            _write_game(tmp, split, index, scenes[SPLIT_SCENES[split]], engine, config)
+            write_game(tmp, split, index, scenes[SPLIT_SCENES[split]], engine, config)
         games = [game for split in SPLITS for game in split_games(tmp, split)]
         if len(games) != len(jobs):
             raise RuntimeError(f"ALFWorld finds {len(games)} of the {len(jobs)} games written")
     return [out / game.relative_to(tmp) for game in games]
 
 
-def _write_game(
+def write_game(
     root: Path,
     split: str,
     index: int,
