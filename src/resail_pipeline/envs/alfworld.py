@@ -223,7 +223,7 @@ class EngineState:
 
 
 @contextlib.contextmanager
-def _engine_call(game_file: Path | None) -> Iterator[None]:
+def _engine_call(game_file: Path) -> Iterator[None]:
     """Keep ``sys.argv`` and turn any failure (``SystemExit`` included) into an
     :class:`AlfWorldGameError` naming ``game_file``."""
     argv = list(sys.argv)
