@@ -48,6 +48,7 @@ def test_both_views_share_tasks_and_initial_states(generator):
             "traj_id": ["r0", "r1"],
             "outcome": [OUTCOME_FAILURE] * 2,
             "summary": ["Failure analysis:\n- Failure diagnosis: x"] * 2,
+            "accepted": [True, True],
         }
     )
     results, steps = evaluate_policy(
@@ -77,8 +78,15 @@ def test_experience_table_is_checked():
     with pytest.raises(ValueError, match="missing column"):
         experience_by_task(pd.DataFrame({"task_id": [1]}))
     table = pd.DataFrame(
-        {"task_id": [1, 1], "traj_id": ["a", "b"], "outcome": ["success"] * 2, "summary": ["s"] * 2}
+        {
+            "task_id": [1, 1, 2],
+            "traj_id": ["a", "b", "c"],
+            "outcome": ["success"] * 3,
+            "summary": ["s"] * 3,
+            "accepted": [True, True, False],
+        }
     )
+    assert list(experience_by_task(table.iloc[1:])) == [1]  # the rejected row gives nothing
     with pytest.raises(ValueError, match="more than one summary"):
         experience_by_task(table)
 

@@ -32,8 +32,9 @@ VIEW_ORDINARY = "ordinary"
 VIEW_PRIVILEGED = "privileged"
 VIEWS = (VIEW_ORDINARY, VIEW_PRIVILEGED)
 
-#: Columns of the fixed Experience table: one accepted summary per test task.
-EXPERIENCE_COLUMNS = ("task_id", "traj_id", "outcome", "summary")
+#: Columns of the fixed Experience table: the ``summaries`` of the reference episodes, one per
+#: test task, with the task id; rows that were never accepted give their task no Experience.
+EXPERIENCE_COLUMNS = ("task_id", "traj_id", "outcome", "summary", "accepted")
 
 
 @dataclass(frozen=True)
@@ -96,12 +97,12 @@ def evaluation_tasks(env: Environment, split: str, num_tasks: int | None) -> lis
 
 
 def experience_by_task(experience: pd.DataFrame) -> dict[int, Summary]:
-    """Task id -> its fixed Experience, from a table with :data:`EXPERIENCE_COLUMNS`."""
+    """Task id -> its fixed Experience (accepted rows of a table with :data:`EXPERIENCE_COLUMNS`)."""
     missing = [c for c in EXPERIENCE_COLUMNS if c not in experience.columns]
     if missing:
         raise ValueError(f"experience: missing column(s) {missing}")
     by_task: dict[int, Summary] = {}
-    for row in experience.itertuples(index=False):
+    for row in experience[experience["accepted"].astype(bool)].itertuples(index=False):
         task_id = int(row.task_id)
         if task_id in by_task:
             raise ValueError(f"experience.task_id: task {task_id} has more than one summary")
