@@ -11,6 +11,7 @@ policy's manifest (cycle ``r`` starts from the checkpoint of cycle ``r - 1``).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -20,7 +21,7 @@ import pandas as pd
 from kedro.pipeline import Pipeline
 
 from resail_pipeline.checkpoints import CheckpointInfo
-from resail_pipeline.envs import check_env_name, make_env
+from resail_pipeline.envs import Environment, check_env_name, make_env
 from resail_pipeline.generation import GENERATOR_REGISTRY, Generator, make_generator
 
 #: The input name under which every base pipeline receives the cycle-start policy.
@@ -81,9 +82,13 @@ class RunConfig:
     def from_params(cls, params: dict[str, Any]) -> RunConfig:
         return dataclass_from_params(cls, params, "run")
 
-    def make_env(self, **options: Any):
-        """A factory of fresh environments (one per episode in a batched rollout)."""
-        return partial(make_env, self.env, **options)
+    def environment(self, split: str, **options: Any) -> Callable[[], Environment]:
+        """A factory of fresh environments (one per episode in a batched rollout), checked first:
+        one is built and asked for ``split``'s tasks, so missing data (ALFWorld) or an unknown
+        split fails here, before any model is loaded."""
+        factory = partial(make_env, self.env, **options)
+        factory().task_ids(split)
+        return factory
 
     def generator(self, policy: CheckpointInfo) -> Generator:
         return make_generator(

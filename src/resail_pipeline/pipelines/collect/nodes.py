@@ -20,8 +20,9 @@ def collect_node(
     run = RunConfig.from_params(run_params)
     config = dataclass_from_params(CollectConfig, collect_params, "collect")
     info = policy_info(policy)
+    make_env = run.environment(config.split)
     return collect(
-        run.make_env(),
+        make_env,
         run.generator(info),
         config,
         cycle=info.cycle + 1,

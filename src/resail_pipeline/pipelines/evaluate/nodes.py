@@ -35,8 +35,9 @@ def evaluate_node(
     config = _eval_config(evaluate_params)
     info = policy_info(checkpoint)
     method = "react" if info.cycle == 0 else run.method
+    make_env = run.environment(config.split)
     results, steps = evaluate_policy(
-        run.make_env(),
+        make_env,
         run.generator(info),
         config,
         cycle=info.cycle,
@@ -61,9 +62,10 @@ def experience_node(
     run = RunConfig.from_params(run_params)
     config = _eval_config(evaluate_params)
     summarize = SummarizeConfig.from_dict(summarize_params)
+    make_env = run.environment(config.split)
     generator = run.generator(policy_info(checkpoint))
     trajectories, steps = reference_episodes(
-        run.make_env(), generator, config, decoding_seed=int(evaluate_params["reference_seed"])
+        make_env, generator, config, decoding_seed=int(evaluate_params["reference_seed"])
     )
     summaries = summarize_trajectories(trajectories, steps, summarize, generator)
     experience = summaries.merge(trajectories[["traj_id", "task_id"]], on="traj_id", how="left")
