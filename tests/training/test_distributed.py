@@ -37,11 +37,24 @@ def assert_same_training(one, two):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["sdpo_resail", "oel_resail"])
-def test_torchrun_ddp_on_two_cpu_processes_matches_one_process(method, make_config):
+@pytest.mark.parametrize(
+    ("method", "micro_batch_steps"),
+    [("sdpo_resail", None), ("oel_resail", None), ("sdpo_resail", 1)],
+)
+def test_torchrun_ddp_on_two_cpu_processes_matches_one_process(
+    method, micro_batch_steps, make_config
+):
+    """Fresh OEL samples are seeded per step, so sharding does not change them; with one step per
+    micro-batch, scoring runs first and DDP accumulates over micro-batches (no_sync)."""
     sections = {"method": method, "schedule": {"trajectories_per_update": 3}}
     one = launch(make_config(name="one", engine={"kind": "single"}, **sections))
-    two = launch(make_config(name="two", engine={"kind": "ddp", "world_size": 2}, **sections))
+    two = launch(
+        make_config(
+            name="two",
+            engine={"kind": "ddp", "world_size": 2, "micro_batch_steps": micro_batch_steps},
+            **sections,
+        )
+    )
     assert "engine ddp x 2" in two.log_path.read_text()
     assert_same_training(one, two)
 

@@ -172,6 +172,24 @@ def test_micro_batches_give_the_same_update(make_config):
 
 
 @pytest.mark.parametrize(
+    ("engine", "tolerance"),
+    [({"gradient_checkpointing": True}, 1e-6), ({"precision": "bf16"}, 0.1)],
+)
+def test_checkpointing_and_bf16_autocast_train_the_same_model(engine, tolerance, make_config):
+    sections = {"method": "sdpo_resail", "resail": {"lambda": 0.5}}
+    reference = TrainingRun(make_config(name="fp32", **sections)).run()
+    variant = TrainingRun(make_config(name="variant", engine=engine, **sections)).run()
+    torch.testing.assert_close(
+        torch.tensor(variant.metrics["loss"].to_numpy()),
+        torch.tensor(reference.metrics["loss"].to_numpy()),
+        rtol=tolerance,
+        atol=0,
+    )
+    after = weights(variant.checkpoint.path)
+    assert all(t.dtype == torch.float32 for t in after.values())  # fp32 parameters, autocast
+
+
+@pytest.mark.parametrize(
     ("switches", "check"),
     [
         ({"selection": "bottom"}, lambda m: m["score_selected_mean"].le(m["score_all_mean"]).all()),

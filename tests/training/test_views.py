@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from resail_pipeline.training.views import (
@@ -31,8 +32,11 @@ def test_response_logits_equal_the_full_forward(tiny_model):
     torch.testing.assert_close(out, separate_logits(tiny_model, [3, 4, 5, 6], [7, 8, 9]))
 
 
-def test_packed_views_equal_separate_forwards(tiny_model):
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_packed_views_equal_separate_forwards(tiny_model, attention):
+    tiny_model.set_attn_implementation(attention)
     module = ResponseLogits(tiny_model)
+    assert tiny_model.config._attn_implementation == attention
     generator = torch.Generator().manual_seed(0)
     rows = []
     for n_prefix, n_ord, n_priv, n_resp in [(6, 3, 8, 4), (2, 1, 5, 2), (9, 4, 2, 5)]:

@@ -142,7 +142,7 @@ class TrainingRun:
         dtype = torch.bfloat16 if bf16_parameters else torch.float32
         student = load_model(manifest.policy, dtype=dtype)
         if engine_config.gradient_checkpointing:
-            student.gradient_checkpointing_enable()
+            student.activation_checkpointing_enable()
         student.train()
         teacher = ResponseLogits(load_model(manifest.policy, dtype=dtype, device=self.device))
         engine = build_engine(

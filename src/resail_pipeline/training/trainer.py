@@ -61,7 +61,13 @@ from resail_pipeline.training.config import TrainConfig
 from resail_pipeline.training.data import StepExample, TrainingData
 from resail_pipeline.training.engine import Engine
 from resail_pipeline.training.scoring import TeacherTargets, step_seed, teacher_targets
-from resail_pipeline.training.views import ORDINARY, PRIVILEGED, ResponseLogits, view_logits
+from resail_pipeline.training.views import (
+    ORDINARY,
+    PRIVILEGED,
+    ResponseLogits,
+    ViewLogits,
+    view_logits,
+)
 
 __all__ = ["PHASES", "Selection", "Trainer", "UpdateRecord", "select"]
 
@@ -236,7 +242,7 @@ class _Scored:
     rows: list[int]
     targets: TeacherTargets
     old_logp: Tensor | None
-    student: Any | None = None  # ViewLogits with a graph, in the fused path
+    student: ViewLogits | None = None  # with its graph, until the micro-batch's backward
 
 
 @dataclass
@@ -416,7 +422,11 @@ class Trainer:
         sums = _Sums()
         scored: list[_Scored] = []
         for k, part in enumerate(parts):
-            with self.engine.micro_batch(last=k == len(parts) - 1) if fused else _nothing():
+            with (
+                self.engine.micro_batch(last=k == len(parts) - 1)
+                if fused
+                else contextlib.nullcontext()
+            ):
                 state = self._score(part, steps, responses, timer, with_grad=fused)
                 if state is not None and state.targets.scores is not None:
                     local_scores[state.rows] = state.targets.scores.float().cpu()
@@ -469,7 +479,7 @@ class Trainer:
         selection: Selection | None,
         *,
         with_grad: bool,
-    ):
+    ) -> ViewLogits:
         """The student's response logits for ``rows``: with gradient through the engine, or not."""
         module = self.engine.module if with_grad else self.engine.inner
         views = self._views(rows, selection) if with_grad else [(ORDINARY,)] * len(rows)
@@ -566,7 +576,8 @@ class Trainer:
             if self._retain == "ordinary":
                 needed = torch.ones_like(needed)
             if bool(needed.any()):
-                logits, r = logits[needed], r[needed]  # (n_d, T, V), (n_d,)
+                if not bool(needed.all()):
+                    logits, r = logits[needed], r[needed]  # (n_d, T, V), (n_d,)
                 mask = targets.mask[r]  # (n_d, T)
                 s_ord = topk_tail_logprobs(logits, targets.support[r], chunk)  # (n_d, T, K+1)
                 kl = kl_divergence(s_ord, targets.privileged[r])  # (n_d, T)
@@ -613,7 +624,7 @@ class Trainer:
         """Sums over ranks, in fp64."""
         if self.engine.world_size == 1:
             return values
-        tensor = torch.tensor(values, dtype=torch.float64, device=self._comm_device)
+        tensor = torch.tensor(values, dtype=torch.float64, device=self.engine.device)
         dist.all_reduce(tensor)
         return tensor.tolist()
 
@@ -621,13 +632,9 @@ class Trainer:
         """Sum over ranks of a CPU tensor whose entries each rank owns exclusively (a gather)."""
         if self.engine.world_size == 1:
             return local
-        tensor = local.to(self._comm_device)
+        tensor = local.to(self.engine.device)
         dist.all_reduce(tensor)
         return tensor.cpu()
-
-    @property
-    def _comm_device(self) -> torch.device:
-        return self.engine.device
 
 
 def _pad_rows(rows: Sequence[Sequence[float]], mask: Tensor) -> Tensor:
@@ -638,7 +645,7 @@ def _pad_rows(rows: Sequence[Sequence[float]], mask: Tensor) -> Tensor:
     return out.to(mask.device)
 
 
-def _graph_zero(student: Any) -> Tensor:
+def _graph_zero(student: ViewLogits) -> Tensor:
     """0, attached to the student's graph."""
     logits = next(iter(student.logits.values()))
     return logits.float().sum() * 0.0
@@ -649,8 +656,3 @@ def _mean(values: Sequence[float]) -> float:
     if not values or any(math.isnan(v) for v in values):
         return math.nan
     return float(np.mean(values))
-
-
-@contextlib.contextmanager
-def _nothing() -> Iterator[None]:
-    yield
