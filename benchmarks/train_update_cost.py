@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import resource
 import statistics
 import tempfile
 import time
@@ -214,6 +215,8 @@ def main() -> None:
     )
     print(f"oel_resail / oel per update: {ratio:.3f} wall (target <= 1.10; the paper's own: 1.23)")
     print(f"without response generation: {without:.3f} wall")
+    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    print(f"peak resident memory of the process (both methods set up): {peak_gb:.2f} GB")
 
 
 if __name__ == "__main__":

@@ -60,14 +60,17 @@ def test_torchrun_ddp_on_two_cpu_processes_matches_one_process(
 
 
 @pytest.mark.slow
-def test_deepspeed_zero2_on_two_cpu_processes_matches_one_process(make_config):
+@pytest.mark.parametrize("micro_batch_steps", [None, 1])
+def test_deepspeed_zero2_on_two_cpu_processes_matches_one_process(micro_batch_steps, make_config):
     pytest.importorskip("deepspeed")
     sections = {"method": "sdpo_resail", "schedule": {"trajectories_per_update": 3}}
     one = launch(make_config(name="one", engine={"kind": "single"}, **sections))
-    two = launch(
-        make_config(
-            name="zero2", engine={"kind": "deepspeed", "world_size": 2, "zero_stage": 2}, **sections
-        )
-    )
+    engine = {
+        "kind": "deepspeed",
+        "world_size": 2,
+        "zero_stage": 2,
+        "micro_batch_steps": micro_batch_steps,
+    }
+    two = launch(make_config(name="zero2", engine=engine, **sections))
     assert "engine deepspeed x 2" in two.log_path.read_text()
     assert_same_training(one, two)
