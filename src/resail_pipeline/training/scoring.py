@@ -126,7 +126,8 @@ def score_steps(
     """The frozen scorer's PI sensitivity of every step with an accepted summary and a response.
 
     Args:
-        model: the scorer (the cycle-start policy), frozen here.
+        model: the scorer (the cycle-start policy); run without gradient, its weights untouched
+            (an attention implementation that cannot take a 4-D mask is switched to sdpa).
         tokenizer: its tokenizer.
         steps: ``steps`` frame.
         summaries: ``summaries`` frame; steps of trajectories without an accepted one are not scored.
@@ -149,7 +150,7 @@ def score_steps(
     )
     examples = [s for traj in data.trajectories for s in data.steps[traj]]
     device = next(model.parameters()).device
-    scorer = ResponseLogits(model).eval().requires_grad_(False)
+    scorer = ResponseLogits(model)
     rows = []
     starts = range(0, len(examples), micro_batch_steps)
     for start in tqdm(starts, desc="score", disable=len(starts) < 2):

@@ -124,22 +124,16 @@ class PackedRows:
         position_ids: Long ``(R, L)``.
         positions: Long ``(R, nb * T)``: branch ``j``'s position predicting ``z_k`` at column
             ``j * T + k`` (0 at padding).
-        response_mask: Bool ``(R, T)`` valid response tokens.
-        response_ids: Long ``(R, T)`` response tokens (0 at padding).
         num_branches: ``nb``, the most views any row carries.
+        max_response: ``T``, the longest response.
     """
 
     input_ids: Tensor
     attention_mask: Tensor
     position_ids: Tensor
     positions: Tensor
-    response_mask: Tensor
-    response_ids: Tensor
     num_branches: int
-
-    @property
-    def max_response(self) -> int:
-        return self.response_mask.shape[1]
+    max_response: int
 
 
 def pack_rows(
@@ -211,19 +205,13 @@ def pack_rows(
         attention_mask = ((k <= q) & visible & (seg_k >= 0)) | ((seg_q < 0) & (k == q))
         attention_mask = attention_mask.unsqueeze(1)  # (R, 1, L, L)
 
-    response_mask = torch.zeros((r, t_max), dtype=torch.bool)
-    response_ids = torch.zeros((r, t_max), dtype=torch.long)
-    for i, row in enumerate(rows):
-        response_mask[i, : len(row.response)] = True
-        response_ids[i, : len(row.response)] = torch.tensor(list(row.response))
     return PackedRows(
         input_ids=input_ids.to(device),
         attention_mask=attention_mask.to(device),
         position_ids=position_ids.to(device),
         positions=torch.tensor(gathers, dtype=torch.long, device=device),
-        response_mask=response_mask.to(device),
-        response_ids=response_ids.to(device),
         num_branches=num_branches,
+        max_response=t_max,
     )
 
 
