@@ -377,8 +377,9 @@ class Trainer:
         if not mine:
             return {}
         seed = self.config.schedule.seed
-        params = self.config.responses.sampling_params(seed=derive_seed(seed, u))
-        # seeded per step and update, so a step's sample does not depend on the sharding
+        params = self.config.responses.sampling_params(seed=seed)
+        # one seed per step and update (overriding params.seed): a step's sample does not
+        # depend on the sharding or on the other steps
         seeds = [step_seed(seed, steps[i].traj_id, steps[i].t, u) for i in mine]
         generations = self.generator.generate([steps[i].prompt for i in mine], params, seeds=seeds)
         return {i: (tuple(g.token_ids), ()) for i, g in zip(mine, generations, strict=True)}
