@@ -10,6 +10,7 @@ area (a checkpoint given by path, the shipped reference policy) is recorded as i
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,9 @@ class CheckpointDataset(AtomicParquetDataset):
                 target.rename(old)
             source.rename(target)
             shutil.rmtree(old, ignore_errors=True)
+            if source.parent != self._staging:  # the node's own work folder, now empty
+                with contextlib.suppress(OSError):
+                    source.parent.rmdir()
             data = data.assign(path=str(target))
         super()._save(data)
 

@@ -1,0 +1,55 @@
+"""Nodes of the ``score`` pipeline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from resail_pipeline.checkpoints import load_policy
+from resail_pipeline.pipelines.common import RunConfig, policy_info
+from resail_pipeline.training import TrainConfig, sample_responses, score_steps, usable_steps
+
+
+def respond_node(
+    steps: pd.DataFrame,
+    summaries: pd.DataFrame,
+    policy: pd.DataFrame,
+    train_params: dict[str, Any],
+    score_params: dict[str, Any],
+    run_params: dict[str, Any],
+) -> pd.DataFrame:
+    """One ordinary-view response per usable step from the cycle-start policy, with its behaviour
+    log-probs: offline SDPO's cached responses (sampled as the trainer samples, ``train.responses``)."""
+    run = RunConfig.from_params(run_params)
+    config = TrainConfig.from_dict({**train_params, "method": run.method})
+    params = config.responses.sampling_params(seed=int(score_params["seed"]))
+    return sample_responses(
+        run.generator(policy_info(policy)), usable_steps(steps, summaries), params
+    )
+
+
+def score_node(
+    steps: pd.DataFrame,
+    summaries: pd.DataFrame,
+    responses: pd.DataFrame,
+    policy: pd.DataFrame,
+    train_params: dict[str, Any],
+    score_params: dict[str, Any],
+) -> pd.DataFrame:
+    """The frozen cycle-start teacher's PI sensitivity of every step over its cached response (the
+    function the trainer scores with online)."""
+    config = TrainConfig.from_dict(train_params)
+    info = policy_info(policy)
+    model, tokenizer = load_policy(info.path)
+    return score_steps(
+        model,
+        tokenizer,
+        steps,
+        summaries,
+        responses,
+        scorer_id=info.policy_id,
+        top_k=config.resail.top_k,
+        micro_batch_steps=int(score_params["micro_batch_steps"]),
+        max_response_tokens=config.responses.max_tokens,
+    )
