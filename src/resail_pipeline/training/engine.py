@@ -138,6 +138,32 @@ class Engine(ABC):
         """
         return None
 
+    def sum_over_ranks(self, local: Tensor) -> Tensor:
+        """The sum over ranks of a CPU tensor (a collective; ``local`` itself with one process).
+
+        With entries that each rank owns exclusively (zeros elsewhere), this is a gather.
+        """
+        if self.world_size == 1:
+            return local
+        tensor = local.to(self.device)
+        dist.all_reduce(tensor)
+        return tensor.cpu()
+
+    def idle_forward(self, pad_id: int, *, with_grad: bool) -> Tensor:
+        """0 from a one-token forward, for a rank with nothing to do where the others forward.
+
+        Collectives are matched across ranks: DDP's forward with gradient communicates, and
+        ZeRO-3 gathers parameters in every forward. With gradient the token goes through
+        ``module`` and the 0 is attached to its graph (for the matching backward); without,
+        through ``inner``, as the no-grad forwards do.
+        """
+        ids = torch.full((1, 1), pad_id, dtype=torch.long, device=self.device)
+        zeros = torch.zeros_like(ids)
+        module = self.module if with_grad else self.inner
+        with torch.set_grad_enabled(with_grad), self.autocast():
+            logits = module(ids, torch.ones_like(ids), zeros, zeros)  # (1, 1, V)
+        return logits.float().sum() * 0.0
+
 
 def _hf_keys(state: dict[str, Tensor]) -> dict[str, Tensor]:
     """``ResponseLogits`` state-dict keys (``model.*``) as the wrapped HF model's."""

@@ -34,13 +34,12 @@ import logging
 import math
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from torch import Tensor
 from tqdm.auto import tqdm
 
@@ -293,9 +292,22 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------
 
-    def train(self, schedule: Sequence[tuple[str, ...]]) -> list[UpdateRecord]:
-        """Run one update per batch of ``schedule``; returns the records (the same on every rank)."""
+    def train(
+        self,
+        schedule: Sequence[tuple[str, ...]],
+        after_update: Callable[[int], None] | None = None,
+    ) -> list[UpdateRecord]:
+        """Run one update per batch of ``schedule``; returns the records (the same on every rank).
+
+        Args:
+            schedule: the trajectory batch of every update.
+            after_update: a hook called on every rank with the number of updates done: 0 at the
+                cycle start, then after every update (e.g. the PI-sensitivity probe). It runs
+                outside the updates, so its time is in none of their cost categories.
+        """
         records = []
+        if after_update is not None:
+            after_update(0)
         bar = tqdm(schedule, desc="train", disable=self.engine.rank != 0)
         for u, batch in enumerate(bar):
             record = self.update(u, batch)
@@ -313,6 +325,8 @@ class Trainer:
                 record.grad_norm,
                 {k: round(v, 3) for k, v in record.seconds.items()},
             )
+            if after_update is not None:
+                after_update(u + 1)
         return records
 
     def update(self, u: int, batch: tuple[str, ...]) -> UpdateRecord:
@@ -438,14 +452,14 @@ class Trainer:
                 idle = self._idle_forward() if state is None else None
                 if selection is None:  # needs_scores with one micro-batch: gather now
                     with timer("scoring"):
-                        scores = self._all_reduce_tensor(local_scores)
+                        scores = self.engine.sum_over_ranks(local_scores)
                         selection = select(objective, traj_index, num_trajectories, scores, random)
                 with timer("optimisation"):
                     self._backward(state, responses, selection, sums, idle)
 
         if self._teacher_ordinary and scores is None:
             with timer("scoring"):
-                scores = self._all_reduce_tensor(local_scores)
+                scores = self.engine.sum_over_ranks(local_scores)
         if not fused:
             with timer("scoring"):
                 selection = select(objective, traj_index, num_trajectories, scores, random)
@@ -612,30 +626,11 @@ class Trainer:
         """
         if self.engine.world_size == 1:
             return None
-        ids = torch.full((1, 1), self.pad_id, dtype=torch.long, device=self.engine.device)
-        zeros = torch.zeros_like(ids)
-        with self.engine.autocast():
-            logits = self.engine.module(ids, torch.ones_like(ids), zeros, zeros)  # (1, 1, V)
-        return logits.float().sum() * 0.0
-
-    # ------------------------------------------------------------------------------------------
-    # collectives
+        return self.engine.idle_forward(self.pad_id, with_grad=True)
 
     def _all_reduce(self, values: list[float]) -> list[float]:
         """Sums over ranks, in fp64."""
-        if self.engine.world_size == 1:
-            return values
-        tensor = torch.tensor(values, dtype=torch.float64, device=self.engine.device)
-        dist.all_reduce(tensor)
-        return tensor.tolist()
-
-    def _all_reduce_tensor(self, local: Tensor) -> Tensor:
-        """Sum over ranks of a CPU tensor whose entries each rank owns exclusively (a gather)."""
-        if self.engine.world_size == 1:
-            return local
-        tensor = local.to(self.engine.device)
-        dist.all_reduce(tensor)
-        return tensor.cpu()
+        return self.engine.sum_over_ranks(torch.tensor(values, dtype=torch.float64)).tolist()
 
 
 def _pad_rows(rows: Sequence[Sequence[float]], mask: Tensor) -> Tensor:
