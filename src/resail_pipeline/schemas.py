@@ -102,6 +102,19 @@ SCHEMAS: dict[str, tuple[str, ...]] = {
         "success",
         "num_steps",
     ),
+    # one row per probe step (appendix D.3), built once from the initial policy's reference
+    # episodes: token ids of both views' chat prompts and of the logged response, and `support`,
+    # one list of K token ids per response token: the ordinary-view top-K of the initial model
+    # `policy_id` at that position
+    "probe_set": (
+        "traj_id",
+        "t",
+        "ordinary_ids",
+        "privileged_ids",
+        "response_ids",
+        "support",
+        "policy_id",
+    ),
     # one row per (update, probe step): the current student's PI sensitivity on the fixed probe
     # (appendix D.3), support fixed to the initial model's ordinary-view top-20 + tail; update 0
     # is the cycle start; `jsd` is the step's mean over its `tokens` response tokens, in nats

@@ -1,4 +1,5 @@
-"""Tiny inputs for the trainer's tests: synthetic steps and summaries, cached responses, configs."""
+"""Tiny inputs for the trainer's tests: synthetic steps and summaries, cached responses, the probe
+set, configs."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from resail_pipeline.generation import SamplingParams
-from resail_pipeline.training import TrainConfig, sample_responses, write_inputs
+from resail_pipeline.training import TrainConfig, build_probe_set, sample_responses, write_inputs
 
 # five trajectories; "t4" has a rejected summary and is dropped
 TRAJECTORIES = {
@@ -22,6 +23,10 @@ TRAJECTORIES = {
     "t3": ("failure", 1),
     "t4": ("success", 2),
 }
+# each trajectory's task id: task order is t2, t4 (rejected), t1, t3, t0
+TASK_IDS = {"t0": 4, "t1": 2, "t2": 0, "t3": 3, "t4": 1}
+# trajectories in the probe set: the first three in task order with an accepted summary
+PROBE_TRAJECTORIES = ("t2", "t1", "t3")
 HISTORY = [
     "Prior to this step, you have already taken 1 step(s). Recent history: [Observation 1: 'x', Action 1: 'y']",
     "Inventory: [oak planks] (4) Got 1 oak logs Crafted 4 minecraft:oak_planks",
@@ -106,6 +111,29 @@ def tiny_summaries() -> pd.DataFrame:
 
 
 @pytest.fixture(scope="session")
+def tiny_trajectories() -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {
+                "traj_id": traj,
+                "cycle": 0,
+                "method": "reference",
+                "env": "textcraft",
+                "split": "test",
+                "task_id": TASK_IDS[traj],
+                "decoding_seed": 0,
+                "policy_id": "sharp@0",
+                "task": "craft wooden pickaxe",
+                "success": outcome == "success",
+                "num_steps": n,
+                "end_reason": "done" if outcome == "success" else "step_limit",
+            }
+            for traj, (outcome, n) in TRAJECTORIES.items()
+        ]
+    )
+
+
+@pytest.fixture(scope="session")
 def sharp_checkpoint(tmp_path_factory, tiny_tokenizer, tiny_model_config) -> Path:
     """The tiny Qwen3 with a wider initialisation (std 0.2), saved as a checkpoint.
 
@@ -134,6 +162,25 @@ def tiny_responses(sharp_checkpoint, tiny_steps) -> pd.DataFrame:
     return sample_responses(generator, tiny_steps, params)
 
 
+@pytest.fixture(scope="session")
+def tiny_probe_set(sharp_checkpoint, tiny_trajectories, tiny_steps, tiny_summaries) -> pd.DataFrame:
+    """The probe set of the sharp checkpoint: 3 trajectories, top-5 support."""
+    from resail_pipeline.checkpoints import load_policy, read_checkpoint_info
+
+    model, tokenizer = load_policy(sharp_checkpoint)
+    return build_probe_set(
+        model,
+        tokenizer,
+        tiny_trajectories,
+        tiny_steps,
+        tiny_summaries,
+        policy_id=read_checkpoint_info(sharp_checkpoint).policy_id,
+        num_trajectories=len(PROBE_TRAJECTORIES),
+        top_k=5,
+        micro_batch_steps=2,
+    )
+
+
 def base_config(**sections: dict[str, Any]) -> dict[str, Any]:
     """A small configuration: 2 updates of 2 trajectories, tiny responses, a visible lr."""
     config: dict[str, Any] = {
@@ -143,6 +190,7 @@ def base_config(**sections: dict[str, Any]) -> dict[str, Any]:
         "optimizer": {"lr": 1e-3, "weight_decay": 0.0},
         "engine": {"kind": "single", "precision": "fp32"},
         "responses": {"max_tokens": 5, "batch_size": 8},
+        "probe": {"top_k": 5, "micro_batch_steps": 2},
     }
     for name, values in sections.items():
         if name == "method":
@@ -154,15 +202,17 @@ def base_config(**sections: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture()
 def make_config(
-    tmp_path, sharp_checkpoint, tiny_steps, tiny_summaries, tiny_responses
+    tmp_path, sharp_checkpoint, tiny_steps, tiny_summaries, tiny_responses, tiny_probe_set
 ) -> Callable[..., TrainConfig]:
-    """``make_config(method=..., engine={...}, ...)``: inputs written, paths under ``tmp_path``."""
+    """``make_config(method=..., engine={...}, ...)``: inputs written (the probe set among them;
+    the probe is off unless ``probe={"enabled": True}``), paths under ``tmp_path``."""
     manifest = write_inputs(
         tmp_path / "inputs",
         policy=sharp_checkpoint,
         steps=tiny_steps,
         summaries=tiny_summaries,
         responses=tiny_responses,
+        probe=tiny_probe_set,
     )
 
     def make(name: str = "run", **sections: Any) -> TrainConfig:

@@ -17,6 +17,8 @@ def test_defaults_are_the_papers():
     assert (config.resail.rho, config.resail.lam, config.resail.top_k) == (0.25, 1.0, 20)
     assert config.resail.selection == "top" and config.resail.retention == "privileged"
     assert config.resail.balancing is True
+    assert config.probe.enabled is False  # a diagnostic: off unless asked for
+    assert (config.probe.num_trajectories, config.probe.top_k) == (16, 20)
 
 
 @pytest.mark.parametrize(
@@ -42,6 +44,7 @@ def test_yaml_round_trip_keeps_every_field(tmp_path):
             "resail": {"selection": "bottom", "rho": 0.05, "balancing": False, "lambda": 0.5},
             "optimizer": {"betas": [0.9, 0.98], "grad_clip": None},
             "engine": {"kind": "deepspeed", "zero_stage": 3, "micro_batch_steps": 4},
+            "probe": {"enabled": True, "num_trajectories": 4, "micro_batch_steps": 2},
             "run": {"manifest": "m.yaml", "checkpoint": "ckpt", "run_dir": "run", "cycle": 2},
         }
     )
@@ -75,6 +78,10 @@ def test_yaml_round_trip_keeps_every_field(tmp_path):
         ({"responses": {"temperature": 0}}, "responses.temperature"),
         ({"responses": {"top_p": 0}}, "responses.top_p"),
         ({"responses": {"max_tokens": 0}}, "responses.max_tokens"),
+        ({"probe": {"enabled": "yes"}}, "probe.enabled"),
+        ({"probe": {"num_trajectories": 0}}, "probe.num_trajectories"),
+        ({"probe": {"top_k": 0}}, "probe.top_k"),
+        ({"probe": {"micro_batch_steps": 0}}, "probe.micro_batch_steps"),
         ({"schedule": {"epochs": 2}}, "schedule"),
         ({"trainer": {}}, "config"),
     ],

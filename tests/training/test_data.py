@@ -29,6 +29,22 @@ def test_manifest_records_and_checks_every_file(
         read_manifest(path)
 
 
+def test_the_probe_set_is_an_optional_input_with_its_hash(
+    tmp_path, tiny_checkpoint, tiny_steps, tiny_summaries, tiny_probe_set
+):
+    inputs = {"policy": tiny_checkpoint, "steps": tiny_steps, "summaries": tiny_summaries}
+    with pytest.raises(SchemaError, match=r"probe: probe_set table is missing .*\['support'\]"):
+        write_inputs(tmp_path, **inputs, probe=tiny_probe_set.drop(columns="support"))
+    path = write_inputs(tmp_path, **inputs, probe=tiny_probe_set)
+    manifest = read_manifest(path)
+    assert set(manifest.sha256) == {"policy", "steps", "summaries", "probe"}
+    pd.testing.assert_frame_equal(pd.read_parquet(manifest.probe), tiny_probe_set)
+
+    tiny_probe_set.head(2).to_parquet(manifest.probe)
+    with pytest.raises(InputError, match=r"probe: .* changed since the manifest"):
+        read_manifest(path)
+
+
 def test_write_inputs_checks_schemas_first(tmp_path, tiny_checkpoint, tiny_steps, tiny_summaries):
     with pytest.raises(SchemaError, match=r"steps.*missing column\(s\) \['prompt'\]"):
         write_inputs(

@@ -74,3 +74,26 @@ def test_deepspeed_zero2_on_two_cpu_processes_matches_one_process(micro_batch_st
     two = launch(make_config(name="zero2", engine=engine, **sections))
     assert "engine deepspeed x 2" in two.log_path.read_text()
     assert_same_training(one, two)
+
+
+@pytest.mark.slow
+def test_the_probe_under_torchrun_is_the_one_process_probe(make_config):
+    """Each rank measures a strided share of the probe steps and the shares are gathered; with one
+    step per micro-batch one rank has an empty micro-batch and forwards a single token."""
+    sections = {
+        "method": "oel_resail",
+        "schedule": {"trajectories_per_update": 3},
+        "probe": {"enabled": True, "micro_batch_steps": 1},
+    }
+    one = launch(make_config(name="one", engine={"kind": "single"}, **sections))
+    two = launch(make_config(name="two", engine={"kind": "ddp", "world_size": 2}, **sections))
+    assert_same_training(one, two)
+    assert len(one.probe) == 3 * 5  # updates 0, 1, 2 x the five probe steps
+    columns = ["update", "traj_id", "t", "tokens"]
+    assert two.probe[columns].equals(one.probe[columns])
+    torch.testing.assert_close(
+        torch.tensor(two.probe["jsd"].to_numpy()),
+        torch.tensor(one.probe["jsd"].to_numpy()),
+        rtol=1e-5,
+        atol=1e-7,
+    )

@@ -7,6 +7,8 @@
   offline SDPO's cached responses (:func:`sample_responses`);
 - :mod:`.engine`: one process, DDP or DeepSpeed ZeRO;
 - :mod:`.trainer`: the update of algorithm 1; :mod:`.run`: one cycle in one process;
+- :mod:`.probe`: the PI-sensitivity probe (appendix D.3): the fixed probe set
+  (:func:`build_probe_set`) and the trainer's hook that measures the current student on it;
 - :mod:`.launcher`: :func:`launch` runs ``python -m resail_pipeline.training`` (under torchrun
   where it takes more than one process) and collects its outputs.
 """
@@ -20,6 +22,7 @@ from resail_pipeline.training.data import (
     write_inputs,
 )
 from resail_pipeline.training.launcher import TrainingFailed, TrainResult, launch
+from resail_pipeline.training.probe import ProbeSet, build_probe_set
 from resail_pipeline.training.scoring import sample_responses, score_steps, teacher_targets
 
 __all__ = [
@@ -27,9 +30,11 @@ __all__ = [
     "ConfigError",
     "InputError",
     "InputManifest",
+    "ProbeSet",
     "TrainConfig",
     "TrainResult",
     "TrainingFailed",
+    "build_probe_set",
     "launch",
     "read_manifest",
     "sample_responses",

@@ -33,6 +33,7 @@ __all__ = [
     "ConfigError",
     "EngineConfig",
     "OptimizerConfig",
+    "ProbeConfig",
     "ResponseConfig",
     "RunPaths",
     "ScheduleConfig",
@@ -225,6 +226,33 @@ class ResponseConfig:
 
 
 @dataclass(frozen=True)
+class ProbeConfig:
+    """The PI-sensitivity probe (appendix D.3): a diagnostic, off by default.
+
+    When enabled, the trainer evaluates the current student on the fixed probe set at the cycle
+    start and after every update; the set itself (logged steps and the initial model's support)
+    is built once, from the initial policy's reference episodes, with ``num_trajectories`` and
+    ``top_k``.
+    """
+
+    # evaluate the probe at the cycle start (update 0) and after every update
+    enabled: bool = False
+    # logged trajectories in the probe set (paper: 16); read where the set is built
+    num_trajectories: int = 16
+    # support size: the initial model's ordinary-view top-K at every response position (paper: 20)
+    top_k: int = 20
+    # probe steps per no-grad forward on one rank
+    micro_batch_steps: int = 8
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise ConfigError(f"enabled: must be true or false, got {self.enabled!r}")
+        _positive_int("num_trajectories", self.num_trajectories)
+        _positive_int("top_k", self.top_k)
+        _positive_int("micro_batch_steps", self.micro_batch_steps)
+
+
+@dataclass(frozen=True)
 class RunPaths:
     """Where the inputs are described and the outputs go."""
 
@@ -232,7 +260,7 @@ class RunPaths:
     manifest: str = ""
     # the final student's Hugging Face directory; written whole or not at all
     checkpoint: str = ""
-    # directory for train_metrics.parquet, selected_steps.parquet and the log
+    # directory for train_metrics.parquet, selected_steps.parquet, probe.parquet and the log
     run_dir: str = ""
     # the new checkpoint's name; its policy_id is "{name}@{sha256[:12]}"
     policy_name: str = "policy"
@@ -262,6 +290,7 @@ _SECTIONS: dict[str, type] = {
     "optimizer": OptimizerConfig,
     "engine": EngineConfig,
     "responses": ResponseConfig,
+    "probe": ProbeConfig,
     "run": RunPaths,
 }
 
@@ -283,6 +312,8 @@ class TrainConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     # OEL sampling and response length
     responses: ResponseConfig = field(default_factory=ResponseConfig)
+    # the PI-sensitivity probe (off by default)
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
     # input manifest and output paths
     run: RunPaths = field(default_factory=RunPaths)
 

@@ -50,6 +50,7 @@ _INPUT_FILES = {
     "steps": "steps.parquet",
     "summaries": "summaries.parquet",
     "responses": "responses.parquet",
+    "probe": "probe_set.parquet",
 }
 MANIFEST_NAME = "inputs.yaml"
 
@@ -73,6 +74,7 @@ class InputManifest:
         responses: Parquet file with the ``responses`` schema (offline SDPO's cached responses),
             or ``None``.
         sha256: ``name -> sha256`` for each of the above (the policy's over its safetensors).
+        probe: Parquet file with the ``probe_set`` schema (the PI-sensitivity probe), or ``None``.
     """
 
     policy: str
@@ -80,12 +82,15 @@ class InputManifest:
     summaries: str
     responses: str | None
     sha256: Mapping[str, str]
+    probe: str | None = None
 
     def files(self) -> dict[str, str]:
         """``name -> path`` of the given inputs."""
         named = {"policy": self.policy, "steps": self.steps, "summaries": self.summaries}
         if self.responses is not None:
             named["responses"] = self.responses
+        if self.probe is not None:
+            named["probe"] = self.probe
         return named
 
 
@@ -112,10 +117,12 @@ def write_inputs(
     steps: pd.DataFrame,
     summaries: pd.DataFrame,
     responses: pd.DataFrame | None = None,
+    probe: pd.DataFrame | None = None,
 ) -> Path:
     """Snapshot the input frames into ``run_dir`` as Parquet and write their manifest.
 
-    The frames are checked against their schemas first. Returns the manifest's path.
+    ``responses`` (offline SDPO's cache) and ``probe`` (the probe set, ``probe_set`` schema) are
+    optional. The frames are checked against their schemas first. Returns the manifest's path.
     """
     run_dir = Path(run_dir)
     check_columns(steps, "steps", source="steps")
@@ -124,6 +131,9 @@ def write_inputs(
     if responses is not None:
         check_columns(responses, "responses", source="responses")
         frames["responses"] = responses
+    if probe is not None:
+        check_columns(probe, "probe_set", source="probe")
+        frames["probe"] = probe
     paths = {"policy": str(check_checkpoint(policy))}
     for name, frame in frames.items():
         path = run_dir / _INPUT_FILES[name]
@@ -135,6 +145,7 @@ def write_inputs(
         summaries=paths["summaries"],
         responses=paths.get("responses"),
         sha256={name: _digest(name, path) for name, path in paths.items()},
+        probe=paths.get("probe"),
     )
     out = run_dir / MANIFEST_NAME
     with atomic_path(out) as tmp:
@@ -157,6 +168,7 @@ def read_manifest(path: str | Path, *, verify: bool = True) -> InputManifest:
         summaries=str(data["summaries"]),
         responses=None if data.get("responses") is None else str(data["responses"]),
         sha256=dict(data["sha256"]),
+        probe=None if data.get("probe") is None else str(data["probe"]),
     )
     if verify:
         for name, file in manifest.files().items():

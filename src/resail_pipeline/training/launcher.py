@@ -4,8 +4,8 @@
 The launcher resolves the configuration for this machine (``auto`` engine, world size and
 precision), writes it into the run directory, streams the trainer's output line by line to the
 ``logging`` logger and to a log file, and on a non-zero exit raises :class:`TrainingFailed`
-carrying the log's last lines. On success it returns the published checkpoint's manifest row and
-the run's metrics.
+carrying the log's last lines. On success it returns the published checkpoint's manifest row, the
+run's metrics and the PI-sensitivity probe's rows.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch
 from resail_pipeline.checkpoints import CheckpointInfo, read_checkpoint_info
 from resail_pipeline.training.config import TrainConfig
 from resail_pipeline.training.data import read_manifest
-from resail_pipeline.training.run import METRICS_FILE, SELECTED_FILE
+from resail_pipeline.training.run import METRICS_FILE, PROBE_FILE, SELECTED_FILE
 
 __all__ = ["CONFIG_FILE", "LOG_FILE", "TrainResult", "TrainingFailed", "command", "launch"]
 
@@ -46,6 +46,8 @@ class TrainResult:
         checkpoint: the new checkpoint's manifest row (path, parent, method, cycle, sha256).
         metrics: one ``train_metrics`` row per update.
         selected: one ``selected_steps`` row per (update, selected step).
+        probe: one probe row per (update, probe step), update 0 being the cycle start; no rows
+            with the probe off.
         config: the resolved configuration the trainer ran with.
         log_path: the trainer's log.
     """
@@ -53,6 +55,7 @@ class TrainResult:
     checkpoint: CheckpointInfo
     metrics: pd.DataFrame
     selected: pd.DataFrame
+    probe: pd.DataFrame
     config: TrainConfig
     log_path: Path
 
@@ -139,6 +142,7 @@ def launch(
         checkpoint=read_checkpoint_info(resolved.run.checkpoint),
         metrics=pd.read_parquet(run_dir / METRICS_FILE),
         selected=pd.read_parquet(run_dir / SELECTED_FILE),
+        probe=pd.read_parquet(run_dir / PROBE_FILE),
         config=resolved,
         log_path=log_path,
     )

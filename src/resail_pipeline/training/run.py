@@ -4,9 +4,10 @@ Everything that can be checked without a model is checked first: the configurati
 manifest and the sha256 of every input, the Parquet schemas, the summaries and cached responses.
 Only then are the student and the frozen teacher loaded from the cycle-start checkpoint.
 
-Outputs (rank 0): ``train_metrics.parquet`` and ``selected_steps.parquet`` in ``run.run_dir``,
-then the final student as a Hugging Face checkpoint at ``run.checkpoint``, written to a temporary
-directory and renamed into place only when complete. A run that fails leaves no checkpoint there.
+Outputs (rank 0): ``train_metrics.parquet``, ``selected_steps.parquet`` and ``probe.parquet``
+(the PI-sensitivity probe's rows; empty with the probe off) in ``run.run_dir``, then the final
+student as a Hugging Face checkpoint at ``run.checkpoint``, written to a temporary directory and
+renamed into place only when complete. A run that fails leaves no checkpoint there.
 """
 
 from __future__ import annotations
@@ -40,15 +41,24 @@ from resail_pipeline.training.data import (
     write_parquet,
 )
 from resail_pipeline.training.engine import build_engine, init_distributed
+from resail_pipeline.training.probe import ProbeSet, SensitivityProbe, probe_frame
 from resail_pipeline.training.trainer import Trainer, UpdateRecord
 from resail_pipeline.training.views import ResponseLogits
 
-__all__ = ["METRICS_FILE", "SELECTED_FILE", "TrainOutcome", "TrainingRun", "resolve_for_process"]
+__all__ = [
+    "METRICS_FILE",
+    "PROBE_FILE",
+    "SELECTED_FILE",
+    "TrainOutcome",
+    "TrainingRun",
+    "resolve_for_process",
+]
 
 logger = logging.getLogger(__name__)
 
 METRICS_FILE = "train_metrics.parquet"
 SELECTED_FILE = "selected_steps.parquet"
+PROBE_FILE = "probe.parquet"
 
 
 @dataclass(frozen=True)
@@ -59,11 +69,14 @@ class TrainOutcome:
         checkpoint: the published checkpoint's manifest row (rank 0; ``None`` on other ranks).
         metrics: one ``train_metrics`` row per update.
         selected: one ``selected_steps`` row per (update, selected step).
+        probe: one probe row per (update, probe step), update 0 being the cycle start; no rows
+            with the probe off.
     """
 
     checkpoint: CheckpointInfo | None
     metrics: pd.DataFrame
     selected: pd.DataFrame
+    probe: pd.DataFrame
 
 
 def resolve_for_process(config: TrainConfig) -> TrainConfig:
@@ -127,6 +140,10 @@ class TrainingRun:
         model_config = AutoConfig.from_pretrained(manifest.policy, trust_remote_code=False)
         check_token_ids(self.data, model_config.vocab_size)
         check_lengths(self.data, model_config.max_position_embeddings, config.responses.max_tokens)
+        probe_set = None
+        if config.probe.enabled:
+            probe_set = _read_probe_set(config, manifest.probe)
+            probe_set.check(model_config.vocab_size, model_config.max_position_embeddings)
         schedule = config.schedule
         self.schedule = batch_schedule(
             self.data.trajectories,
@@ -165,6 +182,15 @@ class TrainingRun:
                 progress=False,
             )
         self.trainer = Trainer(config, self.data, engine, teacher, self.tokenizer, generator)
+        self.probe = None
+        if probe_set is not None:
+            self.probe = SensitivityProbe(
+                probe_set,
+                engine,
+                pad_id=self.tokenizer.pad_token_id,
+                micro_batch_steps=config.probe.micro_batch_steps,
+                chunk_size=engine_config.chunk_size,
+            )
         logger.info(
             "%s on %d trajectories (%d steps): %d updates x %d, engine %s x %d, %s",
             config.method,
@@ -178,21 +204,26 @@ class TrainingRun:
         )
 
     def run(self) -> TrainOutcome:
-        """Train, then publish metrics and the checkpoint; returns what was written."""
-        records = self.trainer.train(self.schedule)
+        """Train (with the probe as the trainer's hook, if enabled), then publish the metrics, the
+        probe's rows and the checkpoint; returns what was written."""
+        records = self.trainer.train(self.schedule, after_update=self.probe)
         metrics, selected = _frames(records)
-        checkpoint = self._publish(metrics, selected)
+        probe = self.probe.frame() if self.probe is not None else probe_frame()
+        checkpoint = self._publish(metrics, selected, probe)
         if dist.is_initialized():
             dist.barrier()
-        return TrainOutcome(checkpoint=checkpoint, metrics=metrics, selected=selected)
+        return TrainOutcome(checkpoint=checkpoint, metrics=metrics, selected=selected, probe=probe)
 
-    def _publish(self, metrics: pd.DataFrame, selected: pd.DataFrame) -> CheckpointInfo | None:
+    def _publish(
+        self, metrics: pd.DataFrame, selected: pd.DataFrame, probe: pd.DataFrame
+    ) -> CheckpointInfo | None:
         state = self.trainer.engine.consolidated_state_dict()  # a collective under ZeRO-3
         if self.rank != 0:
             return None
         run_dir = Path(self.config.run.run_dir)
         write_parquet(metrics, run_dir / METRICS_FILE)
         write_parquet(selected, run_dir / SELECTED_FILE)
+        write_parquet(probe, run_dir / PROBE_FILE)
         model = self.trainer.engine.inner.model
         info = save_policy(
             model,
@@ -207,6 +238,21 @@ class TrainingRun:
         )
         logger.info("published %s at %s", info.policy_id, info.path)
         return info
+
+
+def _read_probe_set(config: TrainConfig, path: str | None) -> ProbeSet:
+    """The manifest's probe set, checked against ``probe.top_k``."""
+    if path is None:
+        raise InputError(
+            f"probe: probe.enabled is set, but the manifest {config.run.manifest} lists no probe set"
+        )
+    probe_set = ProbeSet.from_frame(read_table(path, "probe_set"), source=path)
+    if probe_set.top_k != config.probe.top_k:
+        raise InputError(
+            f"probe.top_k: configured {config.probe.top_k}, but the probe set {path} holds the "
+            f"initial model's top-{probe_set.top_k}"
+        )
+    return probe_set
 
 
 def _frames(records: list[UpdateRecord]) -> tuple[pd.DataFrame, pd.DataFrame]:

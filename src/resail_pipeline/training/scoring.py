@@ -3,7 +3,9 @@
 :func:`teacher_targets` is the one place the teacher is scored: the trainer calls it online at
 every update (support: the current student's ordinary top-``K``), and :func:`score_steps` calls it
 offline over a cycle's cached responses (support: the scorer's own ordinary top-``K``, which is
-the student's at cycle start, when both are ``pi_r``). The sensitivity is paper eq. 3 on the
+the student's at cycle start, when both are ``pi_r``). The PI-sensitivity probe
+(:mod:`~resail_pipeline.training.probe`) calls it on the current student, frozen between
+updates, with the initial model's support. The sensitivity is paper eq. 3 on the
 Top-``K``-plus-tail distributions (appendix B.3), computed with the objectives library.
 
 :func:`sample_responses` builds offline SDPO's cache: one ordinary-view response per logged step
@@ -79,7 +81,8 @@ def teacher_targets(
     """Score ``steps`` with the frozen teacher, both views packed in one forward.
 
     Args:
-        teacher: a :class:`ResponseLogits` around the frozen teacher.
+        teacher: a :class:`ResponseLogits` around the frozen teacher (or a model scored like one,
+            without gradient).
         steps: the steps.
         responses: each step's response tokens.
         support: Long ``(N, T, K)`` support (the current student's ordinary top-``K``); ``None``
