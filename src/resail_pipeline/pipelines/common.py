@@ -3,7 +3,8 @@
 Every pipeline folder defines ``base_pipeline()`` over un-namespaced names (``policy``,
 ``trajectories``, ``steps``, ...). :func:`in_cycle` places it in cycle ``r``: its datasets become
 ``cycle_<r>.<name>``, the input ``policy`` is the previous cycle's ``cycle_<r-1>.checkpoint``, the
-fixed Experience stays the shared ``cycle_0.experience``, and parameters stay shared
+fixed Experience and the probe set stay the shared ``cycle_0.experience`` and
+``cycle_0.probe_set``, and parameters stay shared
 (``params:collect`` is the same for every cycle). The cycle a node works for is read from its
 policy's manifest (cycle ``r`` starts from the checkpoint of cycle ``r - 1``).
 """
@@ -27,7 +28,7 @@ from resail_pipeline.generation import GENERATOR_REGISTRY, Generator, make_gener
 #: The input name under which every base pipeline receives the cycle-start policy.
 POLICY = "policy"
 #: Datasets shared by every cycle of an experiment, never namespaced.
-SHARED_INPUTS = {"experience": "cycle_0.experience"}
+SHARED_INPUTS = {"experience": "cycle_0.experience", "probe_set": "cycle_0.probe_set"}
 
 
 def cycle_namespace(cycle: int) -> str:

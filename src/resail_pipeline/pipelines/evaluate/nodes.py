@@ -6,10 +6,12 @@ from typing import Any
 
 import pandas as pd
 
+from resail_pipeline.checkpoints import load_policy
 from resail_pipeline.evaluation.evaluate import EvalConfig, evaluate_policy, reference_episodes
 from resail_pipeline.evaluation.stats import summarize_eval_results
 from resail_pipeline.experience import SummarizeConfig, summarize_trajectories
 from resail_pipeline.pipelines.common import RunConfig, dataclass_from_params, policy_info
+from resail_pipeline.training import TrainConfig, build_probe_set
 
 #: ``params:evaluate`` keys that are not :class:`EvalConfig` fields.
 _REFERENCE_KEYS = ("reference_seed",)
@@ -70,3 +72,31 @@ def experience_node(
     summaries = summarize_trajectories(trajectories, steps, summarize, generator)
     experience = summaries.merge(trajectories[["traj_id", "task_id"]], on="traj_id", how="left")
     return trajectories, steps, experience
+
+
+def probe_set_node(
+    checkpoint: pd.DataFrame,
+    reference_trajectories: pd.DataFrame,
+    reference_steps: pd.DataFrame,
+    experience: pd.DataFrame,
+    train_params: dict[str, Any],
+) -> pd.DataFrame:
+    """The PI-sensitivity probe's fixed set (appendix D.3): the steps of the first
+    ``train.probe.num_trajectories`` reference trajectories in task order with an accepted
+    Experience, their logged responses, and the initial model's ordinary-view top-K support
+    (``train.probe.top_k``) at every response position."""
+    config = TrainConfig.from_dict(train_params)
+    info = policy_info(checkpoint)
+    model, tokenizer = load_policy(info.path)
+    return build_probe_set(
+        model,
+        tokenizer,
+        reference_trajectories,
+        reference_steps,
+        experience,
+        policy_id=info.policy_id,
+        num_trajectories=config.probe.num_trajectories,
+        top_k=config.probe.top_k,
+        micro_batch_steps=config.probe.micro_batch_steps,
+        chunk_size=config.engine.chunk_size,
+    )

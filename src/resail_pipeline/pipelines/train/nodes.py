@@ -19,12 +19,15 @@ def train_node(
     steps: pd.DataFrame,
     summaries: pd.DataFrame,
     responses: pd.DataFrame,
+    probe_set: pd.DataFrame,
     train_params: dict[str, Any],
     run_params: dict[str, Any],
-) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Write the resolved configuration and the input manifest, run the trainer in a subprocess
     (``torchrun`` where it takes several processes) and return the new checkpoint's manifest, one
-    ``train_metrics`` row per update and the selected steps of every update.
+    ``train_metrics`` row per update, the selected steps of every update and the PI-sensitivity
+    probe's rows (one per update and probe step, update 0 the cycle start; with
+    ``train.probe.enabled`` off, no rows: the probe set is then not handed to the trainer).
 
     A non-zero exit of the trainer fails the node with the last lines of its log (kept, with the
     run's inputs, in the staging area); the checkpoint is staged and only published by the catalog
@@ -52,6 +55,7 @@ def train_node(
         steps=steps,
         summaries=summaries,
         responses=responses if config.uses_cached_responses else None,
+        probe=probe_set if config.probe.enabled else None,
     )
     config = replace(config, run=replace(config.run, manifest=str(manifest)))
     result = launch(config)
@@ -64,4 +68,5 @@ def train_node(
         result.checkpoint.to_frame(),
         result.metrics.assign(**columns),
         result.selected.assign(**columns),
+        result.probe.assign(**columns),
     )

@@ -1,5 +1,5 @@
-"""``train``: the cycle-start policy + steps, summaries (+ cached responses) -> checkpoint,
-train_metrics, selected_steps. Standalone it trains cycle 1."""
+"""``train``: the cycle-start policy + steps, summaries (+ cached responses, + the shared probe set)
+-> checkpoint, train_metrics, selected_steps, probe. Standalone it trains cycle 1."""
 
 from __future__ import annotations
 
@@ -19,10 +19,11 @@ def base_pipeline() -> Pipeline:
                     "steps",
                     "summaries",
                     "responses",
+                    "probe_set",
                     "params:train",
                     "params:run",
                 ],
-                outputs=["checkpoint", "train_metrics", "selected_steps"],
+                outputs=["checkpoint", "train_metrics", "selected_steps", "probe"],
                 name="train_node",
             )
         ]

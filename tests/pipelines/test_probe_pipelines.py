@@ -1,0 +1,143 @@
+"""The probe's Kedro wiring: the initial-policy pipeline builds the shared probe set from its
+reference episodes, and the train pipeline hands it to the trainer and returns ``<namespace>.probe``
+(empty with the probe off), stored where the report reads it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from kedro.config import OmegaConfigLoader
+from kedro.io import DataCatalog, DatasetError, MemoryDataset
+from kedro.runner import SequentialRunner
+
+from resail_pipeline.checkpoints import read_checkpoint_info
+from resail_pipeline.evaluation.report import sensitivity_per_update
+from resail_pipeline.pipelines.common import in_cycle
+from resail_pipeline.pipelines.evaluate import initial_policy_pipeline
+from resail_pipeline.pipelines.train import base_pipeline as train_pipeline
+from resail_pipeline.schemas import SCHEMAS, check_columns
+from resail_pipeline.settings import CONFIG_LOADER_ARGS
+
+CONF = Path(__file__).parents[2] / "conf"
+
+
+def project_config(key: str) -> dict[str, Any]:
+    """The project's ``base`` + ``local`` configuration (``parameters`` or ``catalog``)."""
+    return OmegaConfigLoader(str(CONF), **CONFIG_LOADER_ARGS)[key]
+
+
+def test_the_probe_datasets_are_wired_and_catalogued(tmp_path, monkeypatch):
+    initial = initial_policy_pipeline()
+    assert "cycle_0.probe_set" in initial.outputs()
+    node = next(n for n in initial.nodes if n.name == "cycle_0.probe_set_node")
+    assert set(node.inputs) == {
+        "cycle_0.checkpoint",
+        "cycle_0.reference_trajectories",
+        "cycle_0.reference_steps",
+        "cycle_0.experience",
+        "params:train",
+    }
+    train = in_cycle(train_pipeline(), 2)  # every cycle reads the one shared probe set
+    assert "cycle_0.probe_set" in train.inputs() and "cycle_2.probe" in train.outputs()
+    assert project_config("parameters")["train"]["probe"]["enabled"] is False
+
+    monkeypatch.chdir(tmp_path)  # the catalog's paths are relative to the project
+    catalog = DataCatalog.from_config(project_config("catalog"))
+    with pytest.raises(DatasetError, match=r"probe_set table is missing column\(s\)"):
+        catalog.save("cycle_0.probe_set", pd.DataFrame({"traj_id": ["a"]}))
+    catalog.save("cycle_0.probe_set", pd.DataFrame(columns=list(SCHEMAS["probe_set"])))
+    assert (tmp_path / "data/04_feature/textcraft/shared/cycle_0/probe_set.parquet").is_file()
+    rows = pd.DataFrame(
+        {
+            "experiment": "oel_resail",
+            "method": "oel_resail",
+            "cycle": 2,
+            "update": [0, 1],
+            "traj_id": "reference/textcraft/test/0/1000",
+            "t": 0,
+            "jsd": [0.02, 0.01],
+            "tokens": 7,
+        }
+    )
+    catalog.save("cycle_2.probe", rows)
+    assert (tmp_path / "data/07_model_output/textcraft/oel_resail/cycle_2/probe.parquet").is_file()
+    report = catalog.load("report.probe")  # the report's figure 6 reads every experiment's cycles
+    assert report["namespace"].tolist() == ["cycle_2", "cycle_2"]
+    assert report["jsd"].tolist() == [0.02, 0.01]
+
+
+# ----------------------------------------------------------------------------------------------
+# a slice of the real pipelines: the tiny initial policy on TextCraft, the trainer in a subprocess
+
+
+def parameters(staging: Path, **probe: Any) -> dict[str, Any]:
+    """The shipped parameters, made tiny: 2 test tasks, short responses, one update."""
+    params = project_config("parameters")
+    params["run"].update(staging_dir=str(staging), generation={"batch_size": 8})
+    params["evaluate"].update(num_tasks=2, decoding_seeds=[0], max_new_tokens=6)
+    params["train"]["schedule"].update(updates=1, trajectories_per_update=1)
+    params["train"]["optimizer"]["lr"] = 1e-3
+    params["train"]["responses"].update(max_tokens=4, batch_size=8)
+    params["train"]["probe"].update(num_trajectories=1, top_k=5, **probe)
+    return params
+
+
+def run(pipeline, data: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """Run ``pipeline`` on memory datasets; returns its outputs."""
+    datasets = {name: MemoryDataset(value) for name, value in data.items()}
+    datasets.update({f"params:{k}": MemoryDataset(v) for k, v in params.items()})
+    catalog = DataCatalog(datasets)
+    SequentialRunner().run(pipeline, catalog)
+    return {name: catalog.load(name) for name in pipeline.outputs()}
+
+
+@pytest.fixture(scope="module")
+def cycle_0(tiny_checkpoint, tmp_path_factory) -> dict[str, Any]:
+    """The reference episodes of the tiny initial policy on 2 TextCraft test tasks, its fixed
+    Experience and the probe set (two nodes of the initial-policy pipeline, run one after the
+    other to keep every output)."""
+    pipeline = initial_policy_pipeline()
+    params = parameters(tmp_path_factory.mktemp("staging"))
+    data = {"cycle_0.checkpoint": read_checkpoint_info(tiny_checkpoint).to_frame()}
+    for name in ("cycle_0.experience_node", "cycle_0.probe_set_node"):
+        data.update(run(pipeline.only_nodes(name), data, params))
+    return data
+
+
+@pytest.mark.slow
+def test_the_initial_policy_pipeline_builds_the_probe_set(cycle_0, tiny_checkpoint):
+    probe_set = cycle_0["cycle_0.probe_set"]
+    check_columns(probe_set, "probe_set")
+    first = cycle_0["cycle_0.reference_trajectories"].sort_values("task_id")["traj_id"].iloc[0]
+    assert probe_set["traj_id"].unique().tolist() == [first]
+    assert (probe_set["policy_id"] == read_checkpoint_info(tiny_checkpoint).policy_id).all()
+    lengths = zip(probe_set["support"], probe_set["response_ids"], strict=True)
+    assert all(len(support) == len(response) > 0 for support, response in lengths)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_train_pipeline_returns_the_probe(enabled, cycle_0, tmp_path):
+    params = parameters(tmp_path, enabled=enabled)
+    data = {
+        "cycle_0.checkpoint": cycle_0["cycle_0.checkpoint"],
+        "cycle_0.probe_set": cycle_0["cycle_0.probe_set"],
+        # cycle 1's data: here the reference episodes themselves
+        "cycle_1.steps": cycle_0["cycle_0.reference_steps"],
+        "cycle_1.summaries": cycle_0["cycle_0.experience"],
+        "cycle_1.responses": pd.DataFrame(columns=list(SCHEMAS["responses"])),
+    }
+    probe = run(in_cycle(train_pipeline(), 1), data, params)["cycle_1.probe"]
+    check_columns(probe, "probe")
+    if not enabled:  # the probe set is not handed to the trainer; the output has no rows
+        assert probe.empty
+        return
+    steps = len(cycle_0["cycle_0.probe_set"])
+    assert probe["update"].tolist() == [0] * steps + [1] * steps
+    experiment = params["run"]["experiment"]
+    assert (probe[["experiment", "method", "cycle"]] == [experiment, "oel_resail", 1]).all().all()
+    per_update = sensitivity_per_update(probe)  # what the report's figure 6 plots
+    assert per_update["update"].tolist() == [0, 1] and (per_update["jsd"] > 0).all()
