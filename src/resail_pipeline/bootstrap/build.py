@@ -187,11 +187,16 @@ def _published_key(policy: Path) -> str | None:
 
 
 def build_initial_policy(
-    config: BootstrapConfig, out_dir: str | Path, *, progress: bool = True
+    config: BootstrapConfig,
+    out_dir: str | Path,
+    *,
+    command: str | None = None,
+    progress: bool = True,
 ) -> CheckpointInfo:
     """Build the initial policy into ``out_dir/policy``, or return it if already built (cached).
 
     An interrupted build continues from its last training state under ``out_dir/work``.
+    ``command`` is recorded in the manifest (default: this process's command line).
     """
     out_dir = Path(out_dir)
     policy = out_dir / POLICY_DIR
@@ -220,6 +225,11 @@ def build_initial_policy(
     model_config._attn_implementation = "sdpa"
     model = build_qwen3(model_config, seed=config.seed)
     work = out_dir / WORK_DIR / key[:16]
+
+    def loadable(directory: Path) -> None:
+        model.config.save_pretrained(str(directory))
+        tokenizer.save_pretrained(str(directory))
+
     state = behaviour_cloning(
         model,
         data.rows,
@@ -228,11 +238,12 @@ def build_initial_policy(
         data_sha256=data.sha256,
         seed=config.seed,
         state_dir=work,
+        save_extra=loadable,
         progress=progress,
     )
     extra = {
         "cache_key": key,
-        "command": shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "command": command or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "configuration": config.to_dict(),
         "training_data_sha256": data.sha256,
         "training_data": stats,
@@ -272,7 +283,11 @@ def verify_reference(path: str | Path) -> CheckpointInfo:
 
 
 def resolve_initial_policy(
-    config: BootstrapConfig, out_dir: str | Path, *, progress: bool = True
+    config: BootstrapConfig,
+    out_dir: str | Path,
+    *,
+    command: str | None = None,
+    progress: bool = True,
 ) -> CheckpointInfo:
     """The initial policy, first match wins: ``config.checkpoint``, the shipped reference when
     ``config.reference`` exists, else one built (or reused) under ``out_dir``."""
@@ -282,4 +297,4 @@ def resolve_initial_policy(
     if config.reference is not None and Path(config.reference).is_dir():
         logger.info("bootstrap: using the shipped reference policy %s", config.reference)
         return verify_reference(config.reference)
-    return build_initial_policy(config, out_dir, progress=progress)
+    return build_initial_policy(config, out_dir, command=command, progress=progress)

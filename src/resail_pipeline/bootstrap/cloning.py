@@ -15,7 +15,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -93,7 +93,11 @@ def batch_loss(model: PreTrainedModel, batch: Batch) -> torch.Tensor:
 
 
 def _save_state(
-    path: Path, model: PreTrainedModel, optimizer: torch.optim.Optimizer, state: CloningState
+    path: Path,
+    model: PreTrainedModel,
+    optimizer: torch.optim.Optimizer,
+    state: CloningState,
+    save_extra: Callable[[Path], None] | None,
 ) -> None:
     """Weights, optimiser moments and position, written together atomically (no pickle)."""
     opt = optimizer.state_dict()
@@ -108,6 +112,8 @@ def _save_state(
         save_file(tensors, str(tmp / _OPTIMIZER_FILE))
         meta = {"state": asdict(state), "param_groups": opt["param_groups"]}
         (tmp / _STATE_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        if save_extra is not None:
+            save_extra(tmp)
 
 
 def _load_state(
@@ -138,6 +144,7 @@ def behaviour_cloning(
     data_sha256: str,
     seed: int,
     state_dir: Path | None = None,
+    save_extra: Callable[[Path], None] | None = None,
     progress: bool = True,
 ) -> CloningState:
     """Train ``model`` in place on ``rows``; return the final state.
@@ -150,6 +157,8 @@ def behaviour_cloning(
         data_sha256: identifies ``rows``; a saved state of other data is not resumed.
         seed: seeds the batch order of every epoch.
         state_dir: where the resumable state is kept; ``None`` keeps nothing.
+        save_extra: writes more files into each saved state (e.g. the model config and the
+            tokenizer, which make the state a loadable checkpoint for a look at progress).
         progress: show a progress bar.
     """
     if not rows:
@@ -230,7 +239,7 @@ def behaviour_cloning(
         if state_dir is not None and (
             state.finished or now - last_save >= settings.checkpoint_every_s
         ):
-            _save_state(state_dir, model, optimizer, state)
+            _save_state(state_dir, model, optimizer, state, save_extra)
             last_save = now
     bar.close()
     model.eval()
