@@ -1,50 +1,53 @@
 # Two entry points for a fresh machine (see README.md):
 #   make run    install into .venv and run the main job on the embedded default
-#   make test   install into .venv (with the dev extra) and run the tests
+#   make test   install into .venv (with the dev and alfworld extras) and run the tests
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 TORCH_VERSION := 2.13.0
-EXTRAS ?= dev,notebooks
-PYTEST_ARGS ?= -m "not slow and not gpu and not alfworld"
+RUN_EXTRAS ?= notebooks
+TEST_EXTRAS ?= dev,notebooks,alfworld
+PYTEST_ARGS ?= -m "not slow and not gpu"
+KEDRO_ENV ?= local
 export KEDRO_DISABLE_TELEMETRY := true
 export PYTHONHASHSEED := 0
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TORCH_EXTENSIONS_DIR := $(CURDIR)/.cache/torch_extensions
 
-.PHONY: install run smoke test test-slow lint viz clean-data
+.PHONY: run smoke report test test-slow lint viz
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
 # torch first and pinned, so that nothing later resolves an unpinned (CUDA) build.
-$(VENV)/.installed-$(EXTRAS): $(BIN)/python pyproject.toml
+$(VENV)/.installed-%: $(BIN)/python pyproject.toml
 	$(BIN)/pip install --quiet torch==$(TORCH_VERSION)
-	$(BIN)/pip install --quiet -e ".[$(EXTRAS)]"
+	$(BIN)/pip install --quiet -e ".[$*]"
 	touch $@
 
-install: $(VENV)/.installed-$(EXTRAS)
+# The main job: the cycle pipeline (resuming from whatever datasets exist), then the report.
+run: $(VENV)/.installed-$(RUN_EXTRAS)
+	$(BIN)/kedro run --env $(KEDRO_ENV) --pipeline=cycle --only-missing-outputs
+	$(BIN)/kedro run --env $(KEDRO_ENV) --pipeline=report
+	@echo "Results: evaluation summaries in data/07_model_output/, the report in data/08_reporting/"
 
-run: install
-	$(BIN)/kedro run --pipeline=cycle
-
-smoke: install
-	$(BIN)/kedro run --env smoke --pipeline=cycle
+smoke: KEDRO_ENV := smoke
+smoke: run
 
 # pytest exits 5 when it collects no test; that is not a failure of the code under test.
-test: install
+test: $(VENV)/.installed-$(TEST_EXTRAS)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/pytest $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
-test-slow: install
+test-slow: $(VENV)/.installed-$(TEST_EXTRAS)
 	$(BIN)/pytest -m "slow and not gpu"
 
-lint: install
+lint: $(VENV)/.installed-$(TEST_EXTRAS)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 
-viz: install
+viz: $(VENV)/.installed-$(RUN_EXTRAS)
 	$(BIN)/kedro viz build

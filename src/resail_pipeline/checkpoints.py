@@ -7,14 +7,16 @@ loading never runs remote code and reads safetensors only.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from resail_pipeline.io import atomic_path, sha256_files
+from resail_pipeline.schemas import check_columns
 
 MANIFEST_NAME = "resail_manifest.json"
 
@@ -80,6 +82,21 @@ class CheckpointInfo:
 
     def to_row(self) -> dict[str, Any]:
         return asdict(self)
+
+    def to_frame(self) -> pd.DataFrame:
+        """The one-row ``checkpoints`` table of this checkpoint."""
+        return pd.DataFrame([self.to_row()])
+
+    @classmethod
+    def from_frame(cls, frame: pd.DataFrame, source: str = "checkpoint") -> CheckpointInfo:
+        """The info in a one-row ``checkpoints`` table; the directory must be loadable."""
+        check_columns(frame, "checkpoints", source=source)
+        if len(frame) != 1:
+            raise ValueError(f"{source}: expected one checkpoint row, got {len(frame)}")
+        row = frame.iloc[0]
+        info = cls(**{name: row[name] for name in cls.__dataclass_fields__})
+        check_checkpoint(info.path)
+        return replace(info, cycle=int(info.cycle))
 
 
 def save_policy(

@@ -102,6 +102,10 @@ SCHEMAS: dict[str, tuple[str, ...]] = {
         "success",
         "num_steps",
     ),
+    # one row per (update, probe step): the current student's PI sensitivity on the fixed probe
+    # (appendix D.3), support fixed to the initial model's ordinary-view top-20 + tail; update 0
+    # is the cycle start; `jsd` is the step's mean over its `tokens` response tokens, in nats
+    "probe": ("experiment", "method", "cycle", "update", "traj_id", "t", "jsd", "tokens"),
     # one row per (checkpoint, split, view)
     "eval_summary": (
         "policy_id",

@@ -16,7 +16,7 @@ Definitions used throughout (tested at N - 1, N and N + 1 characters):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,7 +145,8 @@ class Evidence:
 
 
 def _is_null(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and pd.isna(value))
+    """``None``, NaN, ``pd.NA`` or ``NaT`` (a missing Parquet value)."""
+    return value is None or (pd.api.types.is_scalar(value) and bool(pd.isna(value)))
 
 
 def _raw_text(value: Any) -> str:
@@ -155,6 +156,11 @@ def _raw_text(value: Any) -> str:
 
 def _is_true(value: Any) -> bool:
     return not _is_null(value) and bool(value)
+
+
+def outcome_of(success: Any) -> str:
+    """The summary outcome of a trajectory from its ``success`` value (null counts as failure)."""
+    return OUTCOME_SUCCESS if _is_true(success) else OUTCOME_FAILURE
 
 
 def build_evidence(trajectory: Mapping[str, Any], steps: pd.DataFrame) -> Evidence:
@@ -189,7 +195,7 @@ def build_evidence(trajectory: Mapping[str, Any], steps: pd.DataFrame) -> Eviden
     return Evidence(
         traj_id=traj_id,
         env=str(trajectory["env"]),
-        outcome=OUTCOME_SUCCESS if _is_true(trajectory["success"]) else OUTCOME_FAILURE,
+        outcome=outcome_of(trajectory["success"]),
         snapshot=task_snapshot(trajectory["task"], initial),
         records=records,
         initial_observation=initial,
@@ -197,19 +203,14 @@ def build_evidence(trajectory: Mapping[str, Any], steps: pd.DataFrame) -> Eviden
     )
 
 
-def build_evidence_table(
-    trajectories: pd.DataFrame,
-    steps: pd.DataFrame,
-    *,
-    source: str = "trajectories/steps",
-) -> list[Evidence]:
+def build_evidence_table(trajectories: pd.DataFrame, steps: pd.DataFrame) -> list[Evidence]:
     """The evidence of every trajectory, in the order of ``trajectories``.
 
     Checks the columns of both frames, duplicate ``traj_id``s and that every trajectory's steps
     are complete before anything is built; steps of other trajectories are ignored.
     """
-    check_columns(trajectories, "trajectories", source=f"{source}: trajectories")
-    check_columns(steps, "steps", source=f"{source}: steps")
+    check_columns(trajectories, "trajectories", source="trajectories")
+    check_columns(steps, "steps", source="steps")
     duplicated = trajectories["traj_id"][trajectories["traj_id"].duplicated()].tolist()
     if duplicated:
         raise ValueError(f"trajectories.traj_id: duplicated ids {duplicated[:5]}")
@@ -225,7 +226,3 @@ def build_evidence_table(
         build_evidence(row, groups.get(row["traj_id"], empty))
         for row in trajectories.to_dict("records")
     ]
-
-
-def evidence_by_id(evidence: Iterable[Evidence]) -> dict[str, Evidence]:
-    return {e.traj_id: e for e in evidence}

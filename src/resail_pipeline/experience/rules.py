@@ -37,7 +37,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from resail_pipeline.envs import check_env_name
+from resail_pipeline.envs import END_ENV_DONE, END_STEP_LIMIT, check_env_name
 from resail_pipeline.experience.evidence import Evidence, EvidenceRecord
 from resail_pipeline.experience.validation import canonical_text
 from resail_pipeline.prompts.common import OUTCOME_SUCCESS
@@ -114,7 +114,7 @@ def _actions(actions: Sequence[str]) -> str:
     return ", then ".join(_q(a) for a in actions)
 
 
-def contributing(evidence: Evidence, rules: EnvRules) -> list[str]:
+def _contributing(evidence: Evidence, rules: EnvRules) -> list[str]:
     """Accepted, state-changing actions in order (see the module docstring)."""
     return [
         r.action
@@ -141,18 +141,19 @@ def _default_critical(records: Sequence[EvidenceRecord], plan: list[str]) -> lis
 
 def _ending(evidence: Evidence) -> str:
     n = len(evidence.records)
-    if evidence.end_reason == "step_limit":
+    if evidence.end_reason == END_STEP_LIMIT:
         return f"the episode hit the step limit after {n} steps"
-    if evidence.end_reason == "env_done":
+    if evidence.end_reason == END_ENV_DONE:
         return f"the environment ended the episode after {n} steps"
     return f"the episode ended ({evidence.end_reason or 'no reason recorded'}) after {n} steps"
 
 
 def _rejected_names(rejected: list[EvidenceRecord], with_counts: bool) -> str:
-    counts = Counter(r.action or "(unparsable response)" for r in rejected)
+    """The first :data:`AVOID_ACTIONS` distinct rejected actions ("" = no action parsed)."""
+    counts = Counter(r.action for r in rejected)
     names = []
     for action, count in list(counts.items())[:AVOID_ACTIONS]:
-        label = _q(action) if action != "(unparsable response)" else "responses without an action"
+        label = _q(action) if action else "responses without an action"
         names.append(f"{label} (rejected {count} times)" if with_counts and count > 1 else label)
     return ", ".join(names)
 
@@ -161,28 +162,29 @@ def _information_steps(evidence: Evidence, rules: EnvRules) -> list[str]:
     return [r.action for r in evidence.records if r.valid and r.action in rules.information_actions]
 
 
-def success_fields(evidence: Evidence, rules: EnvRules) -> list[str]:
-    plan = contributing(evidence, rules)
+def _success_fields(evidence: Evidence, rules: EnvRules) -> list[str]:
+    """The four "Guidance summary" values, in template order."""
+    plan = _contributing(evidence, rules)
     rejected = _rejected(evidence)
     pick = rules.critical or _default_critical
     critical = pick(evidence.records, plan) or plan[-1:]
     accepted = [r for r in evidence.records if r.valid and r.action]
-    final = accepted[-1] if accepted else None
 
     minimal = _actions(plan) if plan else "no state-changing action was recorded"
     crit = _actions(critical) if critical else "none beyond the plan"
-    if final is not None:
+    if accepted:
+        final = accepted[-1]
         checks = f"{_q(final.action)} returned {_quote(final.observation)} and completed the task"
     else:
         checks = "the task was completed without an accepted action"
     checks += (
-        f"; {len(rejected)} of {len(evidence.records)} actions were rejected"
+        f"; {len(rejected)} of {len(evidence.records)} actions rejected"
         if rejected
         else "; every action was accepted"
     )
     avoid_parts = []
     if rejected:
-        avoid_parts.append("the rejected actions " + _rejected_names(rejected, with_counts=False))
+        avoid_parts.append("the rejected " + _rejected_names(rejected, with_counts=False))
     info = _information_steps(evidence, rules)
     if info:
         avoid_parts.append(
@@ -192,9 +194,10 @@ def success_fields(evidence: Evidence, rules: EnvRules) -> list[str]:
     return [minimal, crit, checks, avoid]
 
 
-def failure_fields(evidence: Evidence, rules: EnvRules, plan: Sequence[str] | None) -> list[str]:
+def _failure_fields(evidence: Evidence, rules: EnvRules, planner: Planner | None) -> list[str]:
+    """The four "Failure analysis" values, in template order."""
     rejected = _rejected(evidence)
-    progress = contributing(evidence, rules)
+    progress = _contributing(evidence, rules)
     if rejected:
         last = rejected[-1]
         what = _q(last.action) if last.action else "a response without a parsable action"
@@ -206,18 +209,19 @@ def failure_fields(evidence: Evidence, rules: EnvRules, plan: Sequence[str] | No
     diagnosis += f"; {_ending(evidence)} without success"
 
     useful = (
-        f"accepted progress: {_actions(progress)}"
+        f"{_actions(progress)} were accepted and are progress toward the goal"
         if progress
         else "no state-changing action was accepted, so there is no partial progress to keep"
     )
+    plan = planner(evidence.initial_observation) if planner is not None else None
     if plan:
         corrected = _actions(plan)
-    elif rules.planner is None:
+    elif planner is None:
         corrected = "not derivable from the evidence: this environment has no planner"
     else:
-        corrected = "not derivable from the evidence: the planner found no plan from the initial observation"
+        corrected = "not derivable from the evidence: the planner found no plan for this task"
     if rejected:
-        avoid = "repeating the rejected actions " + _rejected_names(rejected, with_counts=True)
+        avoid = "repeating the rejected " + _rejected_names(rejected, with_counts=True)
     else:
         avoid = "stopping at the accepted actions above; they did not finish the task"
     return [diagnosis, useful, corrected, avoid]
@@ -226,12 +230,11 @@ def failure_fields(evidence: Evidence, rules: EnvRules, plan: Sequence[str] | No
 def rules_summary(evidence: Evidence, planner: Planner | None = None) -> str:
     """The canonical summary text of ``evidence`` built by the rules (see the module docstring).
 
-    ``planner`` overrides the environment's registered planner (failures only).
+    ``planner`` overrides the environment's registered planner (used for failures only).
     """
     rules = env_rules(evidence.env)
     if evidence.outcome == OUTCOME_SUCCESS:
-        return canonical_text(evidence.outcome, success_fields(evidence, rules))
+        return canonical_text(evidence.outcome, _success_fields(evidence, rules))
     if planner is None:
         planner = load_planner(rules)
-    plan = planner(evidence.initial_observation) if planner is not None else None
-    return canonical_text(evidence.outcome, failure_fields(evidence, rules, plan))
+    return canonical_text(evidence.outcome, _failure_fields(evidence, rules, planner))

@@ -1,15 +1,22 @@
 """Acceptance of a generated summary (appendix G) and its canonical form.
 
 After the ``<thinking>`` block is removed, an accepted summary has the heading matching the
-trajectory's outcome and exactly its four fields, in order, each on one ``- Field: value`` line
-with a non-empty value; no other line, no extra heading and no copied trajectory. The accepted
-text is normalised to the canonical form inserted into the privileged prompt::
+trajectory's outcome and exactly its four fields, each with a non-empty value; no text before the
+heading, no extra heading and no copied trajectory. The accepted text is normalised to the
+canonical form inserted into the privileged prompt, one line per field in template order::
 
     Guidance summary:
     - Minimal plan: ...
     - Critical actions: ...
     - Checks: ...
     - Avoid: ...
+
+Layout. A *field line* is an unindented ``- Name: value`` (``*`` bullets and markdown bold around
+the name are accepted). A field's value may go on over *continuation lines*: indented lines or
+list items (``- x``, ``1. x``) that follow it; they are joined to the value with single spaces.
+An unindented ``- Name: value`` line whose name is not one of the outcome's four fields is an
+unknown field; a short line ending in ``:`` or a markdown ``#`` line is a heading. Field order is
+not checked (the canonical form restores it).
 
 Every rejection reason is a string ``"<code>: <detail>"`` with one of the ``REASON_*`` codes.
 
@@ -22,7 +29,8 @@ result, ...; see :meth:`Evidence.units`). A summary copies the trajectory when
    after the other, separated by at most :data:`COPY_GAP` (40) characters that are no letters
    except the record labels "Action", "Result", "Observation" (so renumbering, backticks, quotes
    and arrows do not hide a copy). Three pieces are more than one record (action + result), the
-   least a diagnosis needs to quote; or
+   least a diagnosis needs to quote, and a list of actions alone never matches (results lie
+   between them); or
 2. it contains, verbatim, one snapshot line or observation of at least :data:`COPY_LONG_CHARS`
    (160) characters: a room description or inventory dump, never a diagnosis.
 
@@ -32,6 +40,7 @@ Comparison is on whitespace-normalised text and case-sensitive.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from resail_pipeline.experience.evidence import Evidence, normalise
@@ -57,8 +66,7 @@ REASON_MISSING_FIELD = "missing_field"
 REASON_EMPTY_FIELD = "empty_field"
 REASON_DUPLICATE_FIELD = "duplicate_field"
 REASON_UNKNOWN_FIELD = "unknown_field"  # includes the other outcome's fields
-REASON_FIELD_ORDER = "field_order"
-REASON_UNEXPECTED_LINE = "unexpected_line"  # text before the heading or outside field lines
+REASON_UNEXPECTED_LINE = "unexpected_line"  # text before the heading or outside the fields
 REASON_COPIED = "copied_evidence"
 
 #: Consecutive evidence pieces that, copied adjacently, count as a copied trajectory.
@@ -68,10 +76,12 @@ COPY_GAP = 40
 #: A single snapshot line or observation at least this long may not be copied verbatim.
 COPY_LONG_CHARS = 160
 
-# "- Field: value" (also "* Field:" and markdown bold around the name).
-_FIELD = re.compile(r"^[-*]\s*(?P<name>[^:]{1,60}?)\s*:\s*(?P<value>.*)$")
+# "- Field: value" (also "* Field:" and markdown bold around the name), unindented.
+_FIELD = re.compile(r"^[-*]\s*(?P<name>[^:]{1,60}?)\s*:(?P<value>.*)$")
 # A heading line: a short label ending in ":" with nothing after it, or a markdown heading.
 _HEADING = re.compile(r"^(?:#{1,6}\s*\S.*|[^\s:-][^:]{0,60}:)$")
+# A list item continuing a field's value: "- x", "* x", "+ x", "1. x", "2) x".
+_LIST_ITEM = re.compile(r"^(?:[-*+]|\d{1,3}[.)])\s")
 # Values that are the template's placeholder, not content.
 _PLACEHOLDERS = frozenset({"...", "\u2026", "<...>", "[...]", "-"})
 _DECORATION = "*_#` "
@@ -94,10 +104,13 @@ class Validation:
     summary: Summary | None = None
 
 
-def canonical_text(outcome: str, values: dict[str, str] | list[str] | tuple[str, ...]) -> str:
-    """The heading of ``outcome`` and one ``- Field: value`` line per field, values normalised."""
+def canonical_text(outcome: str, values: Mapping[str, str] | Sequence[str]) -> str:
+    """The heading of ``outcome`` and one ``- Field: value`` line per field, values normalised.
+
+    ``values`` maps each field name to its value, or lists the values in template order.
+    """
     fields = FIELDS[outcome]
-    if not isinstance(values, dict):
+    if not isinstance(values, Mapping):
         values = dict(zip(fields, values, strict=True))
     lines = [HEADINGS[outcome]]
     lines += [FIELD_LINE.format(field=f, value=normalise(values[f])) for f in fields]
@@ -122,7 +135,7 @@ def _heading_of(line: str) -> str | None:
     """The outcome whose heading ``line`` is (markdown decoration ignored), else ``None``."""
     bare = _undecorate(line).lower()
     for outcome, heading in HEADINGS.items():
-        if bare == heading.lower() or bare == heading[:-1].lower():
+        if bare in (heading.lower(), heading[:-1].lower()):
             return outcome
     return None
 
@@ -141,19 +154,57 @@ def copied_evidence(text: str, evidence: Evidence) -> list[str]:
             found.append(f"{REASON_COPIED}: a {len(piece)}-character {kind} copied verbatim")
             break
     for start in range(len(units) - COPY_RUN + 1):
-        window = [piece for _, piece in units[start : start + COPY_RUN]]
-        if not all(window):
+        window = units[start : start + COPY_RUN]
+        pieces = [piece for _, piece in window]
+        if not all(piece and piece in flat for piece in pieces):  # cheap filter before the regex
             continue
-        if not all(piece in flat for piece in window):  # cheap filter before the regex
-            continue
-        if re.search(_GAP.join(re.escape(piece) for piece in window), flat):
-            kinds = "/".join(kind for kind, _ in units[start : start + COPY_RUN])
+        if re.search(_GAP.join(re.escape(piece) for piece in pieces), flat):
+            kinds = "/".join(kind for kind, _ in window)
             found.append(
                 f"{REASON_COPIED}: {COPY_RUN} consecutive evidence pieces ({kinds}) copied "
-                f"verbatim, starting with {_short(window[0], 40)!r}"
+                f"verbatim, starting with {_short(pieces[0], 40)!r}"
             )
             break
     return found
+
+
+def _body_reasons(lines: list[str], outcome: str) -> tuple[list[str], dict[str, str]]:
+    """Check the lines after the heading; return the reasons and the field values found."""
+    fields = FIELDS[outcome]
+    reasons: list[str] = []
+    values: dict[str, list[str]] = {}
+    current: str | None = None  # the field that continuation lines extend
+    for raw in lines:
+        line = raw.strip()
+        if _heading_of(line) is not None:
+            current = None  # a repeated or wrong heading: reported by the caller
+            continue
+        indented = raw[:1].isspace()
+        field = None if indented else _FIELD.match(line)
+        if field is not None:
+            name = _undecorate(field["name"])
+            canonical = next((f for f in fields if f.lower() == name.lower()), None)
+            current = None
+            if canonical is None:
+                reasons.append(f"{REASON_UNKNOWN_FIELD}: {name!r} is not one of {list(fields)}")
+            elif canonical in values:
+                reasons.append(f"{REASON_DUPLICATE_FIELD}: {canonical!r}")
+            else:
+                values[canonical] = [field["value"].strip(" *_")]
+                current = canonical
+        elif current is not None and (indented or _LIST_ITEM.match(line)):
+            values[current].append(line)
+        else:
+            code = REASON_EXTRA_HEADING if _HEADING.match(line) else REASON_UNEXPECTED_LINE
+            reasons.append(f"{code}: {_short(line)!r}")
+            current = None
+    joined = {name: normalise(" ".join(parts)) for name, parts in values.items()}
+    for name in fields:
+        if name not in joined:
+            reasons.append(f"{REASON_MISSING_FIELD}: {name!r}")
+        elif not joined[name] or joined[name].lower() in _PLACEHOLDERS:
+            reasons.append(f"{REASON_EMPTY_FIELD}: {name!r}")
+    return reasons, joined
 
 
 def validate_summary(text: str, outcome: str, evidence: Evidence | None = None) -> Validation:
@@ -163,60 +214,32 @@ def validate_summary(text: str, outcome: str, evidence: Evidence | None = None) 
     """
     if outcome not in OUTCOMES:
         raise ValueError(f"outcome: expected one of {OUTCOMES}, got {outcome!r}")
-    lines = [line.strip() for line in visible_text(text).splitlines()]
-    lines = [line for line in lines if line]
+    lines = [line.rstrip() for line in visible_text(text).splitlines() if line.strip()]
     if not lines:
         return Validation(False, (f"{REASON_EMPTY}: no text outside the <thinking> block",))
 
-    heading, fields = HEADINGS[outcome], FIELDS[outcome]
+    heading = HEADINGS[outcome]
     reasons: list[str] = []
-    heading_at = [i for i, line in enumerate(lines) if _heading_of(line) == outcome]
-    other = [line for line in lines if _heading_of(line) not in (None, outcome)]
+    own = [i for i, line in enumerate(lines) if _heading_of(line.strip()) == outcome]
+    other = [line for line in lines if _heading_of(line.strip()) not in (None, outcome)]
     if other:
         reasons.append(
-            f"{REASON_WRONG_HEADING}: {_undecorate(other[0])!r} in a {outcome} summary "
+            f"{REASON_WRONG_HEADING}: {_undecorate(other[0].strip())!r} in a {outcome} summary "
             f"(expected {heading!r})"
         )
-    if not heading_at:
+    if not own:
         reasons.append(f"{REASON_MISSING_HEADING}: expected {heading!r}")
-    elif len(heading_at) > 1:
-        reasons.append(f"{REASON_EXTRA_HEADING}: {heading!r} appears {len(heading_at)} times")
-    start = heading_at[0] + 1 if heading_at else 0
-    for before in lines[: start - 1] if heading_at else ():
-        if _heading_of(before) is None:
-            code = REASON_EXTRA_HEADING if _HEADING.match(before) else REASON_UNEXPECTED_LINE
-            reasons.append(f"{code}: {_short(before)!r} before {heading!r}")
-
-    values: dict[str, str] = {}
-    order: list[str] = []
-    for line in lines[start:]:
-        if _heading_of(line) is not None:
-            continue  # reported above
-        match = _FIELD.match(line)
-        if match is None:
+    elif len(own) > 1:
+        reasons.append(f"{REASON_EXTRA_HEADING}: {heading!r} appears {len(own)} times")
+    start = own[0] + 1 if own else 0
+    for before in lines[: own[0]] if own else ():
+        line = before.strip()
+        if _heading_of(line) is None:
             code = REASON_EXTRA_HEADING if _HEADING.match(line) else REASON_UNEXPECTED_LINE
-            reasons.append(f"{code}: {_short(line)!r}")
-            continue
-        name = _undecorate(match["name"])
-        value = normalise(match["value"].strip(" *_"))
-        canonical = next((f for f in fields if f.lower() == name.lower()), None)
-        if canonical is None:
-            reasons.append(f"{REASON_UNKNOWN_FIELD}: {name!r} is not one of {list(fields)}")
-            continue
-        if canonical in values:
-            reasons.append(f"{REASON_DUPLICATE_FIELD}: {canonical!r}")
-            continue
-        values[canonical] = value
-        order.append(canonical)
-        if not value or value.lower() in _PLACEHOLDERS:
-            reasons.append(f"{REASON_EMPTY_FIELD}: {canonical!r}")
-    for name in fields:
-        if name not in values:
-            reasons.append(f"{REASON_MISSING_FIELD}: {name!r}")
-    expected_order = [f for f in fields if f in values]
-    if order != expected_order:
-        reasons.append(f"{REASON_FIELD_ORDER}: got {order}, expected {expected_order}")
+            reasons.append(f"{code}: {_short(line)!r} before {heading!r}")
 
+    body_reasons, values = _body_reasons(lines[start:], outcome)
+    reasons += body_reasons
     if evidence is not None:
         reasons += copied_evidence("\n".join(lines), evidence)
     if reasons:

@@ -2,12 +2,19 @@
 
 Backends (transformers on CPU, vLLM on GPU) implement :class:`Generator`; callers never branch
 on the backend.
+
+Randomness is keyed per response, not per call: response ``j`` of prompt ``i`` draws from its own
+stream, seeded by :func:`response_seeds`. A prompt's responses therefore do not depend on which
+other prompts share the call, which lets a rollout batch many episodes and still give each
+episode the trajectory it would have had alone.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -35,6 +42,8 @@ class SamplingParams:
             raise ValueError(f"top_k: must be -1 (off) or positive, got {self.top_k}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens: must be >= 1, got {self.max_new_tokens}")
+        if self.seed < 0:
+            raise ValueError(f"seed: must be >= 0, got {self.seed}")
         if self.n < 1:
             raise ValueError(f"n: must be >= 1, got {self.n}")
 
@@ -63,7 +72,45 @@ class Generator(Protocol):
 
     #: the checkpoint's ``policy_id``, recorded with every response.
     policy_id: str
+    #: the policy's tokenizer; callers format prompts with ``prompts.chat_prompt(tokenizer, ...)``.
+    tokenizer: Any
 
-    def generate(self, prompts: list[str], params: SamplingParams) -> list[Generation]:
-        """``len(prompts) * params.n`` generations, prompt-major, in the order of ``prompts``."""
+    def generate(
+        self,
+        prompts: Sequence[str],
+        params: SamplingParams,
+        seeds: Sequence[int] | None = None,
+    ) -> list[Generation]:
+        """``len(prompts) * params.n`` generations, prompt-major, in the order of ``prompts``.
+
+        ``seeds`` gives each prompt its own seed (overriding ``params.seed``); see
+        :func:`response_seeds` for the stream every response draws from.
+        """
         ...
+
+
+def derive_seed(*parts: int) -> int:
+    """A 63-bit seed hashed from integers in ``[0, 2**64)``, e.g. ``derive_seed(episode_seed, t)``.
+
+    Each part is hashed as 8 fixed bytes (BLAKE2b), so nearby inputs give unrelated seeds, inputs
+    of different lengths never collide, and the value is the same on every platform.
+    """
+    if not parts or any(not 0 <= p < 2**64 for p in parts):
+        raise ValueError(f"seed parts: expected one or more integers in [0, 2**64), got {parts}")
+    data = b"".join(int(p).to_bytes(8, "little") for p in parts)
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") >> 1
+
+
+def response_seeds(
+    num_prompts: int, params: SamplingParams, seeds: Sequence[int] | None = None
+) -> list[int]:
+    """The seed of every response of a call, prompt-major (``num_prompts * params.n`` values).
+
+    Response ``j`` of prompt ``i`` uses ``derive_seed(s_i, j)``, where ``s_i`` is ``seeds[i]``
+    when given, else ``derive_seed(params.seed, i)``.
+    """
+    if seeds is None:
+        seeds = [derive_seed(params.seed, i) for i in range(num_prompts)]
+    elif len(seeds) != num_prompts:
+        raise ValueError(f"seeds: expected one per prompt ({num_prompts}), got {len(seeds)}")
+    return [derive_seed(seed, j) for seed in seeds for j in range(params.n)]

@@ -1,29 +1,45 @@
-"""Namespacing shared by the pipelines: a cycle's datasets live under ``cycle_<r>``.
+"""What every pipeline shares: the run's parameters, the policy a node acts with, namespacing.
 
 Every pipeline folder defines ``base_pipeline()`` over un-namespaced names (``policy``,
-``trajectories``, ``steps``, ...). ``in_cycle`` places it in cycle ``r``: its datasets become
-``cycle_<r>.<name>``, the input ``policy`` is the previous cycle's ``cycle_<r-1>.checkpoint``
-and parameters stay shared (``params:collect`` is the same for every cycle).
+``trajectories``, ``steps``, ...). :func:`in_cycle` places it in cycle ``r``: its datasets become
+``cycle_<r>.<name>``, the input ``policy`` is the previous cycle's ``cycle_<r-1>.checkpoint``, the
+fixed Experience stays the shared ``cycle_0.experience``, and parameters stay shared
+(``params:collect`` is the same for every cycle). The cycle a node works for is read from its
+policy's manifest (cycle ``r`` starts from the checkpoint of cycle ``r - 1``).
 """
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
 from kedro.pipeline import Pipeline
+
+from resail_pipeline.checkpoints import CheckpointInfo
+from resail_pipeline.envs import Environment, check_env_name, make_env
+from resail_pipeline.generation import GENERATOR_REGISTRY, Generator, make_generator
 
 #: The input name under which every base pipeline receives the cycle-start policy.
 POLICY = "policy"
+#: Datasets shared by every cycle of an experiment, never namespaced.
+SHARED_INPUTS = {"experience": "cycle_0.experience"}
 
 
 def cycle_namespace(cycle: int) -> str:
     return f"cycle_{cycle}"
 
 
-def in_cycle(base: Pipeline, cycle: int, inputs: dict[str, str] | None = None) -> Pipeline:
+def in_cycle(base: Pipeline, cycle: int) -> Pipeline:
     """``base`` namespaced for cycle ``cycle``; ``policy`` maps to the previous cycle's checkpoint."""
     free_inputs = base.inputs()
-    mapped = {name: target for name, target in (inputs or {}).items() if name in free_inputs}
+    mapped = {name: target for name, target in SHARED_INPUTS.items() if name in free_inputs}
     if POLICY in free_inputs:
-        mapped.setdefault(POLICY, f"{cycle_namespace(cycle - 1)}.checkpoint")
+        mapped[POLICY] = f"{cycle_namespace(cycle - 1)}.checkpoint"
     params = {name for name in base.all_inputs() if name.startswith("params:")}
     return Pipeline(
         base,
@@ -31,3 +47,72 @@ def in_cycle(base: Pipeline, cycle: int, inputs: dict[str, str] | None = None) -
         inputs=mapped or None,
         parameters=params or None,
     )
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """``params:run``: what every node of a run shares."""
+
+    # environment registry name
+    env: str
+    # training method (selects the objective; also names the experiment by default)
+    method: str
+    # folder of this run's datasets under data/<layer>/<env>/
+    experiment: str
+    # seeds task sampling and collection
+    seed: int = 0
+    # generation backend name (transformers | vllm)
+    backend: str = "transformers"
+    # options for the backend's from_checkpoint
+    generation: dict[str, Any] = field(default_factory=dict)
+    # where nodes stage model directories for the catalog to publish
+    staging_dir: str = "data/06_models/.staging"
+
+    def __post_init__(self) -> None:
+        check_env_name(self.env)
+        if self.backend not in GENERATOR_REGISTRY:
+            raise ValueError(
+                f"run.backend: unknown generation backend {self.backend!r}; "
+                f"choose one of {sorted(GENERATOR_REGISTRY)}"
+            )
+        if not self.experiment or "/" in self.experiment:
+            raise ValueError(f"run.experiment: must be a folder name, got {self.experiment!r}")
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> RunConfig:
+        return dataclass_from_params(cls, params, "run")
+
+    def environment(self, split: str, **options: Any) -> Callable[[], Environment]:
+        """A factory of fresh environments (one per episode in a batched rollout), checked first:
+        one is built and asked for ``split``'s tasks, so missing data (ALFWorld) or an unknown
+        split fails here, before any model is loaded."""
+        factory = partial(make_env, self.env, **options)
+        factory().task_ids(split)
+        return factory
+
+    def generator(self, policy: CheckpointInfo) -> Generator:
+        return make_generator(
+            self.backend, policy.path, policy_id=policy.policy_id, **self.generation
+        )
+
+    def staging_path(self, label: str) -> Path:
+        """A fresh directory name in the staging area (not created)."""
+        return Path(self.staging_dir) / f"{label}-{uuid.uuid4().hex[:12]}"
+
+
+def policy_info(policy: pd.DataFrame) -> CheckpointInfo:
+    """The checkpoint a node acts with, from its one-row manifest."""
+    return CheckpointInfo.from_frame(policy, source="policy")
+
+
+def dataclass_from_params(cls: type, params: dict[str, Any], name: str) -> Any:
+    """``cls(**params)``; an unknown key or a value out of range is an error naming the parameter
+    as it is written in the configuration (``evaluate.num_tasks: ...``)."""
+    known = set(cls.__dataclass_fields__)
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise ValueError(f"{name}: unknown parameter(s) {unknown}; known: {sorted(known)}")
+    try:
+        return cls(**params)
+    except ValueError as error:  # the config's own checks name the field; add the section
+        raise ValueError(f"{name}.{error}") from None

@@ -1,0 +1,83 @@
+"""Episode cost of the ALFWorld adapter with pooled engines against a fresh engine per episode.
+
+Batched rollout creates one adapter per live episode. Each ALFWorld engine loads a private copy of
+``libdownward.so`` that cannot be unloaded, so every engine ever built stays in memory; the
+adapter hands engines back to a pool when an episode ends. This script plays the walkthroughs of the hand-written test games (or of
+the games under ``--data``) for ``--episodes`` episodes, once with a new adapter per episode (the
+pool at work) and once with a new engine per episode, and prints the time per episode, the growth
+of resident and virtual memory, and their ratios.
+
+    .venv/bin/python benchmarks/alfworld_engines.py [--data DIR] [--episodes 24]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from resail_pipeline.envs.alfworld import AlfWorldEnv, GameEngine
+
+FIXTURE_DATA = Path(__file__).parents[1] / "tests" / "envs" / "alfworld_data"
+
+
+def memory_mb() -> tuple[float, float]:
+    """Resident and virtual memory of this process, in MB."""
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+    return tuple(float(fields[k].split()[0]) / 1024 for k in ("VmRSS", "VmSize"))
+
+
+def run(label: str, episodes: int, play) -> tuple[float, float, float]:
+    rss0, vm0 = memory_mb()
+    start = time.perf_counter()
+    for k in range(episodes):
+        play(k)
+    seconds = (time.perf_counter() - start) / episodes
+    rss1, vm1 = memory_mb()
+    print(
+        f"{label}: {1e3 * seconds:.0f} ms per episode; memory +{rss1 - rss0:.0f} MB resident, "
+        f"+{vm1 - vm0:.0f} MB virtual over {episodes} episodes"
+    )
+    return seconds, rss1 - rss0, vm1 - vm0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=FIXTURE_DATA, help="ALFWORLD_DATA root")
+    parser.add_argument("--episodes", type=int, default=24)
+    args = parser.parse_args()
+
+    probe = AlfWorldEnv(data_path=args.data)
+    ids = [t for split in ("train", "id", "ood") for t in probe.task_ids(split)]
+    plays = {t: probe.walkthrough(t) for t in ids}
+    probe.reset(ids[0])
+    probe.close()  # one engine in the pool, as after the first episode of any run
+
+    def pooled(k: int) -> None:
+        env = AlfWorldEnv(data_path=args.data)  # one adapter per episode, as in batched rollout
+        task_id = ids[k % len(ids)]
+        env.reset(task_id)
+        for action in plays[task_id]:
+            result = env.step(action)
+        assert result.success
+
+    def fresh(k: int) -> None:
+        engine = GameEngine()
+        task_id = ids[k % len(ids)]
+        engine.load(probe.game_file(task_id))
+        engine.reset()
+        for action in plays[task_id]:
+            state = engine.step(action)
+        assert state.won
+
+    pool_s, pool_rss, pool_vm = run("pooled engines", args.episodes, pooled)
+    fresh_s, fresh_rss, fresh_vm = run("fresh engine per episode", args.episodes, fresh)
+    print(f"time per episode, pooled / fresh: {pool_s / fresh_s:.2f}")
+    print(
+        f"memory growth, pooled / fresh: resident {pool_rss:.0f} / {fresh_rss:.0f} MB, "
+        f"virtual {pool_vm:.0f} / {fresh_vm:.0f} MB"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""Deployment-time collection: the current policy acts on a cycle's tasks, one trajectory each.
+
+Task ids are drawn without replacement from the training split in one seeded order, and cycle
+``r`` takes the ``r``-th block of ``num_trajectories`` ids of that order, so consecutive cycles
+collect on fresh task ids while the split lasts; beyond it the order wraps around and tasks recur
+with fresh trajectories (appendix A.2). Every episode is decoded in the ordinary view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pandas as pd
+
+from resail_pipeline.envs import Environment
+from resail_pipeline.generation.base import Generator, SamplingParams, derive_seed
+from resail_pipeline.rollout import EpisodeSpec, episodes_to_frames, run_episodes, sample_tasks
+
+
+@dataclass(frozen=True)
+class CollectConfig:
+    """One cycle's collection."""
+
+    # the environment split tasks are drawn from
+    split: str = "train"
+    # trajectories (= tasks) per cycle; the trainer uses each once per cycle
+    num_trajectories: int = 240
+    # decoding, as at deployment (appendix A.3)
+    temperature: float = 0.4
+    top_p: float = 1.0
+    top_k: int = -1
+    max_new_tokens: int = 1024
+
+    def __post_init__(self) -> None:
+        if isinstance(self.num_trajectories, bool) or int(self.num_trajectories) < 1:
+            raise ValueError(
+                f"num_trajectories: must be a positive integer, got {self.num_trajectories!r}"
+            )
+        self.sampling()
+
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            max_new_tokens=self.max_new_tokens,
+        )
+
+
+def cycle_tasks(task_ids: list[int], num: int, cycle: int, seed: int) -> list[int]:
+    """The task ids of ``cycle`` (1-based): block ``cycle - 1`` of one seeded order of the split.
+
+    Distinct within a cycle; disjoint from earlier cycles while ``cycle * num <= len(task_ids)``.
+    """
+    if cycle < 1:
+        raise ValueError(f"cycle: collection cycles start at 1, got {cycle}")
+    if num > len(task_ids):
+        raise ValueError(f"num_trajectories: the split has {len(task_ids)} tasks, asked for {num}")
+    order = sample_tasks(task_ids, len(task_ids), seed)
+    start = (cycle - 1) * num
+    return [order[(start + i) % len(order)] for i in range(num)]
+
+
+def collect(
+    make_env: Callable[[], Environment],
+    generator: Generator,
+    config: CollectConfig,
+    *,
+    cycle: int,
+    method: str,
+    seed: int,
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Run one trajectory per task of ``cycle``; returns ``(tasks, trajectories, steps)``."""
+    env = make_env()
+    tasks = cycle_tasks(env.task_ids(config.split), config.num_trajectories, cycle, seed)
+    specs = []
+    for task_id in tasks:
+        decoding_seed = derive_seed(seed, cycle, task_id)
+        specs.append(
+            EpisodeSpec(
+                traj_id=f"cycle_{cycle}/{env.name}/{config.split}/{task_id}/{decoding_seed}",
+                task_id=task_id,
+                decoding_seed=decoding_seed,
+            )
+        )
+    episodes = run_episodes(make_env, specs, generator, config.sampling())
+    trajectories, steps = episodes_to_frames(
+        episodes, cycle=cycle, method=method, split=config.split
+    )
+    task_table = pd.DataFrame(
+        {
+            "env": env.name,
+            "split": config.split,
+            "task_id": tasks,
+            "seed": [spec.decoding_seed for spec in specs],
+        }
+    )
+    return task_table, trajectories, steps

@@ -1,0 +1,411 @@
+"""ALFWorld (the ``alfworld`` package, 0.4.2) behind the environment protocol.
+
+Games are played in ALFWorld's real text engine: TextWorld's PDDL environment (Fast Downward
+underneath) wrapped in ALFWorld's ``AlfredDemangler`` (no shuffling) and ``AlfredInfos``, the
+stack ``AlfredTWEnv.init_env`` builds for evaluation, driven one game at a time. The games of a
+split are the ones ``AlfredTWEnv.collect_game_files`` itself accepts: folders holding a
+``traj_data.json`` of one of the six task types and a ``game.tw-pddl`` marked solvable, "movable"
+and "Sliced" tasks skipped.
+
+Data lives under ``$ALFWORLD_DATA/json_2.1.1/{train,valid_seen,valid_unseen}``, the layout
+``alfworld-download`` writes; :mod:`resail_pipeline.envs.alfworld_games` writes small generated
+games in the same layout. Splits: ``train``, ``id`` (valid_seen: seen rooms) and ``ood``
+(valid_unseen: unseen rooms). A task id is ``TASK_ID_STRIDE * k + i`` for the ``k``-th split of
+:data:`SPLITS` and the ``i``-th of its games sorted by path, so an id names the same game wherever
+the same data is installed. ``task_ids("train")`` is every training game; ``task_ids("id")`` and
+``task_ids("ood")`` are fixed test sets of :data:`TEST_SIZE` games each, a sample drawn with
+:data:`TEST_SAMPLE_SEED` and listed in id order (every game when the split has fewer).
+
+Episodes follow the paper (appendices A.3 and G): the task is the sentence after
+"Your task is to: " in the opening text, ``help`` is never offered, and an episode ends on success
+or after :data:`MAX_STEPS` steps. Every step counts: an unparsable response reaches the engine as
+an empty command and an action that was not offered as written; the engine answers
+"Nothing happens." to both (``help`` prints its help text) and the step is marked invalid.
+
+What the adapter works around:
+
+- ``fast_downward.pddl2sas``, run on every load and reset, overwrites ``sys.argv``; it is restored.
+- Fast Downward calls ``exit()`` on some malformed problems (e.g. a name declared both an object
+  type and a receptacle type); that ``SystemExit``, like any other failure to load or reset a
+  game, becomes an :class:`AlfWorldGameError` naming the game file.
+- Each engine loads a private copy of ``libdownward.so`` that cannot be unloaded safely
+  (``close_lib`` followed by interpreter exit crashes the process). Engines are therefore pooled:
+  an episode takes an idle engine at ``reset`` and hands it back when it ends, so a process holds
+  as many engines as it ever ran episodes at once, and adapters are cheap to create.
+- Importing ``alfworld`` sets ``ALFWORLD_DATA`` to ``~/.cache/alfworld`` when it is unset; the
+  variable is restored after the import, so a missing data set is reported the same way whatever
+  was imported first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import operator
+import os
+import random
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from resail_pipeline.envs.base import END_STEP_LIMIT, END_SUCCESS, Observation, StepResult
+
+logger = logging.getLogger(__name__)
+
+#: Environment variable naming the data root, as ALFWorld's own scripts use it.
+ALFWORLD_DATA = "ALFWORLD_DATA"
+#: Folder under the data root that holds the split folders.
+DATA_DIR = "json_2.1.1"
+#: Our split names, in task-id order.
+SPLITS = ("train", "id", "ood")
+#: Split name -> ALFWorld's folder name.
+SPLIT_DIRS = {"train": "train", "id": "valid_seen", "ood": "valid_unseen"}
+#: Split name -> the ``train_eval`` mode under which ``AlfredTWEnv`` reads that folder.
+_TRAIN_EVAL = {"train": "train", "id": "eval_in_distribution", "ood": "eval_out_of_distribution"}
+#: Task ids of the k-th split start at ``k * TASK_ID_STRIDE`` (the largest split has 3,553 games).
+TASK_ID_STRIDE = 100_000
+#: Steps before an episode is cut (paper appendix A.3).
+MAX_STEPS = 30
+#: Test episodes per evaluation split (paper appendix A.1: 128 ID and 128 OOD episodes).
+TEST_SIZE = 128
+#: Seed of the draw that fixes each evaluation split's test set.
+TEST_SAMPLE_SEED = 0
+#: The command removed from the admissible actions (paper appendix G).
+HELP = "help"
+#: What precedes the task sentence in every opening text.
+TASK_PREFIX = "Your task is to: "
+#: The game file inside each game folder.
+GAME_FILE = "game.tw-pddl"
+
+HOW_TO_GET_GAMES = (
+    "Get the official games with `pip install 'resail_pipeline[alfworld]'` then `alfworld-download` "
+    "(it writes to $ALFWORLD_DATA, by default ~/.cache/alfworld) and `export "
+    "ALFWORLD_DATA=~/.cache/alfworld`; or write small generated games with `python -m "
+    "resail_pipeline.envs.alfworld_games --out data/01_raw/alfworld_games` and `export "
+    "ALFWORLD_DATA=data/01_raw/alfworld_games`."
+)
+
+
+class AlfWorldGameError(RuntimeError):
+    """A game file the ALFWorld engine cannot load, reset or play."""
+
+
+def resolve_data_root(data_path: str | os.PathLike | None = None) -> Path:
+    """The data root: ``data_path`` if given, else ``$ALFWORLD_DATA``; it must be a directory.
+
+    Raises:
+        FileNotFoundError: neither is set, or the folder does not exist; the message says how to
+            get games.
+    """
+    if data_path is None:
+        value = os.environ.get(ALFWORLD_DATA)
+        if not value:
+            raise FileNotFoundError(
+                f"ALFWorld data not found: {ALFWORLD_DATA} is not set and no data_path was given. "
+                + HOW_TO_GET_GAMES
+            )
+        source, root = ALFWORLD_DATA, Path(value)
+    else:
+        source, root = "data_path", Path(data_path)
+    root = root.expanduser().absolute()
+    if not root.is_dir():
+        raise FileNotFoundError(
+            f"ALFWorld data not found: {source}={root} is not a directory. " + HOW_TO_GET_GAMES
+        )
+    return root
+
+
+def split_dir(root: Path, split: str) -> Path:
+    """The folder of ``split`` under the data root ``root``."""
+    if split not in SPLIT_DIRS:
+        raise ValueError(f"split: unknown ALFWorld split {split!r}; choose one of {SPLITS}")
+    return root / DATA_DIR / SPLIT_DIRS[split]
+
+
+def _no_games(root: Path, split: str) -> FileNotFoundError:
+    return FileNotFoundError(
+        f"ALFWorld data not found: no playable games ({GAME_FILE} beside traj_data.json) under "
+        f"{split_dir(root, split)} for split {split!r} (data root {root}). " + HOW_TO_GET_GAMES
+    )
+
+
+def check_alfworld_data(
+    data_path: str | os.PathLike | None = None, splits: Iterable[str] = SPLITS
+) -> Path:
+    """The data root, checked to hold games for every split in ``splits``; call it before loading
+    any model. Cheap: it stops at the first game file of each split and never starts the engine.
+
+    Raises:
+        FileNotFoundError: the root is unset or missing, or a split has no game; the message names
+            ``ALFWORLD_DATA``, the folder, and how to get games (``alfworld-download``).
+        ValueError: an unknown split name.
+    """
+    root = resolve_data_root(data_path)
+    for split in splits:
+        if next(split_dir(root, split).rglob(GAME_FILE), None) is None:
+            raise _no_games(root, split)
+    return root
+
+
+@cache
+def _alfred_tw_env() -> ModuleType:
+    """ALFWorld's TextWorld module, imported without its side effect on ``ALFWORLD_DATA``."""
+    before = os.environ.get(ALFWORLD_DATA)
+    from alfworld.agents.environment import alfred_tw_env
+
+    if before is None:
+        os.environ.pop(ALFWORLD_DATA, None)
+    else:
+        os.environ[ALFWORLD_DATA] = before
+    return alfred_tw_env
+
+
+@cache
+def split_games(root: Path, split: str) -> tuple[Path, ...]:
+    """The game files of ``split`` under ``root``, sorted by path, as ``AlfredTWEnv`` finds them.
+
+    Read once per process and shared by every adapter. Raises ``FileNotFoundError`` if there are
+    none.
+    """
+    folder = split_dir(root, split)
+    alfred = _alfred_tw_env()
+    config = {
+        "env": {"goal_desc_human_anns_prob": 0, "task_types": sorted(alfred.TASK_TYPES)},
+        "dataset": {
+            "data_path": str(folder),
+            "eval_id_data_path": str(folder),
+            "eval_ood_data_path": str(folder),
+            "num_train_games": -1,
+            "num_eval_games": -1,
+        },
+    }
+    with contextlib.redirect_stdout(io.StringIO()) as printed:  # the class prints its counts
+        found = alfred.AlfredTWEnv(config, train_eval=_TRAIN_EVAL[split]).game_files
+    for line in printed.getvalue().splitlines():
+        logger.debug("AlfredTWEnv: %s", line)
+    games = tuple(sorted(Path(f) for f in found))
+    if not games:
+        raise _no_games(root, split)
+    logger.info("alfworld: %d games in split %r under %s", len(games), split, folder)
+    return games
+
+
+def read_walkthrough(game_file: Path) -> tuple[str, ...]:
+    """The walkthrough stored in ``game_file``: the commands that win the game from its start."""
+    walkthrough = json.loads(Path(game_file).read_text()).get("walkthrough")
+    if not isinstance(walkthrough, list) or not all(isinstance(c, str) for c in walkthrough):
+        raise AlfWorldGameError(f"{game_file}: no walkthrough (a list of commands) in the game")
+    return tuple(walkthrough)
+
+
+@dataclass(frozen=True)
+class EngineState:
+    """What the engine reports after a reset or a step.
+
+    Attributes:
+        feedback: the engine's text.
+        admissible_commands: the commands the engine accepts now, sorted, ``help`` included.
+        won: the goal holds.
+        walkthrough: the game's walkthrough (or, if it stores none, the planner's plan from the
+            start); only after ``reset`` of an engine built with ``plan=True``, else ``None``.
+    """
+
+    feedback: str
+    admissible_commands: tuple[str, ...]
+    won: bool
+    walkthrough: tuple[str, ...] | None = None
+
+
+@contextlib.contextmanager
+def _engine_call(game_file: Path) -> Iterator[None]:
+    """Keep ``sys.argv`` and turn any failure (``SystemExit`` included) into an
+    :class:`AlfWorldGameError` naming ``game_file``."""
+    argv = list(sys.argv)
+    try:
+        yield
+    except (Exception, SystemExit) as error:
+        raise AlfWorldGameError(
+            f"{game_file}: the ALFWorld engine failed on this game ({type(error).__name__}: {error})"
+        ) from error
+    finally:
+        sys.argv = argv
+
+
+class GameEngine:
+    """ALFWorld's engine for one game at a time: TextWorld's ``PddlEnv`` wrapped in
+    ``AlfredDemangler(shuffle=False)`` and ``AlfredInfos``, as ``AlfredTWEnv.init_env`` builds it.
+
+    Args:
+        plan: also report the game's walkthrough at ``reset``, from the game file or, where it
+            stores none, from the planner (used to build and check games).
+    """
+
+    def __init__(self, plan: bool = False):
+        alfred = _alfred_tw_env()
+        import textworld
+        from textworld.envs import PddlEnv
+
+        extras = ["gamefile", "walkthrough"] if plan else ["gamefile"]
+        infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=extras)
+        self._plan = plan
+        self._env = alfred.AlfredInfos(alfred.AlfredDemangler(PddlEnv(infos), shuffle=False))
+        self.game_file: Path | None = None
+
+    def load(self, game_file: Path) -> None:
+        """Load ``game_file``, replacing the game loaded before."""
+        self.game_file = None
+        with _engine_call(game_file):
+            self._env.load(str(game_file))
+        self.game_file = Path(game_file)
+
+    def reset(self) -> EngineState:
+        """Start the loaded game from its initial state."""
+        if self.game_file is None:
+            raise RuntimeError("reset: no game loaded; call load(game_file) first")
+        with _engine_call(self.game_file):
+            state = self._env.reset()
+            walkthrough = tuple(state["extra.walkthrough"]) if self._plan else None
+        return self._state(state, walkthrough)
+
+    def step(self, command: str) -> EngineState:
+        """Execute ``command``; text the game does not accept leaves the state unchanged."""
+        state, _, _ = self._env.step(command)
+        return self._state(state, None)
+
+    @staticmethod
+    def _state(state: Any, walkthrough: tuple[str, ...] | None) -> EngineState:
+        return EngineState(
+            feedback=state.feedback,
+            admissible_commands=tuple(state["admissible_commands"]),
+            won=bool(state["won"]),
+            walkthrough=walkthrough,
+        )
+
+
+#: Engines of finished episodes, reused by later ones (see the module docstring).
+_IDLE_ENGINES: list[GameEngine] = []
+
+
+def _task_of(text: str, game_file: Path) -> str:
+    """The task sentence of an opening text: what follows "Your task is to: " on its line."""
+    start = text.find(TASK_PREFIX)
+    if start < 0:
+        raise AlfWorldGameError(f"{game_file}: the opening text has no {TASK_PREFIX!r}")
+    return text[start + len(TASK_PREFIX) :].split("\n", 1)[0].strip()
+
+
+def _offered(commands: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(c for c in commands if c != HELP)
+
+
+class AlfWorldEnv:
+    """One ALFWorld episode at a time (see the module docstring).
+
+    Args:
+        data_path: the data root; ``$ALFWORLD_DATA`` when omitted.
+        max_steps: steps before an episode is cut.
+        test_size: games in each evaluation split's fixed test set.
+    """
+
+    name = "alfworld"
+
+    def __init__(
+        self,
+        data_path: str | os.PathLike | None = None,
+        max_steps: int = MAX_STEPS,
+        test_size: int = TEST_SIZE,
+    ):
+        for field, value in (("max_steps", max_steps), ("test_size", test_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{field}: must be a positive integer, got {value!r}")
+        self.data_root = resolve_data_root(data_path)
+        self.max_steps = max_steps
+        self.test_size = test_size
+        self.task_id: int | None = None
+        self._engine: GameEngine | None = None
+        self._offered: tuple[str, ...] = ()
+        self._steps = 0
+        self._done = True
+
+    def task_ids(self, split: str) -> list[int]:
+        games = split_games(self.data_root, split)
+        offset = SPLITS.index(split) * TASK_ID_STRIDE
+        indices: Iterable[int] = range(len(games))
+        if split != "train" and len(games) > self.test_size:
+            indices = sorted(random.Random(TEST_SAMPLE_SEED).sample(indices, self.test_size))
+        return [offset + i for i in indices]
+
+    def game_file(self, task_id: int) -> Path:
+        """The game file of ``task_id``."""
+        limit = len(SPLITS) * TASK_ID_STRIDE
+        if (
+            isinstance(task_id, bool)
+            or not hasattr(task_id, "__index__")
+            or not 0 <= task_id < limit
+        ):
+            raise ValueError(f"task_id: must be an integer in [0, {limit}), got {task_id!r}")
+        k, index = divmod(operator.index(task_id), TASK_ID_STRIDE)
+        games = split_games(self.data_root, SPLITS[k])
+        if index >= len(games):
+            raise ValueError(
+                f"task_id: {task_id} is past the {len(games)} games of split {SPLITS[k]!r}"
+            )
+        return games[index]
+
+    def walkthrough(self, task_id: int) -> tuple[str, ...]:
+        """The stored walkthrough of ``task_id``'s game: commands that win it from the start."""
+        return read_walkthrough(self.game_file(task_id))
+
+    def reset(self, task_id: int) -> Observation:
+        game_file = self.game_file(task_id)
+        if self._engine is None:
+            self._engine = _IDLE_ENGINES.pop() if _IDLE_ENGINES else GameEngine()
+        self._engine.load(game_file)
+        state = self._engine.reset()
+        if state.won:
+            raise AlfWorldGameError(f"{game_file}: the goal already holds before any action")
+        text = state.feedback.strip()
+        self._offered = _offered(state.admissible_commands)
+        self._steps = 0
+        self._done = False
+        self.task_id = task_id
+        return Observation(
+            text=text, task=_task_of(text, game_file), admissible_actions=self._offered
+        )
+
+    def step(self, action: str | None) -> StepResult:
+        if self._done or self._engine is None:
+            raise RuntimeError("step: the episode is over; call reset(task_id) first")
+        self._steps += 1
+        valid = action is not None and action in self._offered
+        state = self._engine.step("" if action is None else action)
+        self._offered = _offered(state.admissible_commands)
+        end_reason = None
+        if state.won:
+            end_reason = END_SUCCESS
+        elif self._steps >= self.max_steps:
+            end_reason = END_STEP_LIMIT
+        if end_reason is not None:
+            self.close()
+        return StepResult(
+            observation=state.feedback.strip(),
+            reward=1.0 if state.won else 0.0,
+            done=end_reason is not None,
+            success=state.won,
+            action_valid=valid,
+            admissible_actions=self._offered,
+            end_reason=end_reason,
+        )
+
+    def close(self) -> None:
+        """End the current episode (if any) and hand its engine back to the pool."""
+        if self._engine is not None:
+            _IDLE_ENGINES.append(self._engine)
+            self._engine = None
+        self._done = True

@@ -1,0 +1,513 @@
+"""Small solvable ALFWorld games built from the ``alfworld`` wheel's own room layouts.
+
+For smoke runs and tests where the official games (``alfworld-download``) are not installed. The
+games are written in the official folder layout, so the adapter reads them like the real data::
+
+    python -m resail_pipeline.envs.alfworld_games --out data/01_raw/alfworld_games --n 20
+    export ALFWORLD_DATA=data/01_raw/alfworld_games
+
+Each split folder (``train``, ``valid_seen``, ``valid_unseen``) gets ``n`` games; game ``i`` has
+task type ``i mod 6`` (the six ALFWorld task types). A game is built from one room of
+``alfworld/gen/layouts`` (its receptacles with their positions, and the object classes present):
+``train`` and ``valid_seen`` rooms come from ALFRED's training scenes and ``valid_unseen`` rooms
+from its test scenes, as in the official split, and each task type only uses the room kinds
+ALFRED allows it (``constants.GOALS_VALID``). The game keeps up to ``max_receptacles`` of the
+room's receptacles (always those the task needs), places the task's object(s) away from the
+target receptacle type, and adds a few other objects, each only where ALFRED allows it
+(``constants.VAL_RECEPTACLE_OBJECTS``; desk lamps stand on a desk, dresser or side table). Goals
+and task sentences come from ALFWorld's goal library; the domain and text grammar are the wheel's
+``alfred.pddl`` and ``alfred.twl2``.
+
+A candidate is kept only if the real engine loads it, its goal does not already hold at the start,
+the planner finds a plan of at most ``max_plan_length`` steps, and playing that plan through the
+engine wins. The plan is stored as the game's walkthrough; a rejected candidate is redrawn.
+Generation is deterministic in ``seed``; the output folder is written whole or not at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import random
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib.resources import files
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from tqdm import tqdm
+
+from resail_pipeline.envs.alfworld import (
+    GAME_FILE,
+    SPLITS,
+    AlfWorldGameError,
+    GameEngine,
+    split_dir,
+    split_games,
+)
+from resail_pipeline.io import atomic_path
+
+logger = logging.getLogger(__name__)
+
+#: The six task types, in the order game ``i`` of a split cycles through them.
+TASK_TYPES = (
+    "pick_and_place_simple",
+    "look_at_obj_in_light",
+    "pick_clean_then_place_in_recep",
+    "pick_heat_then_place_in_recep",
+    "pick_cool_then_place_in_recep",
+    "pick_two_obj_and_place",
+)
+#: Task type -> (appliance receptacle class, object property it needs), for the state-change tasks.
+APPLIANCES = {
+    "pick_clean_then_place_in_recep": ("SinkBasin", "Cleanable"),
+    "pick_heat_then_place_in_recep": ("Microwave", "Heatable"),
+    "pick_cool_then_place_in_recep": ("Fridge", "Coolable"),
+}
+#: The lamp of ``look_at_obj_in_light`` and the receptacle classes it may stand on.
+LAMP = "DeskLamp"
+LAMP_RECEPTACLES = ("Desk", "Dresser", "SideTable")
+#: Receptacle and object type constants the domain's actions name; every problem declares them.
+DOMAIN_RTYPES = ("Fridge", "Microwave", "SinkBasin")
+DOMAIN_OTYPES = ("ButterKnife", "Knife")
+#: ALFRED's mangling of ids into PDDL names (``PlannedGameState.fix_pddl_str_chars``, which
+#: cannot be imported without OpenCV); characters are replaced all at once.
+PDDL_CHARS = {"-": "_minus_", "#": "-", "|": "_bar_", "+": "_plus_", ".": "_dot_", ",": "_comma_"}
+_PDDL_TABLE = str.maketrans(PDDL_CHARS)
+#: Grid step of the layouts, in metres.
+GRID = 0.25
+#: Split -> the ALFRED scenes its rooms are drawn from (valid_unseen holds unseen rooms).
+SPLIT_SCENES = {"train": "train", "id": "train", "ood": "test"}
+
+#: A navigation pose in grid units: (x, z, rotation / 90 degrees, camera horizon in degrees).
+Location = tuple[int, int, int, int]
+
+
+@dataclass(frozen=True)
+class GameGenConfig:
+    """How many games to build and how large."""
+
+    #: games written to each of train, valid_seen and valid_unseen
+    games_per_split: int = 20
+    #: seed of every random draw; the same seed gives the same games
+    seed: int = 0
+    #: receptacles kept from the room (the ones the task needs are always kept)
+    max_receptacles: int = 8
+    #: objects placed besides the task's own
+    distractors: int = 3
+    #: longest planner walkthrough accepted (episodes are cut at 30 steps)
+    max_plan_length: int = 20
+    #: candidates drawn for one game before giving up
+    max_attempts: int = 40
+
+    def __post_init__(self) -> None:
+        if self.games_per_split < 1:
+            raise ValueError(f"games_per_split: must be >= 1, got {self.games_per_split}")
+        if self.max_receptacles < 3:
+            raise ValueError(f"max_receptacles: must be >= 3, got {self.max_receptacles}")
+        if self.distractors < 0:
+            raise ValueError(f"distractors: must be >= 0, got {self.distractors}")
+        if not 1 <= self.max_plan_length <= 30:
+            raise ValueError(f"max_plan_length: must be in [1, 30], got {self.max_plan_length}")
+        if self.max_attempts < 1:
+            raise ValueError(f"max_attempts: must be >= 1, got {self.max_attempts}")
+
+
+@dataclass(frozen=True)
+class Receptacle:
+    """A receptacle of a room: its layout id (e.g. ``Cabinet|+00.68|+00.50|-02.20``), class and
+    the pose from which it is reached."""
+
+    id: str
+    cls: str
+    location: Location
+
+
+@dataclass(frozen=True)
+class Room:
+    """One ALFRED scene as the wheel's layouts describe it."""
+
+    scene: int
+    kind: str
+    receptacles: tuple[Receptacle, ...]
+    object_classes: frozenset[str]
+    points: tuple[tuple[float, float], ...]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """An object of a game: id, class and the receptacle it starts in."""
+
+    id: str
+    cls: str
+    receptacle: Receptacle
+
+
+@dataclass(frozen=True)
+class GameSpec:
+    """Everything a game file and its ``traj_data.json`` are written from."""
+
+    task_type: str
+    scene: int
+    object_target: str
+    parent_target: str
+    toggle_target: str
+    receptacles: tuple[Receptacle, ...]
+    objects: tuple[Placement, ...]
+    start: Location
+    sentence: str
+
+
+def _constants() -> ModuleType:
+    from alfworld.gen import constants
+
+    return constants
+
+
+def _goal_library() -> ModuleType:
+    from alfworld.gen import goal_library
+
+    return goal_library
+
+
+def pddl_name(text: str) -> str:
+    """``text`` as a PDDL name, mangled the way ALFRED's own problems are."""
+    return text.translate(_PDDL_TABLE)
+
+
+def _location_name(location: Location) -> str:
+    return pddl_name("loc|{}|{}|{}|{}".format(*location))
+
+
+def _room_kind(scene: int) -> str:
+    return next(kind for kind, scenes in _constants().SCENE_TYPE.items() if scene in scenes)
+
+
+def _layouts() -> Path:
+    return Path(str(files("alfworld") / "gen" / "layouts"))
+
+
+@cache
+def load_room(scene: int) -> Room:
+    """Scene ``scene`` from the wheel's layouts: ``FloorPlan<scene>-{openable,objects}.json`` and
+    the reachable grid points of ``FloorPlan<scene>-layout.npy``."""
+    import numpy as np
+
+    c = _constants()
+    static = c.RECEPTACLES - c.MOVABLE_RECEPTACLES_SET
+    poses = json.loads((_layouts() / f"FloorPlan{scene}-openable.json").read_text())
+    receptacles = []
+    for key, (x, z, rotation, horizon) in sorted(poses.items()):
+        parts = key.split("|")
+        cls = parts[4] if len(parts) > 4 else parts[0]  # "Sink|x|y|z|SinkBasin" is a SinkBasin
+        if cls not in static or not cls.startswith(parts[0]):
+            continue  # a movable receptacle, or a mislabelled basin ("Bathtub|...|SinkBasin")
+        location = (round(x / GRID), round(z / GRID), int(rotation) // 90 % 4, int(horizon))
+        receptacles.append(Receptacle(key, cls, location))
+    classes = json.loads((_layouts() / f"FloorPlan{scene}-objects.json").read_text())
+    points = np.load(_layouts() / f"FloorPlan{scene}-layout.npy")  # (P, 2) x, z in metres
+    return Room(
+        scene=scene,
+        kind=_room_kind(scene),
+        receptacles=tuple(receptacles),
+        object_classes=frozenset(classes),
+        points=tuple((float(x), float(z)) for x, z in points),
+    )
+
+
+def _pickupable() -> frozenset[str]:
+    """Object classes ALFRED lets an agent move between receptacles (sliced pieces excluded)."""
+    values = set().union(*_constants().VAL_RECEPTACLE_OBJECTS.values())
+    return frozenset(v for v in values if not v.endswith("Sliced"))
+
+
+def _holds(receptacle_cls: str, object_cls: str) -> bool:
+    return object_cls in _constants().VAL_RECEPTACLE_OBJECTS.get(receptacle_cls, ())
+
+
+def task_options(room: Room, task_type: str) -> list[tuple[str, str, str]]:
+    """The (object, parent receptacle class, toggle) triples ``task_type`` can use in ``room``:
+    the object is present and movable, has the property the task needs, can start somewhere that
+    is not of the parent's class and can be put into the parent."""
+    c = _constants()
+    if room.kind not in c.GOALS_VALID[task_type]:
+        return []
+    classes = {r.cls for r in room.receptacles}
+    movable = sorted(_pickupable() & room.object_classes)
+    if task_type == "look_at_obj_in_light":
+        if LAMP not in room.object_classes or not classes & set(LAMP_RECEPTACLES):
+            return []
+        return [(o, "", LAMP) for o in movable if any(_holds(r, o) for r in classes)]
+    appliance, needs = APPLIANCES.get(task_type, (None, None))
+    if appliance is not None and appliance not in classes:
+        return []
+    options = []
+    for parent in sorted(classes - {appliance}):
+        for obj in movable:
+            has_property = needs is None or obj in c.VAL_ACTION_OBJECTS[needs]
+            has_source = any(_holds(r, obj) for r in classes - {parent})
+            if has_property and has_source and _holds(parent, obj):
+                options.append((obj, parent, ""))
+    return options
+
+
+def _pick(rng: random.Random, receptacles: Sequence[Receptacle], cls: str) -> Receptacle:
+    return rng.choice([r for r in receptacles if r.cls == cls])
+
+
+def sample_game(
+    rng: random.Random, task_type: str, scenes: Sequence[int], config: GameGenConfig
+) -> GameSpec:
+    """Draw one candidate game of ``task_type`` in one of ``scenes`` (not yet checked)."""
+    hosts = [s for s in scenes if task_options(load_room(s), task_type)]
+    if not hosts:
+        raise ValueError(f"no room among {len(scenes)} scenes can host a {task_type} task")
+    room = load_room(rng.choice(hosts))
+    obj, parent, toggle = rng.choice(task_options(room, task_type))
+    appliance = APPLIANCES.get(task_type, ("", ""))[0]
+
+    # The receptacles the task needs, then others up to max_receptacles.
+    needed: list[Receptacle] = []
+    if parent:
+        needed.append(_pick(rng, room.receptacles, parent))
+    if appliance:
+        needed.append(_pick(rng, room.receptacles, appliance))
+    if toggle:
+        lamp_classes = sorted({r.cls for r in room.receptacles} & set(LAMP_RECEPTACLES))
+        lamp_holder = _pick(rng, room.receptacles, rng.choice(lamp_classes))
+        needed.append(lamp_holder)
+    sources = [r for r in room.receptacles if r.cls != parent and _holds(r.cls, obj)]
+    copies = 2 if task_type == "pick_two_obj_and_place" else 1
+    starts = [rng.choice(sources) for _ in range(copies)]
+    needed += starts
+    needed = list(dict.fromkeys(needed))
+    others = [r for r in room.receptacles if r not in needed]
+    extra = max(0, config.max_receptacles - len(needed))
+    kept = tuple(needed + rng.sample(others, min(extra, len(others))))
+
+    placements = [(obj, start) for start in starts]
+    if toggle:
+        placements.append((toggle, lamp_holder))
+    others_cls = sorted((_pickupable() & room.object_classes) - {obj})
+    for cls in rng.sample(others_cls, min(config.distractors, len(others_cls))):
+        holders = [r for r in kept if _holds(r.cls, cls)]
+        if holders:
+            placements.append((cls, rng.choice(holders)))
+    objects = tuple(
+        Placement(f"{cls}|{k:02d}", cls, receptacle)
+        for k, (cls, receptacle) in enumerate(placements, start=1)
+    )
+
+    taken = {r.location for r in kept}
+    points = list(room.points)
+    rng.shuffle(points)
+    poses = ((round(x / GRID), round(z / GRID), rng.randrange(4), 30) for x, z in points)
+    start = next((pose for pose in poses if pose not in taken), None)
+    if start is None:
+        raise ValueError(f"scene {room.scene}: no free grid point for the agent to start on")
+    template = rng.choice(_goal_library().gdict[task_type]["templates"])
+    sentence = template.format(
+        obj=obj.lower(), recep=parent.lower(), toggle=toggle.lower(), mrecep=""
+    )
+    return GameSpec(
+        task_type=task_type,
+        scene=room.scene,
+        object_target=obj,
+        parent_target=parent,
+        toggle_target=toggle,
+        receptacles=kept,
+        objects=objects,
+        start=start,
+        sentence=sentence,
+    )
+
+
+def problem_text(spec: GameSpec, name: str) -> str:
+    """The PDDL problem of ``spec``, named ``name``, for the wheel's ``alfred.pddl`` domain."""
+    c = _constants()
+    rtypes = sorted({r.cls for r in spec.receptacles} | set(DOMAIN_RTYPES))
+    otypes = sorted({o.cls for o in spec.objects} | set(DOMAIN_OTYPES))
+    if clash := set(rtypes) & set(otypes):
+        # Fast Downward exits the process on a name declared with two types.
+        raise ValueError(f"types declared both as receptacle and object types: {sorted(clash)}")
+    locations = sorted({r.location for r in spec.receptacles} | {spec.start})
+    objects = [
+        "agent1 - agent",
+        *(f"{t}Type - otype" for t in otypes),
+        *(f"{t}Type - rtype" for t in rtypes),
+        *(f"{pddl_name(o.id)} - object" for o in spec.objects),
+        *(f"{pddl_name(r.id)} - receptacle" for r in spec.receptacles),
+        *(f"{_location_name(loc)} - location" for loc in locations),
+    ]
+    init = ["(= (total-cost) 0)", f"(atLocation agent1 {_location_name(spec.start)})"]
+    for r in spec.receptacles:
+        name_r = pddl_name(r.id)
+        init += [
+            f"(receptacleType {name_r} {r.cls}Type)",
+            f"(receptacleAtLocation {name_r} {_location_name(r.location)})",
+        ]
+        if r.cls in c.OPENABLE_CLASS_SET:
+            init.append(f"(openable {name_r})")
+    properties = {
+        "cleanable": c.VAL_ACTION_OBJECTS["Cleanable"],
+        "heatable": c.VAL_ACTION_OBJECTS["Heatable"],
+        "coolable": c.VAL_ACTION_OBJECTS["Coolable"],
+        "sliceable": c.VAL_ACTION_OBJECTS["Sliceable"],
+        "isReceptacleObject": c.MOVABLE_RECEPTACLES_SET,
+    }
+    for o in spec.objects:
+        name_o = pddl_name(o.id)
+        init += [
+            f"(objectType {name_o} {o.cls}Type)",
+            f"(inReceptacle {name_o} {pddl_name(o.receptacle.id)})",
+            f"(objectAtLocation {name_o} {_location_name(o.receptacle.location)})",
+            f"(toggleable {name_o})" if o.cls == LAMP else f"(pickupable {name_o})",
+        ]
+        init += [f"({p} {name_o})" for p, classes in properties.items() if o.cls in classes]
+    for rt in sorted({r.cls for r in spec.receptacles}):
+        init += [f"(canContain {rt}Type {ot}Type)" for ot in otypes if _holds(rt, ot)]
+    goal = (
+        _goal_library()
+        .gdict[spec.task_type]["pddl"]
+        .format(
+            obj=spec.object_target,
+            recep=spec.parent_target,
+            toggle=spec.toggle_target,
+            mrecep="",
+        )
+    )
+    lines = [f"(define (problem {name})", "    (:domain alfred)", "    (:objects"]
+    lines += [f"        {line}" for line in objects]
+    lines += ["    )", "    (:init"]
+    lines += [f"        {line}" for line in init]
+    lines += ["    )", goal.replace("#", "-").strip()]  # the goal closes the define
+    return "\n".join(lines) + "\n"
+
+
+def traj_data(spec: GameSpec, trial: str) -> dict[str, Any]:
+    """The ``traj_data.json`` ALFWorld reads for a game (task type and PDDL parameters)."""
+    return {
+        "task_id": trial,
+        "task_type": spec.task_type,
+        "pddl_params": {
+            "object_target": spec.object_target,
+            "parent_target": spec.parent_target,
+            "mrecep_target": "",
+            "toggle_target": spec.toggle_target,
+            "object_sliced": False,
+        },
+        "scene": {"floor_plan": f"FloorPlan{spec.scene}", "scene_num": spec.scene},
+    }
+
+
+def game_data(spec: GameSpec, trial: str) -> dict[str, Any]:
+    """The ``game.tw-pddl`` content of ``spec``, before its walkthrough is known."""
+    data = files("alfworld") / "data"
+    grammar = (data / "alfred.twl2").read_text().replace("UNKNOWN GOAL", spec.sentence)
+    return {
+        "pddl_domain": (data / "alfred.pddl").read_text(),
+        "grammar": grammar,
+        "pddl_problem": problem_text(spec, f"plan_{trial}"),
+        "solvable": False,
+        "walkthrough": None,
+    }
+
+
+def solve(engine: GameEngine, game_file: Path, max_plan_length: int) -> list[str] | None:
+    """The planner's walkthrough of ``game_file`` if playing it through the engine wins in at
+    most ``max_plan_length`` steps, else ``None`` (the engine's reason is logged)."""
+    try:
+        engine.load(game_file)
+        state = engine.reset()
+    except AlfWorldGameError as error:
+        logger.debug("rejected %s: %s", game_file.parent.name, error)
+        return None
+    plan = list(state.walkthrough or ())
+    if state.won or not plan or len(plan) > max_plan_length:
+        logger.debug("rejected %s: won=%s, plan of %d", game_file.parent.name, state.won, len(plan))
+        return None
+    for step, command in enumerate(plan, start=1):
+        if command not in state.admissible_commands:
+            return None
+        state = engine.step(command)
+        if state.won:
+            return plan[:step]
+    return None
+
+
+def write_games(out: Path, config: GameGenConfig) -> list[Path]:
+    """Write ``config.games_per_split`` checked games into each split folder under
+    ``out/json_2.1.1``; ``out`` is replaced whole once every game is written and found by
+    ALFWorld's own game collection. Returns the game files, train then id then ood."""
+    c = _constants()
+    scenes = {"train": sorted(c.TRAIN_SCENE_NUMBERS), "test": sorted(c.TEST_SCENE_NUMBERS)}
+    engine = GameEngine(plan=True)
+    jobs = [(split, i) for split in SPLITS for i in range(config.games_per_split)]
+    with atomic_path(out) as tmp:
+        for split, index in tqdm(jobs, desc="alfworld games", unit="game"):
+            write_game(tmp, split, index, scenes[SPLIT_SCENES[split]], engine, config)
+        games = [game for split in SPLITS for game in split_games(tmp, split)]
+        if len(games) != len(jobs):
+            raise RuntimeError(f"ALFWorld finds {len(games)} of the {len(jobs)} games written")
+    return [out / game.relative_to(tmp) for game in games]
+
+
+def write_game(
+    root: Path,
+    split: str,
+    index: int,
+    scenes: Sequence[int],
+    engine: GameEngine,
+    config: GameGenConfig,
+) -> Path:
+    """Draw candidates for game ``index`` of ``split`` until one passes :func:`solve`; write it
+    under ``root`` and return its game file."""
+    task_type = TASK_TYPES[index % len(TASK_TYPES)]
+    trial = f"trial_s{config.seed}_{index:05d}"
+    for attempt in range(config.max_attempts):
+        rng = random.Random(f"alfworld-games/{config.seed}/{split}/{index}/{attempt}")
+        spec = sample_game(rng, task_type, scenes, config)
+        target = spec.parent_target or spec.toggle_target
+        task = f"{task_type}-{spec.object_target}-None-{target}-{spec.scene}"
+        folder = split_dir(root, split) / task / trial
+        folder.mkdir(parents=True)
+        game = game_data(spec, trial)
+        (folder / GAME_FILE).write_text(json.dumps(game))
+        (folder / "traj_data.json").write_text(json.dumps(traj_data(spec, trial)))
+        walkthrough = solve(engine, folder / GAME_FILE, config.max_plan_length)
+        if walkthrough is not None:
+            game.update(solvable=True, walkthrough=walkthrough)
+            (folder / GAME_FILE).write_text(json.dumps(game))
+            return folder / GAME_FILE
+        shutil.rmtree(folder)
+        if not any(folder.parent.iterdir()):
+            folder.parent.rmdir()
+    raise RuntimeError(
+        f"no solvable {task_type} game for split {split!r} #{index} in {config.max_attempts} "
+        "attempts; raise max_receptacles or max_plan_length"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m resail_pipeline.envs.alfworld_games", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--out", type=Path, required=True, help="data root to write (replaced)")
+    parser.add_argument("--n", type=int, default=20, help="games per split (default 20)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of every draw (default 0)")
+    parser.add_argument("--max-receptacles", type=int, default=8, help="receptacles per game")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    config = GameGenConfig(
+        games_per_split=args.n, seed=args.seed, max_receptacles=args.max_receptacles
+    )
+    games = write_games(args.out, config)
+    logger.info("wrote %d games under %s", len(games), args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Evaluation: success rates per seed, dual-view evaluation, the sensitivity probe, the report."""

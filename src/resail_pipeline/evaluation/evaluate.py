@@ -1,0 +1,192 @@
+"""Evaluate a policy on a fixed test split: per-episode results and success per decoding seed.
+
+Appendix A.3: each checkpoint runs the same test tasks from the same initial states under every
+decoding seed (temperature 0.4, top-p 1, no top-k, a 30-step limit where invalid actions consume
+a step); the success rate of each seed is reported as the mean and sample SD over seeds.
+
+Dual-view evaluation (appendix D.2) adds the privileged view: the same episodes, but every step
+is generated with the task's fixed Experience, a summary of one reference episode of the initial
+model (successful or failed), held fixed across checkpoints and seeds. :func:`reference_episodes`
+runs those reference episodes; the summaries themselves come from :mod:`resail_pipeline.experience`.
+
+All views and seeds of one checkpoint run as one batched rollout.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pandas as pd
+
+from resail_pipeline.envs import Environment
+from resail_pipeline.generation.base import Generator, SamplingParams
+from resail_pipeline.prompts import OUTCOMES, Summary
+from resail_pipeline.rollout import EpisodeSpec, episodes_to_frames, run_episodes
+from resail_pipeline.schemas import SCHEMAS, check_columns
+
+logger = logging.getLogger(__name__)
+
+VIEW_ORDINARY = "ordinary"
+VIEW_PRIVILEGED = "privileged"
+VIEWS = (VIEW_ORDINARY, VIEW_PRIVILEGED)
+
+#: Columns of the fixed Experience table: the ``summaries`` of the reference episodes, one per
+#: test task, with the task id; rows that were never accepted give their task no Experience.
+EXPERIENCE_COLUMNS = ("task_id", "traj_id", "outcome", "summary", "accepted")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """How a checkpoint is evaluated (defaults: the paper's, appendix A.3)."""
+
+    # the environment's test split
+    split: str = "test"
+    # evaluate the first `num_tasks` ids of the split in their fixed order; None = all of them
+    num_tasks: int | None = None
+    # one full pass over the tasks per seed; mean and sample SD are taken over seeds
+    decoding_seeds: tuple[int, ...] = (0, 1, 2)
+    # "ordinary" (no PI, the deployment view) and/or "privileged" (the fixed Experience)
+    views: tuple[str, ...] = (VIEW_ORDINARY,)
+    # decoding
+    temperature: float = 0.4
+    top_p: float = 1.0
+    top_k: int = -1
+    max_new_tokens: int = 1024
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "decoding_seeds", tuple(int(s) for s in self.decoding_seeds))
+        object.__setattr__(self, "views", tuple(self.views))
+        if self.num_tasks is not None and (
+            isinstance(self.num_tasks, bool) or int(self.num_tasks) < 1
+        ):
+            raise ValueError(
+                f"num_tasks: must be a positive integer or null, got {self.num_tasks!r}"
+            )
+        if not self.decoding_seeds:
+            raise ValueError("decoding_seeds: at least one seed is needed")
+        if len(set(self.decoding_seeds)) != len(self.decoding_seeds):
+            raise ValueError(f"decoding_seeds: must be distinct, got {list(self.decoding_seeds)}")
+        if any(s < 0 for s in self.decoding_seeds):
+            raise ValueError(f"decoding_seeds: must be >= 0, got {list(self.decoding_seeds)}")
+        unknown = [v for v in self.views if v not in VIEWS]
+        if unknown or not self.views or len(set(self.views)) != len(self.views):
+            raise ValueError(f"views: must be distinct values of {VIEWS}, got {list(self.views)}")
+        self.sampling()  # range checks of the decoding settings
+
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            max_new_tokens=self.max_new_tokens,
+        )
+
+    @property
+    def privileged(self) -> bool:
+        return VIEW_PRIVILEGED in self.views
+
+
+def evaluation_tasks(env: Environment, split: str, num_tasks: int | None) -> list[int]:
+    """The first ``num_tasks`` task ids of ``split`` in the environment's fixed order."""
+    ids = env.task_ids(split)
+    if num_tasks is not None and num_tasks > len(ids):
+        raise ValueError(f"num_tasks: {split!r} has {len(ids)} tasks, asked for {num_tasks}")
+    return ids if num_tasks is None else ids[:num_tasks]
+
+
+def experience_by_task(experience: pd.DataFrame) -> dict[int, Summary]:
+    """Task id -> its fixed Experience (accepted rows of a table with :data:`EXPERIENCE_COLUMNS`)."""
+    missing = [c for c in EXPERIENCE_COLUMNS if c not in experience.columns]
+    if missing:
+        raise ValueError(f"experience: missing column(s) {missing}")
+    by_task: dict[int, Summary] = {}
+    for row in experience[experience["accepted"].astype(bool)].itertuples(index=False):
+        task_id = int(row.task_id)
+        if task_id in by_task:
+            raise ValueError(f"experience.task_id: task {task_id} has more than one summary")
+        if row.outcome not in OUTCOMES or not isinstance(row.summary, str) or not row.summary:
+            raise ValueError(f"experience: task {task_id} has no usable summary")
+        by_task[task_id] = Summary(row.outcome, row.summary)
+    return by_task
+
+
+def evaluate_policy(
+    make_env: Callable[[], Environment],
+    generator: Generator,
+    config: EvalConfig,
+    *,
+    cycle: int,
+    method: str,
+    experience: pd.DataFrame | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Run every (view, seed, task) episode of ``config`` and return ``(eval_results, steps)``.
+
+    ``experience`` is required for the privileged view; a test task without an Experience is
+    evaluated in the ordinary view only (logged), so both views of every seed share their tasks.
+    The ``steps`` table holds every step of every episode (for inspection).
+    """
+    probe_env = make_env()
+    tasks = evaluation_tasks(probe_env, config.split, config.num_tasks)
+    summaries: dict[int, Summary] = {}
+    if config.privileged:
+        if experience is None:
+            raise ValueError("experience: the privileged view needs the fixed Experience table")
+        summaries = experience_by_task(experience)
+        lacking = [t for t in tasks if t not in summaries]
+        if lacking:
+            logger.warning(
+                "evaluate: %d of %d tasks have no Experience; their privileged episodes are skipped",
+                len(lacking),
+                len(tasks),
+            )
+    specs = []
+    for view in config.views:
+        for seed in config.decoding_seeds:
+            for task_id in tasks:
+                if view == VIEW_PRIVILEGED and task_id not in summaries:
+                    continue
+                specs.append(
+                    EpisodeSpec(
+                        traj_id=f"eval/{probe_env.name}/{config.split}/{view}/{task_id}/{seed}",
+                        task_id=task_id,
+                        decoding_seed=seed,
+                        summary=summaries[task_id] if view == VIEW_PRIVILEGED else None,
+                    )
+                )
+    episodes = run_episodes(make_env, specs, generator, config.sampling())
+    trajectories, steps = episodes_to_frames(
+        episodes, cycle=cycle, method=method, split=config.split
+    )
+    trajectories["view"] = [
+        VIEW_PRIVILEGED if spec.summary is not None else VIEW_ORDINARY for spec in specs
+    ]
+    results = trajectories[[*SCHEMAS["eval_results"], "traj_id", "end_reason"]].copy()
+    return check_columns(results, "eval_results"), steps
+
+
+def reference_episodes(
+    make_env: Callable[[], Environment],
+    generator: Generator,
+    config: EvalConfig,
+    *,
+    decoding_seed: int,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One ordinary-view episode per test task of ``config``, for the fixed Experience.
+
+    Returns the ``trajectories`` and ``steps`` tables (method ``reference``, cycle 0); each
+    trajectory's ``task_id`` is what the Experience is keyed by.
+    """
+    env = make_env()
+    tasks = evaluation_tasks(env, config.split, config.num_tasks)
+    specs = [
+        EpisodeSpec(
+            traj_id=f"reference/{env.name}/{config.split}/{task_id}/{decoding_seed}",
+            task_id=task_id,
+            decoding_seed=decoding_seed,
+        )
+        for task_id in tasks
+    ]
+    episodes = run_episodes(make_env, specs, generator, config.sampling())
+    return episodes_to_frames(episodes, cycle=0, method="reference", split=config.split)

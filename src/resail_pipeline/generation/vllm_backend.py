@@ -1,0 +1,116 @@
+"""The :class:`~.base.Generator` over vLLM, for GPU nodes (the optional ``gpu`` extra).
+
+``vllm`` is imported only when a generator is built, so this module imports anywhere. Prompts
+are tokenized here exactly as the transformers backend does (no special tokens added), each
+response is its own request with the seed of :func:`~.base.response_seeds`, and the engine is
+asked for raw log-probs, i.e. those of the model before temperature, top-k and top-p.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from resail_pipeline.checkpoints import check_checkpoint, read_checkpoint_info
+from resail_pipeline.generation.base import Generation, SamplingParams, response_seeds
+
+
+class VLLMGenerator:
+    """Generation with a ``vllm.LLM`` engine.
+
+    Args:
+        llm: the engine; it must have been built with ``logprobs_mode="raw_logprobs"`` (as
+            :meth:`from_checkpoint` does) for ``Generation.logprobs`` to be behaviour log-probs.
+        policy_id: recorded with every response.
+        progress: show vLLM's progress bar.
+    """
+
+    def __init__(self, llm: Any, *, policy_id: str, progress: bool = True) -> None:
+        self.llm = llm
+        self.tokenizer = llm.get_tokenizer()
+        if self.tokenizer.eos_token_id is None:
+            raise ValueError("tokenizer: has no eos_token, so a response could never end")
+        self.policy_id = policy_id
+        self.progress = progress
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        path: str | Path,
+        *,
+        dtype: str = "bfloat16",
+        policy_id: str | None = None,
+        seed: int = 0,
+        progress: bool = True,
+        **engine_options: Any,
+    ) -> VLLMGenerator:
+        """Start an engine on a local checkpoint; ``engine_options`` go to ``vllm.LLM``.
+
+        ``policy_id`` defaults to the one the checkpoint's manifest records. The model's own
+        ``generation_config.json`` defaults are ignored: only :class:`SamplingParams` decide.
+        """
+        from vllm import LLM
+
+        llm = LLM(
+            model=str(check_checkpoint(path)),
+            dtype=dtype,
+            seed=seed,
+            trust_remote_code=False,
+            logprobs_mode="raw_logprobs",
+            generation_config="vllm",
+            **engine_options,
+        )
+        if policy_id is None:
+            policy_id = read_checkpoint_info(path).policy_id
+        return cls(llm, policy_id=policy_id, progress=progress)
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        params: SamplingParams,
+        seeds: Sequence[int] | None = None,
+    ) -> list[Generation]:
+        """``len(prompts) * params.n`` generations, prompt-major (one request per response)."""
+        if not prompts:
+            return []
+        from vllm import SamplingParams as VLLMSamplingParams
+
+        stream_seeds = response_seeds(len(prompts), params, seeds)
+        encoded = self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+        eos_id = self.tokenizer.eos_token_id
+        requests = [{"prompt_token_ids": encoded[r // params.n]} for r in range(len(stream_seeds))]
+        request_params = [
+            VLLMSamplingParams(
+                n=1,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                top_k=params.top_k,
+                max_tokens=params.max_new_tokens,
+                seed=seed,
+                stop_token_ids=[eos_id],
+                logprobs=0,  # only the sampled token's log-prob
+                detokenize=False,
+            )
+            for seed in stream_seeds
+        ]
+        outputs = self.llm.generate(requests, request_params, use_tqdm=self.progress)
+        generations = []
+        for output in outputs:
+            (completion,) = output.outputs
+            ids = tuple(completion.token_ids)
+            finished = completion.finish_reason == "stop"
+            generations.append(
+                Generation(
+                    text=self.tokenizer.decode(
+                        ids[:-1] if finished else ids, skip_special_tokens=False
+                    ),
+                    token_ids=ids,
+                    logprobs=tuple(
+                        step[token].logprob
+                        for step, token in zip(completion.logprobs, ids, strict=True)
+                    ),
+                    finished=finished,
+                )
+            )
+        return generations

@@ -1,0 +1,29 @@
+"""``report``: every evaluation, training metric and probe row of the environment -> the report."""
+
+from __future__ import annotations
+
+from kedro.pipeline import Pipeline, node
+
+from resail_pipeline.pipelines.report.nodes import report_node
+
+
+def create_pipeline(**kwargs) -> Pipeline:
+    return Pipeline(
+        [
+            node(
+                report_node,
+                inputs=["report.eval_summaries", "report.train_metrics", "report.probe"],
+                outputs=[
+                    "report.main_results_md",
+                    "report.main_results_csv",
+                    "report.cost_breakdown_md",
+                    "report.cost_breakdown_csv",
+                    "report.fig1a_success",
+                    "report.fig3_dual_view",
+                    "report.fig5a_cost",
+                    "report.fig6_sensitivity",
+                ],
+                name="report_node",
+            )
+        ]
+    )

@@ -1,0 +1,99 @@
+"""Evaluation runs on the real TextCraft adapter with the tiny random policy."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from resail_pipeline.envs import make_env
+from resail_pipeline.evaluation.evaluate import (
+    EvalConfig,
+    evaluate_policy,
+    experience_by_task,
+    reference_episodes,
+)
+from resail_pipeline.evaluation.stats import summarize_eval_results
+from resail_pipeline.generation.transformers_backend import TransformersGenerator
+from resail_pipeline.prompts import OUTCOME_FAILURE
+
+
+@pytest.fixture()
+def generator(tiny_model, tiny_tokenizer):
+    return TransformersGenerator(tiny_model, tiny_tokenizer, policy_id="tiny@0", progress=False)
+
+
+def _textcraft():
+    return make_env("textcraft", max_steps=2)
+
+
+def test_config_checks_fields():
+    with pytest.raises(ValueError, match="views"):
+        EvalConfig(views=("ordinary", "oracle"))
+    with pytest.raises(ValueError, match="decoding_seeds"):
+        EvalConfig(decoding_seeds=(1, 1))
+    with pytest.raises(ValueError, match="num_tasks"):
+        EvalConfig(num_tasks=0)
+    with pytest.raises(ValueError, match="temperature"):
+        EvalConfig(temperature=-1.0)
+
+
+def test_both_views_share_tasks_and_initial_states(generator):
+    config = EvalConfig(
+        num_tasks=3, decoding_seeds=(0, 1), views=("ordinary", "privileged"), max_new_tokens=4
+    )
+    tasks = make_env("textcraft").task_ids("test")[:3]
+    experience = pd.DataFrame(
+        {
+            "task_id": tasks[:2],
+            "traj_id": ["r0", "r1"],
+            "outcome": [OUTCOME_FAILURE] * 2,
+            "summary": ["Failure analysis:\n- Failure diagnosis: x"] * 2,
+            "accepted": [True, True],
+        }
+    )
+    results, steps = evaluate_policy(
+        _textcraft, generator, config, cycle=0, method="react", experience=experience
+    )
+    ordinary = results[results["view"] == "ordinary"]
+    privileged = results[results["view"] == "privileged"]
+    assert len(ordinary) == 6 and sorted(set(ordinary["task_id"])) == sorted(tasks)
+    assert len(privileged) == 4 and set(privileged["task_id"]) == set(tasks[:2])
+    assert (results["num_steps"] == 2).all() and not results["success"].any()
+    assert set(steps["traj_id"]) == set(results["traj_id"])
+    # the initial observation of a task is the same under every view and seed
+    first = steps[steps["t"] == 0].merge(results[["traj_id", "task_id"]], on="traj_id")
+    assert (first.groupby("task_id")["observation"].nunique() == 1).all()
+    summary = summarize_eval_results(results)
+    assert sorted(summary["view"]) == ["ordinary", "privileged"]
+    assert (summary["mean"] == 0.0).all()
+
+
+def test_privileged_view_needs_experience(generator):
+    config = EvalConfig(num_tasks=1, decoding_seeds=(0,), views=("privileged",))
+    with pytest.raises(ValueError, match="experience"):
+        evaluate_policy(_textcraft, generator, config, cycle=0, method="react")
+
+
+def test_experience_table_is_checked():
+    with pytest.raises(ValueError, match="missing column"):
+        experience_by_task(pd.DataFrame({"task_id": [1]}))
+    table = pd.DataFrame(
+        {
+            "task_id": [1, 1, 2],
+            "traj_id": ["a", "b", "c"],
+            "outcome": ["success"] * 3,
+            "summary": ["s"] * 3,
+            "accepted": [True, True, False],
+        }
+    )
+    assert list(experience_by_task(table.iloc[1:])) == [1]  # the rejected row gives nothing
+    with pytest.raises(ValueError, match="more than one summary"):
+        experience_by_task(table)
+
+
+def test_reference_episodes_cover_each_task_once(generator):
+    config = EvalConfig(num_tasks=2, max_new_tokens=4)
+    trajectories, steps = reference_episodes(_textcraft, generator, config, decoding_seed=1000)
+    assert list(trajectories["task_id"]) == make_env("textcraft").task_ids("test")[:2]
+    assert (trajectories["decoding_seed"] == 1000).all()
+    assert set(steps["traj_id"]) == set(trajectories["traj_id"])

@@ -1,0 +1,418 @@
+"""The report: table 1 in the paper's format, the cost table, and the four figures."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.container import BarContainer, ErrorbarContainer
+
+from resail_pipeline.evaluation.report import (
+    COST_COMPONENTS,
+    cost_figure,
+    cost_table,
+    dual_view_figure,
+    format_cell,
+    main_results_table,
+    sensitivity_figure,
+    sensitivity_per_update,
+    success_figure,
+    table_to_markdown,
+    write_figure,
+    write_report,
+    write_table,
+)
+from resail_pipeline.evaluation.stats import mean_and_sd
+from resail_pipeline.schemas import SCHEMAS, SchemaError
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def summary_row(
+    experiment: str,
+    method: str,
+    cycle: int,
+    per_seed: list[float],
+    env: str = "textcraft",
+    split: str = "test",
+    view: str = "ordinary",
+) -> dict:
+    """One ``eval_summary`` row; cycle 0 rows are the initial checkpoint ``initial@0``."""
+    mean, sd = mean_and_sd(per_seed)
+    return {
+        "policy_id": "initial@0" if cycle == 0 else f"{experiment}-{cycle}@0",
+        "cycle": cycle,
+        "method": method,
+        "env": env,
+        "split": split,
+        "view": view,
+        "success_per_seed": per_seed,
+        "mean": mean,
+        "sd": sd,
+        "episodes": 10 * len(per_seed),
+        "experiment": experiment,
+    }
+
+
+@pytest.fixture()
+def eval_summary() -> pd.DataFrame:
+    """A hand-written example: two benchmarks, two cycles, methods in scrambled order."""
+    ood = {"env": "alfworld", "split": "ood"}
+    return pd.DataFrame(
+        [
+            summary_row("mystery", "mystery", 1, [0.1, 0.2, 0.3]),
+            summary_row("oel_resail", "oel_resail", 2, [0.70, 0.70, 0.70]),
+            summary_row("oel", "oel", 1, [0.50, 0.55, 0.60]),
+            summary_row("oel", "oel", 1, [0.90, 0.90, 0.90], view="privileged"),
+            summary_row("oel", "oel", 2, [0.40, 0.40, 0.43]),
+            summary_row("oel", "react", 0, [0.60, 0.62, 0.64]),
+            summary_row("oel_resail", "react", 0, [0.60, 0.62, 0.64]),  # the same C0, again
+            summary_row("oel", "react", 0, [0.40, 0.40, 0.40], **ood),
+            summary_row("oel", "oel", 1, [0.50, 0.50, 0.50], **ood),
+            summary_row("custom_x", "oel_resail", 1, [0.30, 0.30, 0.36]),
+            summary_row("oel_resail", "oel_resail", 1, [0.64, 0.66, 0.65]),
+            summary_row("sdpo_resail", "sdpo_resail", 1, [0.61]),
+            summary_row("rft", "rft", 2, [0.50, 0.52, 0.54]),
+        ]
+    )
+
+
+def test_cells_are_percent_mean_and_sd_with_one_decimal():
+    assert format_cell(0.6133, 0.0153) == "61.3 (1.5)"
+    assert format_cell(0.4, 0.0) == "40.0 (0.0)"
+    assert format_cell(0.61, math.nan) == "61.0 (--)"
+
+
+def test_main_table_reproduces_the_hand_written_example(eval_summary):
+    expected = pd.DataFrame(
+        [
+            ["ReAct", "40.0 (0.0)", "--", "62.0 (2.0)", "--"],
+            ["RFT", "--", "--", "--", "52.0 (2.0)"],
+            ["SDPO + ReSAIL", "--", "--", "61.0 (--)", "--"],
+            ["OEL", "50.0 (0.0)", "--", "55.0 (5.0)", "41.0 (1.7)"],
+            ["+ ReSAIL", "--", "--", "65.0 (1.0)", "70.0 (0.0)"],
+            ["custom_x", "--", "--", "32.0 (3.5)", "--"],
+            ["mystery", "--", "--", "20.0 (10.0)", "--"],
+        ],
+        columns=[
+            "Method",
+            "ALFWorld (OOD), Cycle 1",
+            "ALFWorld (OOD), Cycle 2",
+            "TextCraft, Cycle 1",
+            "TextCraft, Cycle 2",
+        ],
+    )
+    pd.testing.assert_frame_equal(main_results_table(eval_summary), expected)
+
+
+def test_main_table_follows_the_paper_order_and_shows_react_under_cycle_1_only():
+    rows = [
+        summary_row(m, m, c, [0.5, 0.5, 0.5])
+        for m in ["oel_resail", "oel", "sdpo_resail", "sdpo", "epd", "grpo", "rft"]
+        for c in (1, 2, 3)
+    ]
+    rows.append(summary_row("initial", "react", 0, [0.4, 0.4, 0.4]))
+    table = main_results_table(pd.DataFrame(rows))
+    assert table["Method"].tolist() == [
+        "ReAct",
+        "RFT",
+        "GRPO",
+        "EPD",
+        "SDPO",
+        "+ ReSAIL",
+        "OEL",
+        "+ ReSAIL",
+    ]
+    assert table.iloc[0, 1:].tolist() == ["40.0 (0.0)", "--", "--"]
+    assert list(table.columns[1:]) == [f"TextCraft, Cycle {c}" for c in (1, 2, 3)]
+
+
+def test_main_table_markdown_and_csv(tmp_path):
+    table = main_results_table(
+        pd.DataFrame(
+            [
+                summary_row("initial", "react", 0, [0.60, 0.62, 0.64]),
+                summary_row("oel", "oel", 1, [0.50, 0.55, 0.60]),
+            ]
+        )
+    )
+    assert table_to_markdown(table) == (
+        "| Method | TextCraft, Cycle 1 |\n"
+        "| :--- | :---: |\n"
+        "| ReAct | 62.0 (2.0) |\n"
+        "| OEL | 55.0 (5.0) |\n"
+    )
+    markdown, csv = write_table(table, tmp_path / "reporting" / "main_results")
+    assert markdown.read_text() == table_to_markdown(table)
+    assert csv.name == "main_results.csv"
+    pd.testing.assert_frame_equal(pd.read_csv(csv, dtype=str), table)
+    assert sorted(p.name for p in (tmp_path / "reporting").iterdir()) == [
+        "main_results.csv",
+        "main_results.md",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "message"),
+    [
+        (lambda f: f.iloc[:0], ValueError, "eval_summary: no rows"),
+        (lambda f: f[f["view"] == "privileged"], ValueError, "no ordinary-view rows"),
+        (lambda f: f.drop(columns="experiment"), SchemaError, "experiment"),
+        (lambda f: f.drop(columns="sd"), SchemaError, "sd"),
+        (lambda f: f.assign(view="with_pi"), ValueError, "unknown value"),
+        (lambda f: f.assign(sd=f["sd"] * math.sqrt(2 / 3)), ValueError, "sample SD"),
+        (lambda f: pd.concat([f, f.iloc[[2]]]), ValueError, "one evaluation per cell"),
+        (lambda f: f.assign(policy_id=f["policy_id"] + f["experiment"]), ValueError, "one shared"),
+        (
+            lambda f: f.assign(method=f["method"].where(f["cycle"] != 2, "react")),
+            ValueError,
+            "cycle 0",
+        ),
+        (
+            lambda f: f.iloc[[1, 2]].assign(experiment="one_name"),
+            ValueError,
+            "several methods",
+        ),
+    ],
+)
+def test_main_table_rejects_bad_input_naming_it(eval_summary, change, error, message):
+    with pytest.raises(error, match=message):
+        main_results_table(change(eval_summary))
+
+
+def _errorbars(ax) -> list[ErrorbarContainer]:
+    return [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+
+
+def _legend_labels(figure) -> list[str]:
+    return [t.get_text() for t in figure.legends[0].get_texts()]
+
+
+def test_success_figure_has_one_error_bar_line_per_method_from_c0(eval_summary):
+    figure = success_figure(eval_summary)
+    axes = figure.axes
+    assert [ax.get_title() for ax in axes] == ["ALFWorld (OOD)", "TextCraft"]
+    assert _legend_labels(figure) == [
+        "RFT",
+        "SDPO + ReSAIL",
+        "OEL",
+        "OEL + ReSAIL",
+        "custom_x",
+        "mystery",
+        "Initial model (C0)",
+    ]
+    ood, textcraft = axes
+    assert [c.get_label() for c in _errorbars(ood)] == ["OEL", "Initial model (C0)"]
+    assert len(_errorbars(textcraft)) == 7
+    oel = _errorbars(textcraft)[2]
+    assert oel.get_label() == "OEL"
+    x, y = oel.lines[0].get_xdata(), oel.lines[0].get_ydata()
+    assert x[0] == 0 and np.allclose(np.round(x[1:]), [1, 2])  # from C0, dodged from C1 on
+    assert np.allclose(y, [62.0, 55.0, 41.0])
+    low_high = [segment[:, 1] for segment in oel.lines[2][0].get_segments()]
+    assert np.allclose(low_high[1], [50.0, 60.0])  # C1: 55 ± 5
+    assert ood.get_ylabel() == "Success rate (%)" and "C0" in ood.get_xlabel()
+    assert [t.get_text() for t in textcraft.get_xticklabels()] == ["C0", "C1", "C2"]
+
+
+def test_dual_view_figure_has_both_views_and_says_when_one_is_missing(eval_summary):
+    figure = dual_view_figure(eval_summary)
+    titles = [ax.get_title() for ax in figure.axes]
+    assert titles == [
+        "ALFWorld (OOD): ordinary view (without PI)",
+        "ALFWorld (OOD): privileged view (with PI): no data",
+        "TextCraft: ordinary view (without PI)",
+        "TextCraft: privileged view (with PI)",
+    ]
+    privileged = figure.axes[3]
+    assert [c.get_label() for c in _errorbars(privileged)] == ["OEL"]  # no privileged C0 here
+    assert np.allclose(_errorbars(privileged)[0].lines[0].get_ydata(), [90.0])
+    assert "Initial model (C0)" in _legend_labels(figure)
+
+
+def _probe(experiment: str, cycles: int, updates: int, jsd: float) -> list[dict]:
+    return [
+        {
+            "experiment": experiment,
+            "method": experiment,
+            "cycle": c,
+            "update": u,
+            "traj_id": traj,
+            "t": 0,
+            "jsd": jsd / (1 + u),
+            "tokens": 10,
+        }
+        for c in range(1, cycles + 1)
+        for u in range(updates + 1)
+        for traj in ("a", "b")
+    ]
+
+
+def test_sensitivity_is_token_weighted_and_placed_on_one_axis_across_cycles():
+    probe = pd.DataFrame(
+        [
+            {"traj_id": "long", "jsd": 0.1, "tokens": 30, "cycle": 1, "update": 0},
+            {"traj_id": "short", "jsd": 0.4, "tokens": 10, "cycle": 1, "update": 0},
+            {"traj_id": "long", "jsd": 0.2, "tokens": 30, "cycle": 1, "update": 3},
+            {"traj_id": "long", "jsd": 0.3, "tokens": 5, "cycle": 2, "update": 0},
+            {"traj_id": "long", "jsd": 0.5, "tokens": 5, "cycle": 2, "update": 1},
+        ]
+    ).assign(experiment="oel", method="oel", t=0)
+    per_update = sensitivity_per_update(probe)
+    assert per_update["jsd"].tolist() == pytest.approx([0.175, 0.2, 0.3, 0.5])  # not 0.25
+    assert per_update["tokens"].tolist() == [40, 30, 5, 5]
+    assert per_update["steps"].tolist() == [2, 1, 1, 1]
+    assert per_update["position"].tolist() == [0, 3, 3, 4]  # cycle 2 starts where 1 ended
+
+
+def test_sensitivity_rejects_bad_probe_rows():
+    probe = pd.DataFrame(_probe("oel", 1, 1, 0.2))
+    with pytest.raises(SchemaError, match="probe"):
+        sensitivity_per_update(probe.drop(columns="tokens"))
+    with pytest.raises(ValueError, match="repeat a probe step"):
+        sensitivity_per_update(pd.concat([probe, probe.iloc[[0]]]))
+    with pytest.raises(ValueError, match="no response tokens"):
+        sensitivity_per_update(probe.assign(tokens=0))
+    with pytest.raises(ValueError, match="'jsd' must be finite"):
+        sensitivity_per_update(probe.assign(jsd=math.nan))
+
+
+def test_sensitivity_figure_draws_one_line_per_method_and_the_cycle_boundaries():
+    probe = pd.DataFrame(_probe("oel_resail", 3, 5, 0.1) + _probe("oel", 3, 5, 0.2))
+    figure = sensitivity_figure(probe)
+    (ax,) = figure.axes
+    curves = [line for line in ax.lines if not line.get_label().startswith("_")]
+    assert [line.get_label() for line in curves] == ["OEL", "OEL + ReSAIL"]
+    assert all(len(line.get_xdata()) == 18 for line in curves)
+    oel = curves[0]
+    assert oel.get_ydata()[0] == pytest.approx(0.2) and oel.get_xdata()[-1] == 15
+    boundaries = [line.get_xdata()[0] for line in ax.lines if line not in curves]
+    assert boundaries == [5, 10]
+    assert [t.get_text().strip() for t in ax.texts] == ["Cycle 1", "Cycle 2", "Cycle 3"]
+    assert "nats" in ax.get_ylabel() and "Update" in ax.get_xlabel()
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["OEL", "OEL + ReSAIL"]
+
+
+def _train_metrics() -> pd.DataFrame:
+    rows = []
+    for experiment, scoring in [("oel_resail", 6.0), ("oel", 2.0)]:
+        for cycle in (1, 2):
+            for update in (1, 2):
+                rows.append(
+                    {
+                        "experiment": experiment,
+                        "cycle": cycle,
+                        "update": update,
+                        "seconds_response": 10.0,
+                        "seconds_scoring": scoring,
+                        "seconds_optimisation": 4.0 * cycle,
+                        "seconds_other": 1.0,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def test_cost_table_sums_each_component_over_a_cycle():
+    table = cost_table(_train_metrics())
+    assert table["Method"].tolist() == ["OEL", "OEL", "OEL + ReSAIL", "OEL + ReSAIL"]
+    assert table["Cycle"].tolist() == [1, 2, 1, 2]
+    assert table.columns.tolist()[2:] == [*COST_COMPONENTS.values(), "Total"]
+    assert table.iloc[0, 2:].tolist() == [20.0, 4.0, 8.0, 2.0, 34.0]
+    assert table.iloc[3, 2:].tolist() == [20.0, 12.0, 16.0, 2.0, 50.0]
+    assert table_to_markdown(table).splitlines()[2] == "| OEL | 1 | 20.0 | 4.0 | 8.0 | 2.0 | 34.0 |"
+    with pytest.raises(ValueError, match="train_metrics: no rows"):
+        cost_table(_train_metrics().iloc[:0])
+    with pytest.raises(SchemaError, match="seconds_scoring"):
+        cost_table(_train_metrics().drop(columns="seconds_scoring"))
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        cost_table(_train_metrics().assign(seconds_other=-1.0))
+
+
+def test_cost_figure_stacks_the_four_components_per_method_and_cycle():
+    figure = cost_figure(_train_metrics())
+    assert [ax.get_title() for ax in figure.axes] == ["Cycle 1", "Cycle 2"]
+    second = figure.axes[1]
+    bars = [c for c in second.containers if isinstance(c, BarContainer)]
+    assert [b.get_label() for b in bars] == list(COST_COMPONENTS.values())
+    assert all(len(b) == 2 for b in bars)
+    tops = [[p.get_y() + p.get_height() for p in b] for b in bars]
+    assert tops[-1] == pytest.approx([34.0 + 8.0, 50.0])  # OEL, OEL + ReSAIL in cycle 2
+    assert [t.get_text() for t in second.get_xticklabels()] == ["OEL", "OEL + ReSAIL"]
+    assert second.get_ylabel() == "Wall time (seconds)"
+    assert _legend_labels(figure) == ["Other", "Optimization", "Scoring", "Response"]
+
+
+@pytest.mark.parametrize(
+    ("build", "columns"),
+    [
+        (success_figure, SCHEMAS["eval_summary"]),
+        (dual_view_figure, SCHEMAS["eval_summary"]),
+        (sensitivity_figure, SCHEMAS["probe"]),
+        (cost_figure, ()),
+    ],
+)
+def test_figures_without_data_say_so_in_their_title(build, columns, tmp_path):
+    figure = build(pd.DataFrame(columns=list(columns)))
+    assert "no data" in figure.get_suptitle()
+    path = write_figure(figure, tmp_path / "empty.png")
+    assert path.read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_figures_of_one_method_and_one_cycle_without_c0():
+    partial = pd.DataFrame([summary_row("oel", "oel", 1, [0.5, 0.6, 0.7])])
+    (ax,) = success_figure(partial).axes
+    (curve,) = _errorbars(ax)
+    assert curve.lines[0].get_xdata().tolist() == [1.0] and curve.get_label() == "OEL"
+    only_privileged = partial.assign(view="privileged")
+    assert "no ordinary-view rows" in success_figure(only_privileged).get_suptitle()
+    assert dual_view_figure(only_privileged).axes[0].get_title().endswith("no data")
+    (ax,) = sensitivity_figure(pd.DataFrame(_probe("oel", 1, 0, 0.1))).axes
+    assert not [line for line in ax.lines if line.get_label().startswith("_")]  # no boundary
+
+
+def test_write_report_writes_the_tables_and_four_figures(eval_summary, tmp_path):
+    probe = pd.DataFrame(_probe("oel", 2, 3, 0.2))
+    out = tmp_path / "08_reporting"
+    written = write_report(eval_summary, _train_metrics(), probe, out)
+    assert [p.name for p in written] == [
+        "main_results.md",
+        "main_results.csv",
+        "cost_breakdown.md",
+        "cost_breakdown.csv",
+        "fig1a_success.png",
+        "fig3_dual_view.png",
+        "fig5a_cost.png",
+        "fig6_sensitivity.png",
+    ]
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in written)
+    for path in written:
+        assert path.stat().st_size > 0
+        if path.suffix == ".png":
+            assert path.read_bytes().startswith(PNG_SIGNATURE)
+    assert "+ ReSAIL" in (out / "main_results.md").read_text()
+
+
+def test_write_report_with_partial_data_and_bad_input(eval_summary, tmp_path):
+    no_rows = pd.DataFrame()
+    written = write_report(eval_summary, no_rows, no_rows, tmp_path / "partial")
+    assert "cost_breakdown.csv" not in {p.name for p in written} and len(written) == 6
+    with pytest.raises(ValueError, match="eval_summary: no rows"):
+        write_report(eval_summary.iloc[:0], no_rows, no_rows, tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()
+    with pytest.raises(ValueError, match=r"\.png"):
+        write_figure(success_figure(eval_summary), tmp_path / "figure.pdf")
+
+
+def test_report_reads_its_inputs_after_a_parquet_round_trip(eval_summary, tmp_path):
+    eval_summary.to_parquet(tmp_path / "eval_summary.parquet")
+    probe = pd.DataFrame(_probe("oel", 1, 2, 0.2))
+    probe.to_parquet(tmp_path / "probe.parquet")
+    loaded = pd.read_parquet(tmp_path / "eval_summary.parquet")
+    assert isinstance(loaded["success_per_seed"].iloc[0], np.ndarray)  # lists come back as arrays
+    pd.testing.assert_frame_equal(main_results_table(loaded), main_results_table(eval_summary))
+    pd.testing.assert_frame_equal(
+        sensitivity_per_update(pd.read_parquet(tmp_path / "probe.parquet")),
+        sensitivity_per_update(probe),
+    )

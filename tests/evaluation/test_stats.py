@@ -1,0 +1,71 @@
+"""Success rates per decoding seed: mean and sample SD (n - 1), as the paper reports them."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from resail_pipeline.evaluation.stats import mean_and_sd, summarize_eval_results
+from resail_pipeline.schemas import SchemaError
+
+
+def test_sd_is_the_sample_sd_with_n_minus_1():
+    mean, sd = mean_and_sd([0.5, 0.6, 0.7])
+    assert mean == pytest.approx(0.6) and sd == pytest.approx(0.1)
+    _, sd_two = mean_and_sd([0.0, 1.0])
+    assert sd_two == pytest.approx(math.sqrt(0.5))  # the population SD would be 0.5
+
+
+def test_one_seed_has_no_sd_and_no_values_raise():
+    mean, sd = mean_and_sd([0.25])
+    assert mean == 0.25 and math.isnan(sd)
+    with pytest.raises(ValueError, match="non-empty 1-d"):
+        mean_and_sd([])
+    with pytest.raises(ValueError, match="non-empty 1-d"):
+        mean_and_sd([[0.1, 0.2]])
+
+
+def _episodes(successes: dict[int, list[bool]], **keys) -> list[dict]:
+    """Episodes of one (checkpoint, split, view): ``successes[seed][task]``."""
+    group = {
+        "policy_id": "p@0",
+        "cycle": 1,
+        "method": "oel",
+        "env": "textcraft",
+        "split": "test",
+        "view": "ordinary",
+    } | keys
+    return [
+        group | {"decoding_seed": seed, "task_id": task, "success": ok, "num_steps": 3}
+        for seed, row in successes.items()
+        for task, ok in enumerate(row)
+    ]
+
+
+def test_summary_takes_per_seed_rates_then_their_mean_and_sample_sd():
+    results = pd.DataFrame(
+        _episodes({2: [False, False], 0: [True, False], 1: [True, True]})
+        + _episodes({0: [True, True], 1: [True, False]}, view="privileged")
+    )
+    summary = summarize_eval_results(results)
+    assert summary["view"].tolist() == ["ordinary", "privileged"]
+    ordinary = summary.iloc[0]
+    assert ordinary["seeds"] == [0, 1, 2]
+    assert ordinary["success_per_seed"] == [0.5, 1.0, 0.0]
+    assert ordinary["mean"] == pytest.approx(0.5) and ordinary["sd"] == pytest.approx(0.5)
+    assert ordinary["episodes"] == 6 and ordinary["tasks"] == 2
+    privileged = summary.iloc[1]
+    assert privileged["success_per_seed"] == [1.0, 0.5]
+    assert privileged["sd"] == pytest.approx(math.sqrt(0.125))
+
+
+def test_summary_rejects_seeds_on_different_tasks_missing_columns_and_no_rows():
+    results = pd.DataFrame(_episodes({0: [True, False], 1: [True]}))
+    with pytest.raises(ValueError, match="different task ids"):
+        summarize_eval_results(results)
+    with pytest.raises(SchemaError, match="missing column"):
+        summarize_eval_results(results.drop(columns="view"))
+    with pytest.raises(ValueError, match="no episodes"):
+        summarize_eval_results(results.iloc[:0])

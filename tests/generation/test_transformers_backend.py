@@ -1,0 +1,256 @@
+"""The transformers generation backend on the tiny random Qwen3."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from resail_pipeline.generation import (
+    Generator,
+    SamplingParams,
+    derive_seed,
+    make_generator,
+)
+from resail_pipeline.generation.transformers_backend import TransformersGenerator, choose_tokens
+from resail_pipeline.prompts import chat_prompt
+
+MESSAGES = [
+    "Goal: craft wooden pickaxe.",
+    "Your current observation is: Crafting commands: craft 4 oak planks using 1 oak logs",
+    "Inventory: [oak planks] (4)",
+    "You should first reason step-by-step. This reasoning process MUST be enclosed within "
+    "<thinking> </thinking> tags. Then choose exactly one action.",
+    "get 1 oak logs",
+]
+GREEDY = SamplingParams(temperature=0.0, max_new_tokens=10)
+SAMPLED = SamplingParams(temperature=1.0, max_new_tokens=10, seed=7)
+
+
+@pytest.fixture()
+def prompts(tiny_tokenizer) -> list[str]:
+    return [chat_prompt(tiny_tokenizer, m) for m in MESSAGES]
+
+
+def make(model, tokenizer, batch_size: int = 4, **options) -> TransformersGenerator:
+    return TransformersGenerator(
+        model, tokenizer, policy_id="tiny@test", batch_size=batch_size, progress=False, **options
+    )
+
+
+def full_forward_logprobs(model, tokenizer, prompt: str, token_ids) -> torch.Tensor:
+    """``(N, V)`` log-softmax at the positions that predicted ``token_ids``, unpadded, no cache."""
+    ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        logits = model(torch.tensor([ids + list(token_ids)])).logits[0].float()  # (P + N, V)
+    return torch.log_softmax(logits[len(ids) - 1 : -1], dim=-1)  # (N, V)
+
+
+def test_it_is_a_generator_with_the_tokenizer(tiny_model, tiny_tokenizer):
+    generator = make(tiny_model, tiny_tokenizer)
+    assert isinstance(generator, Generator)
+    assert generator.tokenizer is tiny_tokenizer
+    assert generator.generate([], SAMPLED) == []
+
+
+def test_n_samples_per_prompt_come_prompt_major_with_matching_lengths(
+    tiny_model, tiny_tokenizer, prompts
+):
+    params = SamplingParams(temperature=1.0, max_new_tokens=6, n=3, seed=1)
+    out = make(tiny_model, tiny_tokenizer).generate(prompts[:2], params)
+    assert len(out) == 6
+    for g in out:
+        assert 1 <= len(g.token_ids) <= 6
+        assert len(g.logprobs) == len(g.token_ids)
+        assert all(lp <= 0.0 for lp in g.logprobs)
+    # Response j of prompt i is the one a call for prompt i alone draws for its j-th sample.
+    seed_1 = derive_seed(params.seed, 1)
+    alone = make(tiny_model, tiny_tokenizer).generate(prompts[1:2], params, seeds=[seed_1])
+    assert [g.token_ids for g in out[3:]] == [g.token_ids for g in alone]
+    # Micro-batches smaller than n still keep a prompt's samples together.
+    narrow = make(tiny_model, tiny_tokenizer, batch_size=2).generate(prompts[:2], params)
+    assert [g.token_ids for g in narrow] == [g.token_ids for g in out]
+    # The samples of one prompt differ: each has its own stream.
+    assert len({g.token_ids for g in out[:3]}) == 3
+
+
+def test_greedy_tokens_are_the_argmax_and_logprobs_match_a_full_forward(
+    tiny_model, tiny_tokenizer, prompts
+):
+    out = make(tiny_model, tiny_tokenizer).generate(prompts, GREEDY)
+    for prompt, g in zip(prompts, out, strict=True):
+        reference = full_forward_logprobs(tiny_model, tiny_tokenizer, prompt, g.token_ids)
+        assert g.token_ids == tuple(reference.argmax(dim=-1).tolist())
+        chosen = reference.gather(-1, torch.tensor(g.token_ids)[:, None])[:, 0]
+        torch.testing.assert_close(torch.tensor(g.logprobs), chosen, atol=1e-5, rtol=0)
+
+
+def test_sampled_logprobs_are_untempered_and_untruncated(tiny_model, tiny_tokenizer, prompts):
+    params = SamplingParams(temperature=0.5, top_p=0.9, top_k=5, max_new_tokens=8, seed=3, n=2)
+    out = make(tiny_model, tiny_tokenizer).generate(prompts, params)
+    for prompt, g in zip([p for p in prompts for _ in range(2)], out, strict=True):
+        reference = full_forward_logprobs(tiny_model, tiny_tokenizer, prompt, g.token_ids)
+        chosen = reference.gather(-1, torch.tensor(g.token_ids)[:, None])[:, 0]
+        torch.testing.assert_close(torch.tensor(g.logprobs), chosen, atol=1e-5, rtol=0)
+        # Every sampled token was among the 5 most likely ones.
+        top5 = reference.topk(5, dim=-1).indices
+        assert all(t in row for t, row in zip(g.token_ids, top5.tolist(), strict=True))
+
+
+def test_left_padded_batches_give_the_unbatched_greedy_output(tiny_model, tiny_tokenizer, prompts):
+    lengths = {len(tiny_tokenizer(p)["input_ids"]) for p in prompts}
+    assert len(lengths) == len(prompts)  # the batch really needs padding
+    batched = make(tiny_model, tiny_tokenizer, batch_size=5).generate(prompts, GREEDY)
+    alone = [make(tiny_model, tiny_tokenizer).generate([p], GREEDY)[0] for p in prompts]
+    for b, a in zip(batched, alone, strict=True):
+        assert b.token_ids == a.token_ids
+        torch.testing.assert_close(
+            torch.tensor(b.logprobs), torch.tensor(a.logprobs), atol=1e-5, rtol=0
+        )
+
+
+def test_same_seed_same_output_other_seed_other_output(tiny_model, tiny_tokenizer, prompts):
+    generator = make(tiny_model, tiny_tokenizer)
+    first = generator.generate(prompts, SAMPLED)
+    assert generator.generate(prompts, SAMPLED) == first
+    other = generator.generate(prompts, SamplingParams(temperature=1.0, max_new_tokens=10, seed=8))
+    assert [g.token_ids for g in other] != [g.token_ids for g in first]
+
+
+def test_sampled_output_does_not_depend_on_grouping(tiny_model, tiny_tokenizer, prompts):
+    prompt_seeds = [derive_seed(SAMPLED.seed, i) for i in range(len(prompts))]
+    reference = make(tiny_model, tiny_tokenizer, batch_size=5).generate(prompts, SAMPLED)
+    # Other micro-batch sizes, and each prompt alone with its seed, give the same responses.
+    for batch_size in (1, 2, 3):
+        regrouped = make(tiny_model, tiny_tokenizer, batch_size=batch_size)
+        assert [g.token_ids for g in regrouped.generate(prompts, SAMPLED)] == [
+            g.token_ids for g in reference
+        ]
+    reordered = make(tiny_model, tiny_tokenizer).generate(
+        prompts[::-1], SAMPLED, seeds=prompt_seeds[::-1]
+    )
+    assert [g.token_ids for g in reordered[::-1]] == [g.token_ids for g in reference]
+
+
+def test_generation_stops_at_eos_per_row(tiny_model, tiny_tokenizer, prompts):
+    eos = tiny_tokenizer.eos_token_id
+    calls = []
+
+    def eos_for_row_0_at_step_2(module, inputs, output):
+        calls.append(output.shape)
+        if len(calls) == 3:  # prefill, step 1, then the forward that yields token index 2
+            output = output.clone()
+            output[0, -1, eos] = 1e4
+        return output
+
+    handle = tiny_model.lm_head.register_forward_hook(eos_for_row_0_at_step_2)
+    try:
+        # One micro-batch, longest prompt first: row 0 is the longest prompt.
+        out = make(tiny_model, tiny_tokenizer, batch_size=2).generate(prompts[3:5], GREEDY)
+    finally:
+        handle.remove()
+    ended, running = out
+    assert ended.finished and len(ended.token_ids) == 3 and ended.token_ids[-1] == eos
+    assert len(ended.logprobs) == 3 and ended.logprobs[-1] == pytest.approx(0.0, abs=1e-4)
+    assert ended.text == tiny_tokenizer.decode(ended.token_ids[:2])
+    assert not running.finished and len(running.token_ids) == GREEDY.max_new_tokens
+    # Once row 0 has left the batch, row 1 goes on exactly as it would alone.
+    (alone,) = make(tiny_model, tiny_tokenizer).generate(prompts[4:5], GREEDY)
+    assert running.token_ids == alone.token_ids
+
+
+def test_all_rows_ending_stops_the_loop(tiny_model, tiny_tokenizer, prompts):
+    eos = tiny_tokenizer.eos_token_id
+
+    def always_eos(module, inputs, output):
+        output = output.clone()
+        output[..., eos] = 1e4
+        return output
+
+    handle = tiny_model.lm_head.register_forward_hook(always_eos)
+    try:
+        out = make(tiny_model, tiny_tokenizer).generate(prompts, GREEDY)
+    finally:
+        handle.remove()
+    assert all(g.token_ids == (eos,) and g.text == "" and g.finished for g in out)
+
+
+def test_model_runs_in_eval_mode_and_keeps_its_own_state(tiny_model, tiny_tokenizer, prompts):
+    tiny_model.train()
+    tiny_model.model.layers[1].eval()  # a mixed state must survive too
+    before = {name: m.training for name, m in tiny_model.named_modules()}
+    seen = []
+    handle = tiny_model.register_forward_pre_hook(lambda m, args: seen.append(m.training))
+    try:
+        make(tiny_model, tiny_tokenizer).generate(prompts[:2], GREEDY)
+    finally:
+        handle.remove()
+    assert seen and not any(seen)
+    assert {name: m.training for name, m in tiny_model.named_modules()} == before
+    assert all(p.grad is None for p in tiny_model.parameters())
+
+
+@pytest.mark.parametrize(
+    ("params", "allowed"),
+    [
+        (SamplingParams(temperature=1.0, top_k=1), {0}),
+        (SamplingParams(temperature=1.0, top_k=2), {0, 1}),
+        (SamplingParams(temperature=1.0, top_p=0.4), {0}),
+        (SamplingParams(temperature=1.0, top_p=0.6), {0, 1}),
+        (SamplingParams(temperature=1.0, top_p=0.8), {0, 1, 2}),  # of the tied pair, the first
+        (SamplingParams(temperature=1.0), {0, 1, 2, 3}),
+    ],
+)
+def test_choose_tokens_follows_top_k_and_top_p(params, allowed):
+    logits = torch.log(torch.tensor([[0.5, 0.25, 0.125, 0.125]])).repeat(400, 1)  # (400, 4)
+    uniforms = (torch.arange(400, dtype=torch.float64) + 0.5) / 400  # an even grid in [0, 1)
+    picks = choose_tokens(logits, params, uniforms)
+    assert set(picks.tolist()) == allowed
+    # Inverse-CDF draws on an even grid reproduce the renormalised probabilities.
+    kept = torch.tensor([0.5, 0.25, 0.125, 0.125])[sorted(allowed)]
+    expected = kept / kept.sum()
+    counts = torch.bincount(picks, minlength=4)[sorted(allowed)].double() / 400
+    torch.testing.assert_close(counts, expected.double(), atol=1 / 400, rtol=0)
+
+
+def test_temperature_sharpens_the_sampling_distribution():
+    logits = torch.log(torch.tensor([[0.6, 0.4]])).repeat(1000, 1)  # (1000, 2)
+    uniforms = (torch.arange(1000, dtype=torch.float64) + 0.5) / 1000
+    picks = choose_tokens(logits, SamplingParams(temperature=0.5), uniforms)
+    expected = 0.6**2 / (0.6**2 + 0.4**2)  # softmax(log p / 0.5)
+    assert (picks == 0).double().mean().item() == pytest.approx(expected, abs=1e-3)
+
+
+def test_greedy_choice_is_the_argmax_and_needs_no_uniforms():
+    logits = torch.tensor([[0.1, 2.0, -1.0], [3.0, 0.0, 2.9]])
+    assert choose_tokens(logits, GREEDY, None).tolist() == [1, 0]
+    with pytest.raises(ValueError, match="uniforms"):
+        choose_tokens(logits, SAMPLED, None)
+
+
+def test_bad_input_is_named(tiny_model, tiny_tokenizer, prompts):
+    generator = make(tiny_model, tiny_tokenizer)
+    with pytest.raises(ValueError, match=r"prompts\[1\]: empty"):
+        generator.generate([prompts[0], ""], GREEDY)
+    with pytest.raises(ValueError, match=r"prompts\[0\].*exceed"):
+        generator.generate([prompts[0]], SamplingParams(temperature=0, max_new_tokens=5000))
+    with pytest.raises(ValueError, match="seeds"):
+        generator.generate(prompts, GREEDY, seeds=[1, 2])
+    with pytest.raises(ValueError, match="batch_size"):
+        make(tiny_model, tiny_tokenizer, batch_size=0)
+    with pytest.raises(ValueError, match="pad_to_multiple_of"):
+        make(tiny_model, tiny_tokenizer, pad_to_multiple_of=0)
+
+
+def test_from_checkpoint_and_the_registry_load_the_saved_policy(
+    tiny_checkpoint, tiny_model, tiny_tokenizer, prompts
+):
+    loaded = make_generator("transformers", tiny_checkpoint, batch_size=2, progress=False)
+    assert isinstance(loaded, TransformersGenerator)
+    assert loaded.policy_id.startswith("tiny@")
+    live = make(tiny_model, tiny_tokenizer).generate(prompts, SAMPLED)
+    assert [g.token_ids for g in loaded.generate(prompts, SAMPLED)] == [g.token_ids for g in live]
+
+
+def test_unknown_backend_is_named(tiny_checkpoint):
+    with pytest.raises(ValueError, match="backend: unknown generation backend 'sglang'"):
+        make_generator("sglang", tiny_checkpoint)

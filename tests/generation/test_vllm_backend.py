@@ -1,0 +1,138 @@
+"""The vLLM backend: its request mapping (everywhere), and against the transformers backend on a
+CUDA device with the ``gpu`` extra."""
+
+from __future__ import annotations
+
+import sys
+import types
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from resail_pipeline.generation import SamplingParams, derive_seed, make_generator, response_seeds
+from resail_pipeline.generation.vllm_backend import VLLMGenerator
+from resail_pipeline.prompts import chat_prompt
+
+MESSAGES = ["Goal: craft wooden pickaxe.", "Inventory: [oak planks] (4)", "get 1 oak logs"]
+
+
+@pytest.fixture(scope="module")
+def gpu_checkpoint(tmp_path_factory, tiny_tokenizer):
+    """A small random Qwen3 whose head size the GPU attention kernels accept."""
+    pytest.importorskip("vllm")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from resail_pipeline.checkpoints import save_policy
+    from resail_pipeline.modeling import build_qwen3, small_qwen3_config
+
+    config = small_qwen3_config(
+        len(tiny_tokenizer),
+        hidden_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=512,
+        pad_token_id=tiny_tokenizer.pad_token_id,
+        eos_token_id=tiny_tokenizer.eos_token_id,
+    )
+    path = tmp_path_factory.mktemp("checkpoints") / "gpu"
+    save_policy(build_qwen3(config, seed=0), tiny_tokenizer, path, name="gpu")
+    return path
+
+
+@pytest.fixture(scope="module")
+def vllm_generator(gpu_checkpoint):
+    return make_generator(
+        "vllm", gpu_checkpoint, dtype="float32", gpu_memory_utilization=0.3, progress=False
+    )
+
+
+@pytest.mark.gpu
+def test_greedy_matches_the_transformers_backend(gpu_checkpoint, vllm_generator):
+    reference = make_generator("transformers", gpu_checkpoint, device="cuda", progress=False)
+    prompts = [chat_prompt(vllm_generator.tokenizer, m) for m in MESSAGES]
+    params = SamplingParams(temperature=0.0, max_new_tokens=8)
+    ours, theirs = vllm_generator.generate(prompts, params), reference.generate(prompts, params)
+    assert vllm_generator.policy_id == reference.policy_id
+    for a, b in zip(ours, theirs, strict=True):
+        assert a.token_ids == b.token_ids
+        torch.testing.assert_close(
+            torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-3, rtol=0
+        )
+
+
+@pytest.mark.gpu
+def test_sampling_is_seeded_per_response(vllm_generator):
+    prompts = [chat_prompt(vllm_generator.tokenizer, m) for m in MESSAGES]
+    params = SamplingParams(temperature=1.0, max_new_tokens=8, n=2, seed=5)
+    first = vllm_generator.generate(prompts, params)
+    assert len(first) == 6
+    assert vllm_generator.generate(prompts, params) == first
+    alone = vllm_generator.generate(prompts[2:], params, seeds=[derive_seed(params.seed, 2)])
+    assert [g.token_ids for g in alone] == [g.token_ids for g in first[4:]]
+    assert all(len(g.logprobs) == len(g.token_ids) for g in first)
+
+
+@dataclass
+class FakeLogprob:
+    logprob: float
+
+
+@dataclass
+class FakeCompletion:
+    token_ids: list[int]
+    logprobs: list[dict[int, FakeLogprob]]
+    finish_reason: str
+
+
+class FakeLLM:
+    """Stands in for ``vllm.LLM``: answers each request with a scripted completion."""
+
+    def __init__(self, tokenizer, completions):
+        self.tokenizer, self.completions, self.requests = tokenizer, completions, None
+
+    def get_tokenizer(self):
+        return self.tokenizer
+
+    def generate(self, requests, sampling_params, use_tqdm):
+        self.requests = list(zip(requests, sampling_params, strict=True))
+        return [types.SimpleNamespace(outputs=[c]) for c in self.completions]
+
+
+def test_requests_and_outputs_map_to_the_protocol(tiny_tokenizer, monkeypatch):
+    fake_vllm = types.SimpleNamespace(SamplingParams=lambda **kwargs: kwargs)
+    monkeypatch.setitem(sys.modules, "vllm", fake_vllm)
+    eos = tiny_tokenizer.eos_token_id
+    word = tiny_tokenizer.convert_tokens_to_ids("craft")
+    completions = [
+        FakeCompletion([word, eos], [{word: FakeLogprob(-0.5)}, {eos: FakeLogprob(-0.1)}], "stop"),
+        FakeCompletion(
+            [word, word], [{word: FakeLogprob(-1.0)}, {word: FakeLogprob(-2.0)}], "length"
+        ),
+        FakeCompletion([eos], [{eos: FakeLogprob(-0.2)}], "stop"),
+        FakeCompletion([word], [{word: FakeLogprob(-0.3)}], "length"),
+    ]
+    llm = FakeLLM(tiny_tokenizer, completions)
+    generator = VLLMGenerator(llm, policy_id="tiny@0", progress=False)
+    prompts = [chat_prompt(tiny_tokenizer, m) for m in MESSAGES[:2]]
+    params = SamplingParams(temperature=0.4, top_k=-1, max_new_tokens=2, n=2, seed=3)
+    out = generator.generate(prompts, params)
+
+    ids = tiny_tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    assert [r["prompt_token_ids"] for r, _ in llm.requests] == [ids[0], ids[0], ids[1], ids[1]]
+    assert [p["seed"] for _, p in llm.requests] == response_seeds(2, params)
+    first = llm.requests[0][1]
+    assert (first["n"], first["temperature"], first["top_k"], first["max_tokens"]) == (
+        1,
+        0.4,
+        -1,
+        2,
+    )
+    assert first["stop_token_ids"] == [eos] and first["logprobs"] == 0
+    assert [g.token_ids for g in out] == [tuple(c.token_ids) for c in completions]
+    assert [g.logprobs for g in out] == [(-0.5, -0.1), (-1.0, -2.0), (-0.2,), (-0.3,)]
+    assert [g.finished for g in out] == [True, False, True, False]
+    text = tiny_tokenizer.decode
+    assert [g.text for g in out] == [text([word]), text([word, word]), "", text([word])]
+    assert generator.generate([], params) == []
