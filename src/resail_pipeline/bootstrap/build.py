@@ -59,19 +59,31 @@ TRAIN_SPLIT = "train"
 POLICY_DIR = "policy"
 #: Resumable training states, one folder per cache key, under the output directory.
 WORK_DIR = "work"
-#: The source packages whose code shapes a built policy (part of the cache key).
-_SOURCES = ("bootstrap", "envs", "experience", "modeling", "prompts")
+#: The modules whose code shapes a built policy (part of the cache key): the build itself, the
+#: environment and its planner, the prompts, the rules-based summaries and the model builders.
+_SOURCES = (
+    "bootstrap/*.py",
+    "envs/base.py",
+    "envs/planner.py",
+    "envs/textcraft.py",
+    "experience/evidence.py",
+    "experience/rules.py",
+    "experience/validation.py",
+    "modeling/*.py",
+    "prompts/*.py",
+)
 
 
 def code_fingerprint() -> str:
-    """sha256 over the sources that shape a built policy and the environment package's version."""
+    """sha256 over the sources that shape a built policy and the versions of the packages that
+    provide the environment, the model and the tokenizer."""
     root = Path(__file__).resolve().parents[1]
     digest = hashlib.sha256()
-    for package in _SOURCES:
-        for path in sorted((root / package).glob("*.py")):
-            digest.update(f"{package}/{path.name}".encode())
+    for pattern in _SOURCES:
+        for path in sorted(root.glob(pattern)):
+            digest.update(str(path.relative_to(root)).encode())
             digest.update(path.read_bytes())
-    for dist in ("textcraft", "transformers", "tokenizers"):
+    for dist in ("textcraft", "torch", "transformers", "tokenizers"):
         digest.update(f"{dist}=={metadata.version(dist)}".encode())
     return digest.hexdigest()
 
