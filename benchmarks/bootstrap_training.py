@@ -98,10 +98,9 @@ def main() -> None:
         seed=0,
         progress=False,
     )
-    summaries = {d.traj_id: d.summary() for d in demos}
     trained = [d for d in demos if not d.stalled]
-    tokenizer = train_tokenizer("textcraft", demos, list(summaries.values()), vocab_size=4096)
-    plain = build_word_tokenizer(environment_corpus("textcraft", demos, list(summaries.values())))
+    tokenizer = train_tokenizer("textcraft", demos, vocab_size=4096)
+    plain = build_word_tokenizer(environment_corpus("textcraft", demos))
     messages = [render_user_message(s.history) for d in trained for s in d.steps]
     with_phrases = [len(tokenizer(chat_prompt(tokenizer, m)).input_ids) for m in messages]
     words = [len(plain(chat_prompt(plain, m)).input_ids) for m in messages]
@@ -116,7 +115,7 @@ def main() -> None:
         f"  + template phrases    {statistics.mean(with_phrases):7.1f} {statistics.median(with_phrases):7.0f} {max(with_phrases):6d}"
     )
 
-    groups = group_steps(trained, summaries, privileged_share=data.privileged_share, seed=0)
+    groups = group_steps(trained, demos, privileged_share=data.privileged_share, seed=0)
     rows = pack_rows(groups, tokenizer, max_branches=data.max_branches)
     single = unpacked(rows)
     every = sum(len(r) * r.branches[0].weight for r in single)

@@ -96,7 +96,7 @@ def test_summaries_are_valid_and_outcome_matched(env):
     assert len(demos) == 9
     assert sum(d.stalled for d in demos) == 3  # one per task
     for demo in demos:
-        summary = demo.summary()
+        summary = demo.summary
         assert summary.outcome == ("success" if demo.success else "failure")
         assert validate_summary(summary.text, summary.outcome).accepted, summary.text
 

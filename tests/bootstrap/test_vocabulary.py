@@ -32,7 +32,7 @@ def demos():
 
 @pytest.fixture(scope="module")
 def tokenizer(demos):
-    return train_tokenizer("textcraft", demos, [d.summary() for d in demos], vocab_size=4096)
+    return train_tokenizer("textcraft", demos, vocab_size=4096)
 
 
 def test_every_test_task_prompt_is_known_and_round_trips(tokenizer):
@@ -52,7 +52,7 @@ def test_template_fragments_are_single_tokens(tokenizer, demos):
     for phrase in prompt_phrases("textcraft"):
         assert len(tokenizer(phrase).input_ids) == 1, phrase
     step = demos[0].steps[1]
-    message = add_privileged(render_user_message(step.history), demos[1].summary())
+    message = add_privileged(render_user_message(step.history), demos[1].summary)
     prompt = chat_prompt(tokenizer, message) + demonstration_response(step.expert)
     ids = tokenizer(prompt).input_ids
     assert tokenizer.decode(ids) == prompt
@@ -65,4 +65,4 @@ def test_template_fragments_are_single_tokens(tokenizer, demos):
 
 def test_unknown_environment_is_refused(demos):
     with pytest.raises(ValueError, match="env: no item vocabulary for 'nowhere'"):
-        list(environment_corpus("nowhere", demos, []))
+        list(environment_corpus("nowhere", demos))

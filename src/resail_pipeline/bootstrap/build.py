@@ -142,12 +142,11 @@ class TrainingData:
 
     def stats(self) -> dict[str, Any]:
         """Counts recorded in the manifest."""
-        summaries = [d for d in self.demonstrations if d not in self.trained]
         return {
             "tasks": len({d.task_id for d in self.demonstrations}),
             "demonstrations": len(self.demonstrations),
             "trained_demonstrations": len(self.trained),
-            "stalled_demonstrations": len(summaries),
+            "stalled_demonstrations": sum(d.stalled for d in self.demonstrations),
             "trained_steps": sum(len(d.steps) for d in self.trained),
             "rows": len(self.rows),
             "sequences": sum(len(r.branches) for r in self.rows),
@@ -171,18 +170,14 @@ def prepare_training_data(config: BootstrapConfig, *, progress: bool = True) -> 
         seed=config.seed,
         progress=progress,
     )
-    summaries = {d.traj_id: d.summary() for d in demos}
     trained = tuple(d for d in demos if not d.stalled)
     tokenizer = train_tokenizer(
         config.env,
         demos,
-        list(summaries.values()),
         vocab_size=config.tokenizer.vocab_size,
         min_frequency=config.tokenizer.min_frequency,
     )
-    groups = group_steps(
-        trained, summaries, privileged_share=data.privileged_share, seed=config.seed
-    )
+    groups = group_steps(trained, demos, privileged_share=data.privileged_share, seed=config.seed)
     rows = tuple(pack_rows(groups, tokenizer, max_branches=data.max_branches))
     return TrainingData(tuple(demos), trained, tokenizer, rows, rows_sha256(rows))
 

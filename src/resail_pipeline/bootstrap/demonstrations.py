@@ -28,6 +28,7 @@ import logging
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import pandas as pd
 from tqdm.auto import tqdm
@@ -302,6 +303,7 @@ class Demonstration:
             for t, s in enumerate(self.steps)
         ]
 
+    @cached_property
     def summary(self) -> Summary:
         """The rules-based summary of this episode (appendix-G format, outcome-matched)."""
         evidence = build_evidence(self.trajectory_row(), pd.DataFrame(self.step_rows()))

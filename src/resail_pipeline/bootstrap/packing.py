@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -65,39 +65,43 @@ class PackedRow:
 
 
 @dataclass
-class _StepGroup:
-    """Every occurrence of one (ordinary message, expert action) pair."""
+class StepGroup:
+    """Every occurrence of one demonstrated step: the same ordinary message and expert response.
+
+    Attributes:
+        message: the ordinary-view user message.
+        response: the expert response.
+        count: how often the step occurs in the demonstrations.
+        summaries: the privileged views drawn for its occurrences: summary -> occurrences.
+    """
 
     message: str
     response: str
     count: int = 0
-    summaries: Counter = None  # type: ignore[assignment]
-
-    def __post_init__(self) -> None:
-        self.summaries = Counter()
+    summaries: Counter[Summary] = field(default_factory=Counter)
 
 
 def group_steps(
     demos: Sequence[Demonstration],
-    summaries: dict[str, Summary],
+    guides: Sequence[Demonstration],
     *,
     privileged_share: float,
     seed: int,
-) -> list[_StepGroup]:
-    """The distinct demonstrated steps with their counts and drawn privileged summaries.
+) -> list[StepGroup]:
+    """The distinct steps of ``demos`` with their counts and drawn privileged summaries.
 
     Args:
         demos: the demonstrations to train on.
-        summaries: traj_id -> summary, for every demonstration that may serve as guidance
-            (a step is never paired with its own demonstration's summary).
+        guides: the demonstrations whose summaries may serve as guidance; a step is paired with
+            the summary of another demonstration of its task, never with its own.
         privileged_share: probability that an occurrence also yields a privileged sequence.
         seed: seeds the draws.
     """
     by_task: dict[int, list[tuple[str, Summary]]] = defaultdict(list)
-    for traj_id, summary in summaries.items():
-        by_task[int(traj_id.split("/")[3])].append((traj_id, summary))
+    for guide in guides:
+        by_task[guide.task_id].append((guide.traj_id, guide.summary))
     rng = random.Random(seed)
-    groups: dict[tuple[str, str], _StepGroup] = {}
+    groups: dict[tuple[str, str], StepGroup] = {}
     for demo in demos:
         others = [s for traj_id, s in by_task[demo.task_id] if traj_id != demo.traj_id]
         for step in demo.steps:
@@ -105,7 +109,7 @@ def group_steps(
             key = (message, step.expert)
             group = groups.get(key)
             if group is None:
-                group = groups[key] = _StepGroup(message, demonstration_response(step.expert))
+                group = groups[key] = StepGroup(message, demonstration_response(step.expert))
             group.count += 1
             if others and rng.random() < privileged_share:
                 group.summaries[rng.choice(others)] += 1
@@ -122,7 +126,7 @@ def _common_prefix(sequences: Sequence[Sequence[int]]) -> int:
     return n
 
 
-def pack_rows(groups: Sequence[_StepGroup], tokenizer, *, max_branches: int) -> list[PackedRow]:
+def pack_rows(groups: Sequence[StepGroup], tokenizer, *, max_branches: int) -> list[PackedRow]:
     """Tokenize ``groups`` into rows of at most ``max_branches`` branches each.
 
     The first row of a group carries its ordinary view; privileged views fill the remaining

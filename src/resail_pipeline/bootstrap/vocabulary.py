@@ -1,7 +1,7 @@
 """The initial policy's tokenizer, trained on the environment's own text.
 
-Its corpus is every prompt the demonstrations render (ordinary view at every step, and each
-privileged insert), the demonstration responses, and every item name of the environment's data, so
+Its corpus is every prompt the demonstrations render (ordinary view at every step, and the
+privileged insert of each demonstration's summary), the demonstration responses, and every item name of the environment's data, so
 that no word of a held-out task is unknown. The fixed fragments of the templates are single tokens
 (:func:`resail_pipeline.prompts.phrases.prompt_phrases`), as is the empty think block that the chat
 template opens each reply with.
@@ -16,7 +16,7 @@ from transformers import PreTrainedTokenizerFast
 from resail_pipeline.bootstrap.demonstrations import Demonstration, demonstration_response
 from resail_pipeline.modeling import build_word_tokenizer
 from resail_pipeline.modeling.tokenizer import EMPTY_THINK_BLOCK
-from resail_pipeline.prompts import Summary, privileged_insert, render_user_message
+from resail_pipeline.prompts import privileged_insert, render_user_message
 from resail_pipeline.prompts.phrases import prompt_phrases
 
 
@@ -32,9 +32,7 @@ def _textcraft_items() -> list[str]:
 ITEM_TEXTS: dict[str, Callable[[], list[str]]] = {"textcraft": _textcraft_items}
 
 
-def environment_corpus(
-    env: str, demos: Sequence[Demonstration], summaries: Sequence[Summary]
-) -> Iterator[str]:
+def environment_corpus(env: str, demos: Sequence[Demonstration]) -> Iterator[str]:
     """The tokenizer's training text (see the module docstring)."""
     try:
         items = ITEM_TEXTS[env]
@@ -45,21 +43,20 @@ def environment_corpus(
         for step in demo.steps:
             yield render_user_message(step.history)
             yield demonstration_response(step.expert)
-    for summary in summaries:
-        yield privileged_insert(summary)
+    for demo in demos:
+        yield privileged_insert(demo.summary)
 
 
 def train_tokenizer(
     env: str,
     demos: Sequence[Demonstration],
-    summaries: Sequence[Summary],
     *,
     vocab_size: int,
     min_frequency: int = 1,
 ) -> PreTrainedTokenizerFast:
     """A word-level tokenizer for ``env`` with the template fragments as single tokens."""
     return build_word_tokenizer(
-        environment_corpus(env, demos, summaries),
+        environment_corpus(env, demos),
         vocab_size=vocab_size,
         min_frequency=min_frequency,
         phrases=prompt_phrases(env, extra=(EMPTY_THINK_BLOCK,)),
