@@ -86,6 +86,26 @@ def goal_ids() -> tuple[str, ...]:
     return _pristine()[1]
 
 
+def item_ids() -> tuple[str, ...]:
+    """Every item and tag id (``minecraft:...``) that a recipe of the package's data names, sorted.
+
+    Goals, ingredients and the items of distractor commands are all among them, so a vocabulary
+    built from these names knows every word any episode can show.
+    """
+    tree = _pristine()[0].crafting_tree
+    ids: set[str] = set()
+    for recipes in (*tree.itemid_recipes.values(), *tree.tag_recipes.values()):
+        for recipe in recipes:
+            for part in (recipe.output_item, *recipe.input_items):
+                ids.update(x for x in (part.item_tag.item_id, part.item_tag.tag) if x)
+    return tuple(sorted(ids))
+
+
+def item_name(item_id: str) -> str:
+    """The name an observation uses for ``item_id`` (``minecraft:oak_planks`` -> ``oak planks``)."""
+    return item_id_to_str(item_id)
+
+
 def split_task_ids(split: str) -> list[int]:
     """The task ids of ``split`` (see the module docstring for the rule)."""
     n = len(goal_ids())

@@ -1,0 +1,91 @@
+"""Build, evaluate and ship the initial policy outside Kedro (the same library calls).
+
+    # build (or resume, or reuse) the policy of a named configuration into <out>/policy
+    python -m resail_pipeline.bootstrap build --params reference/textcraft-initial.yml \\
+        --out data/06_models/bootstrap-reference
+    # copy it into the repository
+    python -m resail_pipeline.bootstrap ship --policy data/06_models/bootstrap-reference/policy \\
+        --to reference/textcraft-initial
+    # dual-view evaluation (appendix D.2) on the 100 test tasks x 3 seeds, kept in its manifest
+    python -m resail_pipeline.bootstrap evaluate --policy reference/textcraft-initial
+
+A parameters file holds one top-level ``bootstrap:`` mapping, as ``parameters_bootstrap.yml`` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+from pathlib import Path
+
+import yaml
+
+from resail_pipeline.bootstrap.build import build_initial_policy
+from resail_pipeline.bootstrap.config import BootstrapConfig
+from resail_pipeline.bootstrap.reference import evaluate_and_record, ship
+from resail_pipeline.evaluation.evaluate import EvalConfig
+
+logger = logging.getLogger(__name__)
+
+
+def load_config(path: str | Path) -> BootstrapConfig:
+    """The ``bootstrap`` mapping of a YAML parameters file as a config."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"params: {path} does not exist")
+    params = yaml.safe_load(path.read_text()) or {}
+    if "bootstrap" not in params:
+        raise ValueError(f"params: {path} has no top-level 'bootstrap' mapping")
+    return BootstrapConfig.from_dict(params["bootstrap"])
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m resail_pipeline.bootstrap")
+    commands = parser.add_subparsers(dest="command", required=True)
+    build = commands.add_parser("build", help="build (or resume, or reuse) the initial policy")
+    build.add_argument("--params", required=True, help="YAML file with a 'bootstrap' mapping")
+    build.add_argument("--out", required=True, help="output directory (policy in <out>/policy)")
+    copy = commands.add_parser("ship", help="copy a built policy into the repository")
+    copy.add_argument("--policy", required=True, help="the built policy directory")
+    copy.add_argument("--to", required=True, help="destination, e.g. reference/textcraft-initial")
+    evaluate = commands.add_parser("evaluate", help="dual-view evaluation, kept in the manifest")
+    evaluate.add_argument("--policy", required=True, help="the policy directory")
+    evaluate.add_argument("--tasks", type=int, default=None, help="first N test tasks (all)")
+    evaluate.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    evaluate.add_argument("--reference-seed", type=int, default=1000)
+    evaluate.add_argument("--temperature", type=float, default=0.4)
+    evaluate.add_argument("--max-new-tokens", type=int, default=48)
+    evaluate.add_argument("--batch-size", type=int, default=32)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    command = shlex.join(["python", "-m", "resail_pipeline.bootstrap", *argv])
+    if args.command == "build":
+        info = build_initial_policy(load_config(args.params), args.out, command=command)
+        logger.info("initial policy %s at %s", info.policy_id, info.path)
+    elif args.command == "ship":
+        ship(args.policy, args.to)
+    else:
+        config = EvalConfig(
+            num_tasks=args.tasks,
+            decoding_seeds=tuple(args.seeds),
+            temperature=args.temperature,
+            max_new_tokens=args.max_new_tokens,
+        )
+        evaluate_and_record(
+            args.policy,
+            config,
+            reference_seed=args.reference_seed,
+            command=command,
+            batch_size=args.batch_size,
+        )
+
+
+if __name__ == "__main__":
+    main()

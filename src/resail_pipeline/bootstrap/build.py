@@ -1,0 +1,307 @@
+"""The initial policy (cycle 0): a configured checkpoint, the shipped reference, or one built here.
+
+:func:`resolve_initial_policy` is what the ``bootstrap`` pipeline calls. Building
+(:func:`build_initial_policy`) runs every stage on the ``train`` tasks only:
+
+1. planner demonstrations with injected mistakes, and their rules-based summaries;
+2. a word-level tokenizer trained on the environment's own text;
+3. a Qwen3-architecture model of the configured shape, randomly initialised;
+4. behaviour cloning on both views, packed, within the time budget, resumable;
+5. the policy published atomically with :func:`resail_pipeline.checkpoints.save_policy`, its
+   manifest recording the command, the configuration, the data hash, the time and the machine.
+
+The build is cached: the manifest records a key over the recipe (every setting that shapes the
+result) and the code and data it is made from; a call whose key matches the published policy
+returns it at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+import shlex
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from resail_pipeline.bootstrap.cloning import behaviour_cloning
+from resail_pipeline.bootstrap.config import BootstrapConfig
+from resail_pipeline.bootstrap.demonstrations import Demonstration, collect_demonstrations
+from resail_pipeline.bootstrap.packing import PackedRow, group_steps, pack_rows
+from resail_pipeline.bootstrap.vocabulary import train_tokenizer
+from resail_pipeline.checkpoints import (
+    MANIFEST_NAME,
+    CheckpointError,
+    CheckpointInfo,
+    check_checkpoint,
+    read_checkpoint_info,
+    save_policy,
+    weights_sha256,
+)
+from resail_pipeline.envs import make_env
+from resail_pipeline.modeling import build_qwen3, small_qwen3_config
+
+logger = logging.getLogger(__name__)
+
+#: The only split demonstrations are drawn from.
+TRAIN_SPLIT = "train"
+#: The published policy's folder under the output directory.
+POLICY_DIR = "policy"
+#: Resumable training states, one folder per cache key, under the output directory.
+WORK_DIR = "work"
+#: The modules whose code shapes a built policy (part of the cache key): the build itself, the
+#: environment and its planner, the prompts, the rules-based summaries and the model builders.
+_SOURCES = (
+    "bootstrap/*.py",
+    "envs/base.py",
+    "envs/planner.py",
+    "envs/textcraft.py",
+    "experience/evidence.py",
+    "experience/rules.py",
+    "experience/validation.py",
+    "modeling/*.py",
+    "prompts/*.py",
+)
+
+
+def code_fingerprint() -> str:
+    """sha256 over the sources that shape a built policy and the versions of the packages that
+    provide the environment, the model and the tokenizer."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for pattern in _SOURCES:
+        for path in sorted(root.glob(pattern)):
+            digest.update(str(path.relative_to(root)).encode())
+            digest.update(path.read_bytes())
+    for dist in ("textcraft", "torch", "transformers", "tokenizers"):
+        digest.update(f"{dist}=={metadata.version(dist)}".encode())
+    return digest.hexdigest()
+
+
+def cache_key(config: BootstrapConfig) -> str:
+    """The key of a built policy: its recipe, name, and the code fingerprint."""
+    payload = json.dumps(
+        {"recipe": config.recipe(), "name": config.name, "code": code_fingerprint()},
+        sort_keys=True,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def rows_sha256(rows: Sequence[PackedRow]) -> str:
+    """sha256 of the packed training data: every token, prompt length, weight and view."""
+    digest = hashlib.sha256()
+    for row in rows:
+        digest.update(json.dumps([row.trunk]).encode())
+        for b in row.branches:
+            digest.update(json.dumps([b.ids, b.prompt_len, b.weight, b.privileged]).encode())
+    return digest.hexdigest()
+
+
+def machine_description() -> str:
+    """The CPU, thread count and torch build the policy was trained with."""
+    cpu = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return (
+        f"{cpu} ({os.cpu_count()} cores), {torch.get_num_threads()} torch threads, "
+        f"torch {torch.__version__}, {platform.system()} {platform.release()}"
+    )
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """Everything behaviour cloning is given.
+
+    Attributes:
+        demonstrations: every demonstration played (stalled ones included).
+        trained: the demonstrations whose steps are trained on.
+        tokenizer: the tokenizer trained on the environment's text.
+        rows: the packed sequences.
+        sha256: :func:`rows_sha256` of ``rows``.
+    """
+
+    demonstrations: tuple[Demonstration, ...]
+    trained: tuple[Demonstration, ...]
+    tokenizer: Any
+    rows: tuple[PackedRow, ...]
+    sha256: str
+
+    def stats(self) -> dict[str, Any]:
+        """Counts recorded in the manifest."""
+        return {
+            "tasks": len({d.task_id for d in self.demonstrations}),
+            "demonstrations": len(self.demonstrations),
+            "trained_demonstrations": len(self.trained),
+            "stalled_demonstrations": sum(d.stalled for d in self.demonstrations),
+            "trained_steps": sum(len(d.steps) for d in self.trained),
+            "rows": len(self.rows),
+            "sequences": sum(len(r.branches) for r in self.rows),
+            "privileged_sequences": sum(b.privileged for r in self.rows for b in r.branches),
+            "packed_tokens": sum(len(r) for r in self.rows),
+            "response_tokens": sum(b.response_len for r in self.rows for b in r.branches),
+            "vocab_size": len(self.tokenizer),
+        }
+
+
+def prepare_training_data(config: BootstrapConfig, *, progress: bool = True) -> TrainingData:
+    """Demonstrations on the train tasks, their summaries, the tokenizer and the packed rows."""
+    data = config.data
+    task_ids = make_env(config.env).task_ids(TRAIN_SPLIT)[: data.task_limit]
+    demos = collect_demonstrations(
+        config.env,
+        task_ids,
+        episodes_per_task=data.episodes_per_task,
+        mistake_rate=data.mistake_rate,
+        stalled_share=data.stalled_share,
+        seed=config.seed,
+        progress=progress,
+    )
+    trained = tuple(d for d in demos if not d.stalled)
+    tokenizer = train_tokenizer(
+        config.env,
+        demos,
+        vocab_size=config.tokenizer.vocab_size,
+        min_frequency=config.tokenizer.min_frequency,
+    )
+    groups = group_steps(trained, demos, privileged_share=data.privileged_share, seed=config.seed)
+    rows = tuple(pack_rows(groups, tokenizer, max_branches=data.max_branches))
+    return TrainingData(tuple(demos), trained, tokenizer, rows, rows_sha256(rows))
+
+
+def _published_key(policy: Path) -> str | None:
+    manifest = policy / MANIFEST_NAME
+    if not manifest.is_file():
+        return None
+    try:
+        check_checkpoint(policy)
+    except CheckpointError:
+        return None
+    return json.loads(manifest.read_text()).get("cache_key")
+
+
+def build_initial_policy(
+    config: BootstrapConfig,
+    out_dir: str | Path,
+    *,
+    command: str | None = None,
+    progress: bool = True,
+) -> CheckpointInfo:
+    """Build the initial policy into ``out_dir/policy``, or return it if already built (cached).
+
+    An interrupted build continues from its last training state under ``out_dir/work``.
+    ``command`` is recorded in the manifest (default: this process's command line).
+    """
+    out_dir = Path(out_dir)
+    policy = out_dir / POLICY_DIR
+    key = cache_key(config)
+    if _published_key(policy) == key:
+        logger.info("bootstrap: %s is up to date (cache key %s)", policy, key[:12])
+        return read_checkpoint_info(policy)
+
+    started = time.perf_counter()
+    data = prepare_training_data(config, progress=progress)
+    stats = data.stats()
+    logger.info("bootstrap: training data %s (sha256 %s)", stats, data.sha256[:12])
+    tokenizer = data.tokenizer
+    shape = config.model
+    model_config = small_qwen3_config(
+        len(tokenizer),
+        hidden_size=shape.hidden_size,
+        num_hidden_layers=shape.num_hidden_layers,
+        num_attention_heads=shape.num_attention_heads,
+        num_key_value_heads=shape.num_key_value_heads,
+        intermediate_size=shape.intermediate_size,
+        max_position_embeddings=shape.max_position_embeddings,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    model_config._attn_implementation = "sdpa"
+    model = build_qwen3(model_config, seed=config.seed)
+    work = out_dir / WORK_DIR / key[:16]
+
+    def loadable(directory: Path) -> None:
+        model.config.save_pretrained(str(directory))
+        tokenizer.save_pretrained(str(directory))
+
+    state = behaviour_cloning(
+        model,
+        data.rows,
+        config.training,
+        pad_id=tokenizer.pad_token_id,
+        data_sha256=data.sha256,
+        seed=config.seed,
+        state_dir=work,
+        save_extra=loadable,
+        progress=progress,
+    )
+    extra = {
+        "cache_key": key,
+        "command": command or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "configuration": config.to_dict(),
+        "training_data_sha256": data.sha256,
+        "training_data": stats,
+        "training": {
+            "steps": state.step,
+            "epochs": round(state.epochs_done, 3),
+            "seconds": round(state.seconds, 1),
+            "padded_tokens": state.tokens,
+            "final_loss": state.loss,
+        },
+        "build_seconds": round(time.perf_counter() - started, 1),
+        "machine": machine_description(),
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
+    info = save_policy(
+        model, tokenizer, policy, name=config.name, method="bootstrap", cycle=0, extra=extra
+    )
+    shutil.rmtree(work, ignore_errors=True)
+    logger.info("bootstrap: published %s (%s)", info.policy_id, policy)
+    return info
+
+
+def verify_reference(path: str | Path) -> CheckpointInfo:
+    """The shipped reference policy's info, after checking its weights against its manifest."""
+    path = check_checkpoint(path)
+    manifest = path / MANIFEST_NAME
+    if not manifest.is_file():
+        raise CheckpointError(f"reference policy {path}: {MANIFEST_NAME} is missing")
+    expected = json.loads(manifest.read_text()).get("sha256")
+    actual = weights_sha256(path)
+    if expected != actual:
+        raise CheckpointError(
+            f"reference policy {path}: weights sha256 {actual[:12]} does not match the "
+            f"manifest's {str(expected)[:12]}"
+        )
+    return read_checkpoint_info(path)
+
+
+def resolve_initial_policy(
+    config: BootstrapConfig,
+    out_dir: str | Path,
+    *,
+    command: str | None = None,
+    progress: bool = True,
+) -> CheckpointInfo:
+    """The initial policy, first match wins: ``config.checkpoint``, the shipped reference when
+    ``config.reference`` exists, else one built (or reused) under ``out_dir``."""
+    if config.checkpoint is not None:
+        logger.info("bootstrap: using the configured checkpoint %s", config.checkpoint)
+        return read_checkpoint_info(check_checkpoint(config.checkpoint))
+    if config.reference is not None and Path(config.reference).is_dir():
+        logger.info("bootstrap: using the shipped reference policy %s", config.reference)
+        return verify_reference(config.reference)
+    return build_initial_policy(config, out_dir, command=command, progress=progress)

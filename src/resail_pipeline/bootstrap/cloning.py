@@ -1,0 +1,255 @@
+"""Behaviour cloning on packed rows: loss on response tokens only, resumable, within a time budget.
+
+Each optimiser step takes one batch of rows of similar length (:func:`~.packing.plan_batches`),
+laid out with the tree attention mask (:func:`~.packing.collate`); the loss is the weighted mean
+cross-entropy of the response tokens, logits being computed at those positions only. The training
+state (weights, AdamW moments, position in the data, seconds spent) is saved atomically as
+safetensors + JSON every ``checkpoint_every_s`` seconds and when the run stops, and a run given the
+same state directory continues from it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, load_model, save_file, save_model
+from tqdm.auto import tqdm
+from transformers import PreTrainedModel
+
+from resail_pipeline.bootstrap.config import TrainingSettings
+from resail_pipeline.bootstrap.packing import Batch, PackedRow, collate, plan_batches
+from resail_pipeline.io import atomic_path
+
+logger = logging.getLogger(__name__)
+
+_MODEL_FILE = "model.safetensors"
+_OPTIMIZER_FILE = "optimizer.safetensors"
+_STATE_FILE = "state.json"
+
+
+@dataclass
+class CloningState:
+    """Where a behaviour-cloning run stands.
+
+    Attributes:
+        data_sha256: the packed data the run trains on (a resumed run must see the same).
+        step: optimiser steps done.
+        epoch: the current pass over the data.
+        batch: batches of the current epoch done.
+        seconds: training seconds spent, over every resumed run.
+        tokens: padded tokens processed.
+        loss: the running mean of the recent batch losses (``nan`` before the first step).
+        finished: the schedule reached its end.
+        batches_per_epoch: batches in one pass over the data.
+    """
+
+    data_sha256: str
+    batches_per_epoch: int = 0
+    step: int = 0
+    epoch: int = 0
+    batch: int = 0
+    seconds: float = 0.0
+    tokens: int = 0
+    loss: float = math.nan
+    finished: bool = False
+
+    @property
+    def epochs_done(self) -> float:
+        return self.epoch + self.batch / max(1, self.batches_per_epoch)
+
+
+def learning_rate(settings: TrainingSettings, step: int, progress: float) -> float:
+    """Linear warm-up over ``warmup_steps``, then cosine from the peak to its floor in ``progress``."""
+    peak = settings.learning_rate
+    if step < settings.warmup_steps:
+        return peak * (step + 1) / settings.warmup_steps
+    floor = peak * settings.min_lr_ratio
+    return floor + 0.5 * (peak - floor) * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+
+
+def batch_loss(model: PreTrainedModel, batch: Batch) -> torch.Tensor:
+    """Weighted mean cross-entropy of the batch's response tokens (a scalar)."""
+    dtype = model.get_input_embeddings().weight.dtype
+    # the tree mask as additive biases: 0 where a query may attend, the dtype's minimum elsewhere
+    bias = torch.zeros(batch.attention_mask.shape, dtype=dtype)
+    bias.masked_fill_(~batch.attention_mask, torch.finfo(dtype).min)  # (B, 1, T, T)
+    hidden = model.model(
+        input_ids=batch.input_ids, position_ids=batch.position_ids, attention_mask=bias
+    ).last_hidden_state  # (B, T, H)
+    picked = hidden.reshape(-1, hidden.shape[-1])[batch.source]  # (N, H)
+    logits = model.lm_head(picked).float()  # (N, V)
+    losses = F.cross_entropy(logits, batch.target, reduction="none")  # (N,)
+    return (losses * batch.weight).sum() / batch.weight.sum()
+
+
+def _save_state(
+    path: Path,
+    model: PreTrainedModel,
+    optimizer: torch.optim.Optimizer,
+    state: CloningState,
+    save_extra: Callable[[Path], None] | None,
+) -> None:
+    """Weights, optimiser moments and position, written together atomically (no pickle)."""
+    opt = optimizer.state_dict()
+    tensors = {
+        f"{index}.{name}": value.detach().clone()
+        for index, entries in opt["state"].items()
+        for name, value in entries.items()
+    }
+    with atomic_path(path) as tmp:
+        tmp.mkdir()
+        save_model(model, str(tmp / _MODEL_FILE))
+        save_file(tensors, str(tmp / _OPTIMIZER_FILE))
+        meta = {"state": asdict(state), "param_groups": opt["param_groups"]}
+        (tmp / _STATE_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        if save_extra is not None:
+            save_extra(tmp)
+
+
+def _load_state(
+    path: Path, model: PreTrainedModel, optimizer: torch.optim.Optimizer
+) -> CloningState:
+    meta = json.loads((path / _STATE_FILE).read_text())
+    load_model(model, str(path / _MODEL_FILE))
+    moments: dict[int, dict[str, torch.Tensor]] = {}
+    for key, value in load_file(str(path / _OPTIMIZER_FILE)).items():
+        index, _, name = key.partition(".")
+        moments.setdefault(int(index), {})[name] = value
+    optimizer.load_state_dict({"state": moments, "param_groups": meta["param_groups"]})
+    return CloningState(**meta["state"])
+
+
+def _epoch_batches(
+    rows: Sequence[PackedRow], budget: int, seed: int, epoch: int
+) -> list[list[int]]:
+    return plan_batches([len(r) for r in rows], budget, random.Random(f"{seed}/{epoch}"))
+
+
+def behaviour_cloning(
+    model: PreTrainedModel,
+    rows: Sequence[PackedRow],
+    settings: TrainingSettings,
+    *,
+    pad_id: int,
+    data_sha256: str,
+    seed: int,
+    state_dir: Path | None = None,
+    save_extra: Callable[[Path], None] | None = None,
+    progress: bool = True,
+) -> CloningState:
+    """Train ``model`` in place on ``rows``; return the final state.
+
+    Args:
+        model: a causal LM whose ``model`` body accepts 4-D attention masks (Qwen3 does).
+        rows: the packed training data.
+        settings: schedule, budget, precision.
+        pad_id: the padding token.
+        data_sha256: identifies ``rows``; a saved state of other data is not resumed.
+        seed: seeds the batch order of every epoch.
+        state_dir: where the resumable state is kept; ``None`` keeps nothing.
+        save_extra: writes more files into each saved state (e.g. the model config and the
+            tokenizer, which make the state a loadable checkpoint for a look at progress).
+        progress: show a progress bar.
+    """
+    if not rows:
+        raise ValueError("rows: no training data")
+    torch.set_num_threads(settings.threads)
+    optimizer = torch.optim.AdamW(
+        model.parameters(),
+        lr=settings.learning_rate,
+        betas=(settings.beta1, settings.beta2),
+        weight_decay=settings.weight_decay,
+    )
+    state = CloningState(data_sha256=data_sha256)
+    if state_dir is not None and (state_dir / _STATE_FILE).is_file():
+        saved = json.loads((state_dir / _STATE_FILE).read_text())["state"]
+        if saved["data_sha256"] == data_sha256:
+            state = _load_state(state_dir, model, optimizer)
+            logger.info(
+                "behaviour cloning: resuming at step %d (epoch %d, %.0f s spent)",
+                state.step,
+                state.epoch,
+                state.seconds,
+            )
+        else:
+            logger.warning("behaviour cloning: %s holds another data set; starting over", state_dir)
+    per_epoch = len(_epoch_batches(rows, settings.batch_tokens, seed, 0))
+    state.batches_per_epoch = per_epoch
+    total_steps = max(1, math.ceil(settings.epochs * per_epoch))
+    autocast = (
+        torch.autocast("cpu", dtype=torch.bfloat16)
+        if settings.precision == "bf16"
+        else nullcontext()
+    )
+    model.train()
+    started = time.perf_counter()
+    spent_before = state.seconds
+    last_save = started
+    bar = tqdm(
+        total=total_steps, initial=state.step, desc="cloning", unit="step", disable=not progress
+    )
+    batches = _epoch_batches(rows, settings.batch_tokens, seed, state.epoch)
+    while not state.finished:
+        if state.batch >= len(batches):
+            state.epoch, state.batch = state.epoch + 1, 0
+            batches = _epoch_batches(rows, settings.batch_tokens, seed, state.epoch)
+        batch = collate([rows[i] for i in batches[state.batch]], pad_id)
+        fraction = max(state.step / total_steps, state.seconds / settings.time_budget_s)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(settings, state.step, fraction)
+        with autocast:
+            loss = batch_loss(model, batch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+        now = time.perf_counter()
+        value = float(loss.detach())
+        state.loss = value if math.isnan(state.loss) else 0.98 * state.loss + 0.02 * value
+        state.step += 1
+        state.batch += 1
+        state.tokens += batch.tokens
+        state.seconds = spent_before + (now - started)
+        state.finished = state.step >= total_steps or state.seconds >= settings.time_budget_s
+        bar.update()
+        bar.set_postfix(
+            loss=f"{state.loss:.3f}", tok_s=f"{state.tokens / max(state.seconds, 1e-9):.0f}"
+        )
+        if state.step % 50 == 0:
+            logger.info(
+                "behaviour cloning: step %d/%d epoch %d loss %.4f lr %.2e %.0f tok/s",
+                state.step,
+                total_steps,
+                state.epoch,
+                state.loss,
+                optimizer.param_groups[0]["lr"],
+                state.tokens / max(state.seconds, 1e-9),
+            )
+        if state_dir is not None and (
+            state.finished or now - last_save >= settings.checkpoint_every_s
+        ):
+            _save_state(state_dir, model, optimizer, state, save_extra)
+            last_save = now
+    bar.close()
+    model.eval()
+    stopped_by = "epochs" if state.step >= total_steps else "time budget"
+    logger.info(
+        "behaviour cloning: done after %d steps (%.2f epochs, %s), %.0f s, loss %.4f",
+        state.step,
+        state.epochs_done,
+        stopped_by,
+        state.seconds,
+        state.loss,
+    )
+    return state

@@ -1,0 +1,249 @@
+"""The configuration of the initial policy: where it comes from, and how one is built.
+
+:class:`BootstrapConfig` is what the ``bootstrap`` pipeline's parameters turn into. Its parts:
+the model's shape (:class:`ModelShape`), the tokenizer (:class:`TokenizerSettings`), the
+demonstrations (:class:`DemonstrationSettings`) and behaviour cloning (:class:`TrainingSettings`).
+Every field is range-checked when the object is made, so bad parameters fail before any work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from resail_pipeline.envs import check_env_name
+
+PRECISIONS = ("fp32", "bf16")
+
+
+def _positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}: must be a positive integer, got {value!r}")
+
+
+def _in_range(name: str, value: Any, low: float, high: float, *, open_low: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise ValueError(f"{name}: must be a number, got {value!r}")
+    if (value <= low if open_low else value < low) or value > high:
+        bracket = "(" if open_low else "["
+        raise ValueError(f"{name}: must be in {bracket}{low}, {high}], got {value!r}")
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A small Qwen3 (RoPE, RMSNorm, SwiGLU, tied embeddings), built from scratch."""
+
+    #: width of the residual stream; a multiple of ``num_attention_heads``
+    hidden_size: int = 256
+    #: transformer blocks
+    num_hidden_layers: int = 4
+    #: query heads per block
+    num_attention_heads: int = 4
+    #: key/value heads per block (grouped-query attention when fewer than the query heads)
+    num_key_value_heads: int = 4
+    #: inner width of the SwiGLU feed-forward layer
+    intermediate_size: int = 768
+    #: longest sequence the model accepts (the longest TextCraft prompt is under 1,500 tokens)
+    max_position_embeddings: int = 4096
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            _positive_int(f"model.{f.name}", getattr(self, f.name))
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"model.hidden_size: {self.hidden_size} is not a multiple of "
+                f"num_attention_heads={self.num_attention_heads}"
+            )
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"model.num_key_value_heads: {self.num_key_value_heads} does not divide "
+                f"num_attention_heads={self.num_attention_heads}"
+            )
+
+
+@dataclass(frozen=True)
+class TokenizerSettings:
+    """The word-level tokenizer trained on the environment's own text."""
+
+    #: upper bound on the vocabulary (TextCraft needs under a thousand words)
+    vocab_size: int = 4096
+    #: occurrences a word needs to get a token (1: every word of the corpus)
+    min_frequency: int = 1
+
+    def __post_init__(self) -> None:
+        _positive_int("tokenizer.vocab_size", self.vocab_size)
+        _positive_int("tokenizer.min_frequency", self.min_frequency)
+
+
+@dataclass(frozen=True)
+class DemonstrationSettings:
+    """Planner demonstrations on the ``train`` tasks (the ``test`` tasks are never used)."""
+
+    #: demonstrations played per train task
+    episodes_per_task: int = 12
+    #: probability of injecting a mistake before each step of a demonstration
+    mistake_rate: float = 0.15
+    #: share of a task's demonstrations that stall (only mistakes after a random point, so they
+    #: fail at the step limit); they serve as guidance only and are not trained on
+    stalled_share: float = 0.3
+    #: probability that a trained step occurrence is also trained in the privileged view, with
+    #: the rules-based summary of another demonstration of the same task
+    privileged_share: float = 0.5
+    #: sequences packed behind one shared prefix (ordinary view + privileged views of a step)
+    max_branches: int = 4
+    #: use only the first this many train tasks (``None``: all); for quick builds and tests
+    task_limit: int | None = None
+
+    def __post_init__(self) -> None:
+        _positive_int("data.episodes_per_task", self.episodes_per_task)
+        _in_range("data.mistake_rate", self.mistake_rate, 0.0, 0.9)
+        _in_range("data.stalled_share", self.stalled_share, 0.0, 0.9)
+        _in_range("data.privileged_share", self.privileged_share, 0.0, 1.0)
+        _positive_int("data.max_branches", self.max_branches)
+        if self.task_limit is not None:
+            _positive_int("data.task_limit", self.task_limit)
+        if self.stalled_share > 0 and self.episodes_per_task < 2:
+            raise ValueError(
+                "data.episodes_per_task: stalled demonstrations need at least 2 episodes per task"
+            )
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    """Behaviour cloning: AdamW, linear warm-up, cosine decay, stop at a time budget.
+
+    The schedule's progress is the larger of the steps done over the steps of ``epochs`` and
+    the seconds spent over ``time_budget_s``, so the learning rate reaches its floor whichever
+    limit binds first (when the time budget binds, the result depends on the machine's speed).
+    """
+
+    #: peak learning rate
+    learning_rate: float = 2e-3
+    #: the learning rate's floor, as a fraction of the peak
+    min_lr_ratio: float = 0.05
+    #: optimiser steps of linear warm-up
+    warmup_steps: int = 30
+    #: AdamW decoupled weight decay
+    weight_decay: float = 0.05
+    #: AdamW beta1
+    beta1: float = 0.9
+    #: AdamW beta2
+    beta2: float = 0.98
+    #: gradient-norm clip
+    grad_clip: float = 1.0
+    #: padded tokens per batch (rows x longest row); bounds memory
+    batch_tokens: int = 8192
+    #: passes over the packed data
+    epochs: float = 3.0
+    #: wall-clock seconds of training before it stops (the schedule ends there too)
+    time_budget_s: float = 3600.0
+    #: seconds between resumable checkpoints of the training state
+    checkpoint_every_s: float = 600.0
+    #: ``bf16`` autocast (about 1.5x faster than ``fp32`` on CPUs with bf16 instructions, see
+    #: ``benchmarks/bootstrap_training.py``), or ``fp32``
+    precision: str = "bf16"
+    #: CPU threads for torch
+    threads: int = 2
+
+    def __post_init__(self) -> None:
+        _in_range("training.learning_rate", self.learning_rate, 0.0, 1.0, open_low=True)
+        _in_range("training.min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
+        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int):
+            raise ValueError(
+                f"training.warmup_steps: must be an integer, got {self.warmup_steps!r}"
+            )
+        if self.warmup_steps < 0:
+            raise ValueError(f"training.warmup_steps: must be >= 0, got {self.warmup_steps}")
+        _in_range("training.weight_decay", self.weight_decay, 0.0, 1.0)
+        _in_range("training.beta1", self.beta1, 0.0, 0.9999)
+        _in_range("training.beta2", self.beta2, 0.0, 0.99999)
+        _in_range("training.grad_clip", self.grad_clip, 0.0, 1e6, open_low=True)
+        _positive_int("training.batch_tokens", self.batch_tokens)
+        _in_range("training.epochs", self.epochs, 0.0, 1e4, open_low=True)
+        _in_range("training.time_budget_s", self.time_budget_s, 0.0, 1e7, open_low=True)
+        _in_range("training.checkpoint_every_s", self.checkpoint_every_s, 0.0, 1e7, open_low=True)
+        if self.precision not in PRECISIONS:
+            raise ValueError(
+                f"training.precision: must be one of {PRECISIONS}, got {self.precision!r}"
+            )
+        _positive_int("training.threads", self.threads)
+
+
+_PARTS = {
+    "model": ModelShape,
+    "tokenizer": TokenizerSettings,
+    "data": DemonstrationSettings,
+    "training": TrainingSettings,
+}
+
+
+@dataclass(frozen=True)
+class BootstrapConfig:
+    """Where the initial policy (cycle 0) comes from, first match wins:
+
+    1. ``checkpoint``: any local Hugging Face causal-LM directory, used as is;
+    2. ``reference``: the policy shipped in the repository, when the directory exists;
+    3. otherwise one is built: demonstrations, tokenizer, model, behaviour cloning.
+    """
+
+    #: environment the policy acts in
+    env: str = "textcraft"
+    #: name recorded in the policy id (``"{name}@{sha256[:12]}"``)
+    name: str = "textcraft-initial"
+    #: a local checkpoint directory to use instead of building one
+    checkpoint: str | None = None
+    #: the shipped reference policy's directory (relative to the working directory)
+    reference: str | None = "reference/textcraft-initial"
+    #: seeds demonstrations, initialisation and batch order
+    seed: int = 0
+    #: the model's shape
+    model: ModelShape = field(default_factory=ModelShape)
+    #: tokenizer training
+    tokenizer: TokenizerSettings = field(default_factory=TokenizerSettings)
+    #: demonstrations and their packing
+    data: DemonstrationSettings = field(default_factory=DemonstrationSettings)
+    #: behaviour cloning
+    training: TrainingSettings = field(default_factory=TrainingSettings)
+
+    def __post_init__(self) -> None:
+        check_env_name(self.env)
+        if not self.name or "@" in self.name or "/" in self.name:
+            raise ValueError(f"name: must be non-empty without '@' or '/', got {self.name!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed: must be a non-negative integer, got {self.seed!r}")
+        for part, kind in _PARTS.items():
+            if not isinstance(getattr(self, part), kind):
+                raise ValueError(f"{part}: expected {kind.__name__}, got {getattr(self, part)!r}")
+
+    @classmethod
+    def from_dict(cls, params: dict[str, Any]) -> BootstrapConfig:
+        """The config of a parameters mapping (nested like :meth:`to_dict`); unknown keys raise."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(params) - known)
+        if unknown:
+            raise ValueError(f"bootstrap: unknown parameter(s) {unknown}; known: {sorted(known)}")
+        values = dict(params)
+        for part, kind in _PARTS.items():
+            given = values.get(part)
+            if given is None:
+                continue
+            if not isinstance(given, dict):
+                raise ValueError(f"{part}: expected a mapping, got {given!r}")
+            fields = {f.name for f in dataclasses.fields(kind)}
+            extra = sorted(set(given) - fields)
+            if extra:
+                raise ValueError(f"{part}: unknown parameter(s) {extra}; known: {sorted(fields)}")
+            values[part] = kind(**given)
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def recipe(self) -> dict[str, Any]:
+        """The settings that determine a built policy (not where it is looked up)."""
+        out = self.to_dict()
+        for key in ("name", "checkpoint", "reference"):
+            out.pop(key)
+        return out

@@ -1,0 +1,431 @@
+"""Planner demonstrations with injected mistakes: the behaviour-cloning data of the initial policy.
+
+An episode is played in the real environment by the exact planner
+(:mod:`resail_pipeline.envs.planner`). Before each step a mistake is injected with probability
+``mistake_rate``: an action of one of the kinds in :data:`MISTAKES`, the errors a small policy
+makes (a wrong quantity, a craft whose ingredients are not held yet, fetching a craftable item,
+naming a tag instead of a concrete item, a distractor recipe, repeating the last craft, an
+information-only step, a response without an action). The planner then replans from the real
+inventory, so the episode shows how to recover.
+
+Every step records the action that was executed and the *expert* action: the first action of the
+planner's plan from the inventory held at that step. Behaviour cloning trains the expert action at
+every step, mistaken or not, on the prompt rendered from the history so far (which contains the
+earlier mistakes and their results).
+
+A *stalled* demonstration stops following the plan after a given number of steps and only makes
+mistakes until the step limit: its failure, like a weak policy's, ends at the step limit with
+partial progress. Stalled demonstrations give the privileged view the "Failure analysis" summaries
+that it meets at evaluation time.
+
+Only TextCraft has a planner; the module is written against the planner's interface
+(``parse_problem``, ``plan``, ``CraftingProblem.apply``).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from resail_pipeline.envs import Environment, make_env
+from resail_pipeline.envs.base import Observation
+from resail_pipeline.envs.planner import CraftingProblem, parse_problem, plan
+from resail_pipeline.experience.evidence import build_evidence
+from resail_pipeline.experience.rules import rules_summary
+from resail_pipeline.prompts import OUTCOME_FAILURE, OUTCOME_SUCCESS, EpisodeHistory, Summary
+
+logger = logging.getLogger(__name__)
+
+#: The response a demonstration teaches: empty reasoning, then the action.
+RESPONSE_TEMPLATE = "<thinking></thinking>\n<action>{action}</action>"
+
+#: The policy id recorded for planner demonstrations.
+PLANNER_POLICY_ID = "planner"
+
+
+def demonstration_response(action: str) -> str:
+    """The response text that executes ``action``."""
+    return RESPONSE_TEMPLATE.format(action=action)
+
+
+@dataclass(frozen=True)
+class MistakeContext:
+    """What a mistake is drawn from.
+
+    Attributes:
+        problem: the episode's goal and crafting commands.
+        inventory: the items held now.
+        plan: the planner's remaining plan from ``inventory`` (non-empty).
+        accepted: the accepted actions so far, oldest first.
+    """
+
+    problem: CraftingProblem
+    inventory: dict[str, int]
+    plan: tuple[str, ...]
+    accepted: tuple[str, ...]
+
+
+#: The executed "action" of a response without a parsable action.
+NO_ACTION = ""
+
+#: A mistake kind: the mistaken action (:data:`NO_ACTION` for a response without one), or
+#: ``None`` when the kind does not apply in this context.
+Mistake = Callable[[MistakeContext, random.Random], "str | None"]
+
+
+def _split_craft(action: str) -> tuple[int, str, list[tuple[int, str]]] | None:
+    """``craft N out using n1 in1, n2 in2`` -> ``(N, out, [(n1, in1), ...])``."""
+    if not action.startswith("craft ") or " using " not in action:
+        return None
+    head, _, tail = action[len("craft ") :].partition(" using ")
+    count, _, output = head.partition(" ")
+    ingredients = []
+    for part in tail.split(", "):
+        n, _, name = part.partition(" ")
+        if not n.isdigit() or not name:
+            return None
+        ingredients.append((int(n), name))
+    if not count.isdigit():
+        return None
+    return int(count), output, ingredients
+
+
+def _join_craft(count: int, output: str, ingredients: Sequence[tuple[int, str]]) -> str:
+    return f"craft {count} {output} using " + ", ".join(f"{n} {name}" for n, name in ingredients)
+
+
+def _other_count(n: int, rng: random.Random) -> int:
+    return rng.choice([m for m in (n - 1, n + 1, 2 * n, n + 2) if m >= 1 and m != n])
+
+
+def wrong_quantity(ctx: MistakeContext, rng: random.Random) -> str | None:
+    """The next planned action with one quantity changed."""
+    action = ctx.plan[0]
+    if action.startswith("get "):
+        n, _, item = action[len("get ") :].partition(" ")
+        return f"get {_other_count(int(n), rng)} {item}"
+    craft = _split_craft(action)
+    if craft is None:
+        return None
+    count, output, ingredients = craft
+    which = rng.randrange(len(ingredients) + 1)
+    if which == len(ingredients):
+        return _join_craft(_other_count(count, rng), output, ingredients)
+    changed = list(ingredients)
+    n, name = changed[which]
+    changed[which] = (_other_count(n, rng), name)
+    return _join_craft(count, output, changed)
+
+
+def premature_craft(ctx: MistakeContext, rng: random.Random) -> str | None:
+    """A later craft of the plan whose ingredients are not all held yet."""
+    later = [a for a in dict.fromkeys(ctx.plan[1:]) if a.startswith("craft ")]
+    rejected = [a for a in later if ctx.problem.apply(ctx.inventory, a) is None]
+    return rng.choice(rejected) if rejected else None
+
+
+def get_craftable(ctx: MistakeContext, rng: random.Random) -> str | None:
+    """Fetching an item that only a crafting command produces (the environment refuses)."""
+    needed = [a for a in ctx.plan if a.startswith("craft ")]
+    outputs = [c[1] for a in needed if (c := _split_craft(a)) is not None]
+    if not outputs:
+        return None
+    return f"get {rng.choice([1, 1, 2, 4])} {rng.choice(outputs)}"
+
+
+def tag_instead_of_item(ctx: MistakeContext, rng: random.Random) -> str | None:
+    """A planned craft naming the tag (``planks``) instead of the concrete item it stands for."""
+    for action in ctx.plan:
+        craft = _split_craft(action)
+        if craft is None:
+            continue
+        count, output, ingredients = craft
+        for recipe in ctx.problem.producers.get(output, ()):
+            names = [name for name, _ in recipe.ingredients]
+            tags = [name for name in names if ctx.problem.tag_members(name)]
+            if tags and len(names) == len(ingredients):
+                generic = [(n, name) for (n, _), name in zip(ingredients, names, strict=True)]
+                return _join_craft(count, output, generic)
+    return None
+
+
+def distractor_craft(ctx: MistakeContext, rng: random.Random) -> str | None:
+    """A listed crafting command that the plan does not use, as written in the list."""
+    used = {c[1] for a in ctx.plan if (c := _split_craft(a)) is not None}
+    others = [r.command for r in ctx.problem.recipes if r.output not in used]
+    return rng.choice(others) if others else None
+
+
+def repeat_last_craft(ctx: MistakeContext, rng: random.Random) -> str | None:
+    """The last accepted craft once more (often after its ingredients are used up)."""
+    crafts = [a for a in ctx.accepted if a.startswith("craft ")]
+    return crafts[-1] if crafts else None
+
+
+def check_inventory(ctx: MistakeContext, rng: random.Random) -> str:
+    """An information-only step: valid, but no progress."""
+    return "inventory"
+
+
+def no_action(ctx: MistakeContext, rng: random.Random) -> str:
+    """A response without a parsable action (an invalid step)."""
+    return NO_ACTION
+
+
+#: Mistake kinds and their relative weights.
+MISTAKES: dict[str, tuple[Mistake, float]] = {
+    "wrong_quantity": (wrong_quantity, 3.0),
+    "premature_craft": (premature_craft, 3.0),
+    "get_craftable": (get_craftable, 1.5),
+    "tag_instead_of_item": (tag_instead_of_item, 1.0),
+    "distractor_craft": (distractor_craft, 1.5),
+    "repeat_last_craft": (repeat_last_craft, 2.0),
+    "check_inventory": (check_inventory, 1.0),
+    "no_action": (no_action, 0.5),
+}
+
+
+def draw_mistake(
+    ctx: MistakeContext, rng: random.Random, *, no_progress: bool = False
+) -> tuple[str, str]:
+    """``(kind, action)`` of one applicable mistake, kinds drawn by weight without replacement.
+
+    With ``no_progress`` only mistakes that change nothing qualify (rejected actions, information
+    steps, responses without an action): a stalled episode must not stumble into its goal.
+    """
+    kinds = dict(MISTAKES)
+    while kinds:
+        names = list(kinds)
+        name = rng.choices(names, weights=[kinds[n][1] for n in names])[0]
+        action = kinds.pop(name)[0](ctx, rng)
+        if action is None:
+            continue
+        progresses = action not in (NO_ACTION, "inventory") and (
+            ctx.problem.apply(ctx.inventory, action) is not None
+        )
+        if no_progress and progresses:
+            continue
+        return name, action
+    raise AssertionError("check_inventory always applies")
+
+
+@dataclass(frozen=True)
+class DemoStep:
+    """One executed step of a demonstration.
+
+    Attributes:
+        history: the history the step was taken from (its prompt is rendered from it).
+        expert: the planner's action from the inventory held at this step (the training target).
+        action: the executed action (:data:`NO_ACTION` for a response without one).
+        mistake: the mistake kind executed, ``""`` when the expert action was executed.
+        valid: the environment accepted the executed action.
+        observation: the observation the executed action produced.
+    """
+
+    history: EpisodeHistory
+    expert: str
+    action: str
+    mistake: str
+    valid: bool
+    observation: str
+
+
+@dataclass(frozen=True)
+class Demonstration:
+    """One planner episode.
+
+    Attributes:
+        task_id: the environment's task.
+        episode: the episode's index among the demonstrations of its task.
+        env: the environment's registry name.
+        initial: the observation of ``reset``.
+        steps: the executed steps, in order.
+        success: the goal was crafted.
+        end_reason: why the episode ended (``END_*``).
+        stalled: the episode stopped following the plan at some point (see the module docstring).
+    """
+
+    task_id: int
+    episode: int
+    env: str
+    initial: Observation
+    steps: tuple[DemoStep, ...]
+    success: bool
+    end_reason: str
+    stalled: bool = False
+
+    @property
+    def traj_id(self) -> str:
+        """``"0/{env}/train/{task_id}/{episode}"``: cycle 0, the train split."""
+        return f"0/{self.env}/train/{self.task_id}/{self.episode}"
+
+    def trajectory_row(self) -> dict[str, object]:
+        """The ``trajectories`` row of this episode."""
+        return {
+            "traj_id": self.traj_id,
+            "cycle": 0,
+            "method": "bootstrap",
+            "env": self.env,
+            "split": "train",
+            "task_id": self.task_id,
+            "decoding_seed": self.episode,
+            "policy_id": PLANNER_POLICY_ID,
+            "task": self.initial.task,
+            "success": self.success,
+            "num_steps": len(self.steps),
+            "end_reason": self.end_reason,
+        }
+
+    def step_rows(self) -> list[dict[str, object]]:
+        """The ``steps`` rows of this episode, with the ``expert`` and ``mistake`` columns added."""
+        return [
+            {
+                "traj_id": self.traj_id,
+                "t": t,
+                "observation": s.history.current_observation,
+                "admissible_actions": None,
+                "prompt": "",
+                "response": demonstration_response(s.action) if s.action else "",
+                "action": s.action,
+                "action_valid": s.valid,
+                "next_observation": s.observation,
+                "reward": 1.0 if (self.success and t == len(self.steps) - 1) else 0.0,
+                "done": t == len(self.steps) - 1,
+                "expert": s.expert,
+                "mistake": s.mistake,
+            }
+            for t, s in enumerate(self.steps)
+        ]
+
+    @cached_property
+    def summary(self) -> Summary:
+        """The rules-based summary of this episode (appendix-G format, outcome-matched)."""
+        evidence = build_evidence(self.trajectory_row(), pd.DataFrame(self.step_rows()))
+        outcome = OUTCOME_SUCCESS if self.success else OUTCOME_FAILURE
+        return Summary(outcome=outcome, text=rules_summary(evidence))
+
+
+def play(
+    env: Environment,
+    task_id: int,
+    *,
+    episode: int,
+    mistake_rate: float,
+    rng: random.Random,
+    stall_after: int | None = None,
+) -> Demonstration | None:
+    """Play one demonstration of ``task_id``; ``None`` if the planner finds no plan for it.
+
+    Args:
+        env: the environment (reset here).
+        task_id: the task.
+        episode: the demonstration's index among those of its task.
+        mistake_rate: probability of injecting a mistake before each step.
+        rng: the random source of mistakes.
+        stall_after: make only mistakes after this many steps (a failure at the step limit).
+    """
+    initial = env.reset(task_id)
+    problem = parse_problem(initial.text)
+    if problem is None or plan(problem) is None:
+        return None
+    history = EpisodeHistory.start(env.name, initial)
+    inventory: dict[str, int] = {}
+    accepted: list[str] = []
+    steps: list[DemoStep] = []
+    while True:
+        remaining = plan(problem, inventory)
+        if remaining is None:
+            raise RuntimeError(f"task {task_id}: the planner lost its plan after {steps[-1]}")
+        stalled = stall_after is not None and len(steps) >= stall_after
+        mistake, action = "", remaining[0]
+        if stalled or rng.random() < mistake_rate:
+            ctx = MistakeContext(problem, inventory, tuple(remaining), tuple(accepted))
+            mistake, action = draw_mistake(ctx, rng, no_progress=stalled)
+        result = env.step(action)
+        executed = action or ""
+        if result.action_valid:
+            after = problem.apply(inventory, executed)
+            if after is None:
+                raise RuntimeError(
+                    f"task {task_id}: the environment accepted {executed!r}, the planner's "
+                    "simulation rejects it"
+                )
+            inventory = after
+            accepted.append(executed)
+        steps.append(
+            DemoStep(
+                history, remaining[0], executed, mistake, result.action_valid, result.observation
+            )
+        )
+        history = history.advance(executed, result)
+        if result.done:
+            return Demonstration(
+                task_id=task_id,
+                episode=episode,
+                env=env.name,
+                initial=initial,
+                steps=tuple(steps),
+                success=result.success,
+                end_reason=result.end_reason or "",
+                stalled=stall_after is not None,
+            )
+
+
+def collect_demonstrations(
+    env_name: str,
+    task_ids: Sequence[int],
+    *,
+    episodes_per_task: int,
+    mistake_rate: float,
+    stalled_share: float,
+    seed: int,
+    progress: bool = True,
+) -> list[Demonstration]:
+    """``episodes_per_task`` demonstrations of every task the planner solves, task-major.
+
+    A share ``stalled_share`` of each task's episodes (rounded, at least one when the share is
+    positive) is stalled after a uniformly drawn number of planned steps. The demonstrations of a
+    task depend only on ``seed``, the task id and the settings, not on the other tasks.
+    """
+    env = make_env(env_name)
+    stalled = round(stalled_share * episodes_per_task)
+    if stalled_share > 0:
+        stalled = max(1, stalled)
+    out: list[Demonstration] = []
+    skipped = []
+    for task_id in tqdm(task_ids, desc="demonstrations", unit="task", disable=not progress):
+        rng = random.Random(f"{seed}/{task_id}")
+        problem = parse_problem(env.reset(task_id).text)
+        clean = None if problem is None else plan(problem)
+        if clean is None:
+            skipped.append(task_id)
+            continue
+        for episode in range(episodes_per_task):
+            stall_after = rng.randrange(len(clean)) if episode < stalled else None
+            rate = mistake_rate if stall_after is None else 0.0
+            demo = play(
+                env,
+                task_id,
+                episode=episode,
+                mistake_rate=rate,
+                rng=rng,
+                stall_after=stall_after,
+            )
+            if demo is not None:
+                out.append(demo)
+    if skipped:
+        logger.info("demonstrations: the planner finds no plan for tasks %s; skipped", skipped)
+    return out
+
+
+def demonstrations_frames(demos: Sequence[Demonstration]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The ``trajectories`` and ``steps`` tables of ``demos`` (steps with ``expert``, ``mistake``)."""
+    trajectories = pd.DataFrame([d.trajectory_row() for d in demos])
+    steps = pd.DataFrame([row for d in demos for row in d.step_rows()])
+    return trajectories, steps

@@ -1,0 +1,248 @@
+"""Behaviour-cloning sequences of the demonstrated steps, packed so shared prefixes are computed once.
+
+Each demonstrated step is trained in the ordinary view, ``chat_prompt(tok, render_user_message(h))``
+followed by the expert response, and, for a share of its occurrences, in the privileged view, where
+the user message ends with the rules-based summary of *another* demonstration of the same task.
+Both views of a step share the whole ordinary user message as a token prefix, and identical steps
+(the first steps of a task's demonstrations, before any mistake) occur many times.
+
+A :class:`PackedRow` therefore holds one *trunk* (the common prefix) followed by several
+*branches* (the rest of each sequence). Under the tree attention mask of :func:`collate` each
+branch attends to the trunk and to itself only, and its positions continue from the end of the
+trunk, so every branch computes exactly what it would as a separate sequence, while the trunk is
+computed once. A repeated sequence is one branch with a weight equal to its number of occurrences.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from resail_pipeline.bootstrap.demonstrations import Demonstration, demonstration_response
+from resail_pipeline.prompts import Summary, add_privileged, chat_prompt, render_user_message
+
+
+@dataclass(frozen=True)
+class Branch:
+    """One sequence's tokens after the trunk.
+
+    Attributes:
+        ids: the tokens: the rest of the prompt, then the response and end-of-sequence.
+        prompt_len: how many leading ``ids`` belong to the prompt (no loss on them).
+        weight: how many training occurrences the sequence stands for.
+        privileged: the sequence is a privileged view.
+    """
+
+    ids: tuple[int, ...]
+    prompt_len: int
+    weight: float
+    privileged: bool
+
+    @property
+    def response_len(self) -> int:
+        return len(self.ids) - self.prompt_len
+
+
+@dataclass(frozen=True)
+class PackedRow:
+    """A trunk and the branches that continue it (see the module docstring)."""
+
+    trunk: tuple[int, ...]
+    branches: tuple[Branch, ...]
+
+    def __len__(self) -> int:
+        return len(self.trunk) + sum(len(b.ids) for b in self.branches)
+
+    def sequences(self) -> list[tuple[list[int], int, float]]:
+        """Each branch as the separate sequence it stands for: ``(ids, prompt_len, weight)``."""
+        return [
+            ([*self.trunk, *b.ids], len(self.trunk) + b.prompt_len, b.weight) for b in self.branches
+        ]
+
+
+@dataclass
+class StepGroup:
+    """Every occurrence of one demonstrated step: the same ordinary message and expert response.
+
+    Attributes:
+        message: the ordinary-view user message.
+        response: the expert response.
+        count: how often the step occurs in the demonstrations.
+        summaries: the privileged views drawn for its occurrences: summary -> occurrences.
+    """
+
+    message: str
+    response: str
+    count: int = 0
+    summaries: Counter[Summary] = field(default_factory=Counter)
+
+
+def group_steps(
+    demos: Sequence[Demonstration],
+    guides: Sequence[Demonstration],
+    *,
+    privileged_share: float,
+    seed: int,
+) -> list[StepGroup]:
+    """The distinct steps of ``demos`` with their counts and drawn privileged summaries.
+
+    Args:
+        demos: the demonstrations to train on.
+        guides: the demonstrations whose summaries may serve as guidance; a step is paired with
+            the summary of another demonstration of its task, never with its own.
+        privileged_share: probability that an occurrence also yields a privileged sequence.
+        seed: seeds the draws.
+    """
+    by_task: dict[int, list[tuple[str, Summary]]] = defaultdict(list)
+    for guide in guides:
+        by_task[guide.task_id].append((guide.traj_id, guide.summary))
+    rng = random.Random(seed)
+    groups: dict[tuple[str, str], StepGroup] = {}
+    for demo in demos:
+        others = [s for traj_id, s in by_task[demo.task_id] if traj_id != demo.traj_id]
+        for step in demo.steps:
+            message = render_user_message(step.history)
+            key = (message, step.expert)
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = StepGroup(message, demonstration_response(step.expert))
+            group.count += 1
+            if others and rng.random() < privileged_share:
+                group.summaries[rng.choice(others)] += 1
+    return list(groups.values())
+
+
+def _common_prefix(sequences: Sequence[Sequence[int]]) -> int:
+    """Length of the longest prefix shared by every sequence (the whole sequence if only one)."""
+    first = sequences[0]
+    n = min(len(s) for s in sequences)
+    for i in range(n):
+        if any(s[i] != first[i] for s in sequences[1:]):
+            return i
+    return n
+
+
+def pack_rows(groups: Sequence[StepGroup], tokenizer, *, max_branches: int) -> list[PackedRow]:
+    """Tokenize ``groups`` into rows of at most ``max_branches`` branches each.
+
+    The first row of a group carries its ordinary view; privileged views fill the remaining
+    branches, and further rows repeat the trunk.
+    """
+    if max_branches < 1:
+        raise ValueError(f"max_branches: must be >= 1, got {max_branches}")
+    eos = tokenizer.eos_token_id
+    rows: list[PackedRow] = []
+    for group in groups:
+        views = [(group.message, float(group.count), False)]
+        views += [
+            (add_privileged(group.message, s), float(n), True) for s, n in group.summaries.items()
+        ]
+        prompts = [tokenizer(chat_prompt(tokenizer, m)).input_ids for m, _, _ in views]
+        response = [*tokenizer(group.response).input_ids, eos]
+        trunk_len = _common_prefix(prompts)
+        trunk = tuple(prompts[0][:trunk_len])
+        branches = [
+            Branch(tuple(p[trunk_len:] + response), len(p) - trunk_len, weight, privileged)
+            for p, (_, weight, privileged) in zip(prompts, views, strict=True)
+        ]
+        for start in range(0, len(branches), max_branches):
+            rows.append(PackedRow(trunk, tuple(branches[start : start + max_branches])))
+    return rows
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Padded tensors of several packed rows.
+
+    Attributes:
+        input_ids: ``(B, T)`` token ids, padded on the right.
+        position_ids: ``(B, T)`` positions: the trunk from 0, each branch from the trunk's end.
+        attention_mask: ``(B, 1, T, T)`` boolean, ``True`` where a query may attend to a key.
+        source: ``(N,)`` flat indices into ``B * T`` of the hidden states that predict a target.
+        target: ``(N,)`` the response tokens to predict.
+        weight: ``(N,)`` each target's weight (its branch's occurrences).
+    """
+
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    source: torch.Tensor
+    target: torch.Tensor
+    weight: torch.Tensor
+
+    @property
+    def tokens(self) -> int:
+        return self.input_ids.numel()
+
+
+def collate(rows: Sequence[PackedRow], pad_id: int, pad_to_multiple_of: int = 8) -> Batch:
+    """Lay out ``rows`` as one batch with the tree attention mask (see the module docstring)."""
+    width = max(len(r) for r in rows)
+    width = -(-width // pad_to_multiple_of) * pad_to_multiple_of
+    count = len(rows)
+    input_ids = torch.full((count, width), pad_id, dtype=torch.long)
+    position_ids = torch.zeros((count, width), dtype=torch.long)
+    segment = torch.full((count, width), -1, dtype=torch.long)  # 0 trunk, b + 1 branch b, -1 pad
+    sources: list[int] = []
+    targets: list[int] = []
+    weights: list[float] = []
+    for i, row in enumerate(rows):
+        n = len(row.trunk)
+        input_ids[i, :n] = torch.tensor(row.trunk, dtype=torch.long)
+        position_ids[i, :n] = torch.arange(n)
+        segment[i, :n] = 0
+        start = n
+        for b, branch in enumerate(row.branches, start=1):
+            k = len(branch.ids)
+            input_ids[i, start : start + k] = torch.tensor(branch.ids, dtype=torch.long)
+            position_ids[i, start : start + k] = torch.arange(n, n + k)
+            segment[i, start : start + k] = b
+            for j in range(branch.prompt_len, k):
+                # the token at branch offset j is predicted by the token before it in the branch,
+                # or by the trunk's last token when it opens the branch
+                before = start + j - 1 if j > 0 else n - 1
+                sources.append(i * width + before)
+                targets.append(branch.ids[j])
+                weights.append(branch.weight)
+            start += k
+    index = torch.arange(width)
+    causal = index[None, :] <= index[:, None]  # (T, T): key <= query
+    same = segment[:, :, None] == segment[:, None, :]  # (B, T, T)
+    to_trunk = (segment[:, None, :] == 0) & (segment[:, :, None] >= 0)  # (B, T, T)
+    diagonal = torch.eye(width, dtype=torch.bool)[None]  # pads attend to themselves only
+    mask = (causal[None] & (same | to_trunk)) | diagonal  # (B, T, T)
+    return Batch(
+        input_ids=input_ids,
+        position_ids=position_ids,
+        attention_mask=mask[:, None],  # (B, 1, T, T)
+        source=torch.tensor(sources, dtype=torch.long),
+        target=torch.tensor(targets, dtype=torch.long),
+        weight=torch.tensor(weights, dtype=torch.float32),
+    )
+
+
+def plan_batches(lengths: Sequence[int], token_budget: int, rng: random.Random) -> list[list[int]]:
+    """Row indices grouped into batches of similar length, in a shuffled order.
+
+    Rows are sorted by length (ties broken at random) and cut greedily so that
+    ``rows * longest <= token_budget``; a row longer than the budget forms a batch of its own.
+    Similar lengths keep padding, and so memory and time, proportional to the real tokens.
+    """
+    if token_budget < 1:
+        raise ValueError(f"token_budget: must be >= 1, got {token_budget}")
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], rng.random()))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        if current and (len(current) + 1) * lengths[i] > token_budget:
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    rng.shuffle(batches)
+    return batches

@@ -1,0 +1,173 @@
+"""The shipped reference policy: its dual-view evaluation, recorded in its manifest, and shipping.
+
+The evaluation is the appendix-D.2 protocol that the ``evaluate`` pipeline runs for cycle 0: one
+ordinary-view reference episode of the policy per test task (decoding seed ``reference_seed``),
+summarised by the rules (successful and failed kept) into the fixed Experience; then every test
+task under every decoding seed, in the ordinary view and in the privileged view with that fixed
+Experience. :func:`record_evaluation` adds the resulting table to the policy's manifest, which
+also holds the command, configuration, training-data hash, time, machine and weights sha256 of
+its build.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import platform
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from resail_pipeline.checkpoints import MANIFEST_NAME, check_checkpoint, read_checkpoint_info
+from resail_pipeline.envs import make_env
+from resail_pipeline.evaluation.evaluate import (
+    VIEW_ORDINARY,
+    VIEW_PRIVILEGED,
+    EvalConfig,
+    evaluate_policy,
+    reference_episodes,
+)
+from resail_pipeline.evaluation.stats import summarize_eval_results
+from resail_pipeline.experience import SummarizeConfig, summarize_trajectories
+from resail_pipeline.generation import make_generator
+from resail_pipeline.io import atomic_path
+
+logger = logging.getLogger(__name__)
+
+
+def dual_view_evaluation(
+    policy: str | Path,
+    config: EvalConfig,
+    *,
+    reference_seed: int,
+    env: str = "textcraft",
+    batch_size: int = 32,
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Evaluate ``policy`` in both views with a fixed Experience of its own reference episodes.
+
+    Returns ``(eval_summary, eval_results, experience)``: one summary row per view, one result
+    row per episode, and the fixed Experience (one rules-based summary per test task).
+    """
+    info = read_checkpoint_info(check_checkpoint(policy))
+    generator = make_generator(
+        "transformers", info.path, policy_id=info.policy_id, batch_size=batch_size
+    )
+
+    def environment():
+        return make_env(env)
+
+    trajectories, steps = reference_episodes(
+        environment, generator, config, decoding_seed=reference_seed
+    )
+    summaries = summarize_trajectories(trajectories, steps, SummarizeConfig(source="rules"))
+    experience = summaries.merge(trajectories[["traj_id", "task_id"]], on="traj_id", how="left")
+    both = dataclasses.replace(config, views=(VIEW_ORDINARY, VIEW_PRIVILEGED))
+    results, _ = evaluate_policy(
+        environment, generator, both, cycle=0, method="react", experience=experience
+    )
+    return summarize_eval_results(results), results, experience
+
+
+def evaluation_record(
+    eval_summary: pd.DataFrame,
+    experience: pd.DataFrame,
+    config: EvalConfig,
+    *,
+    reference_seed: int,
+    seconds: float,
+    command: str,
+) -> dict[str, Any]:
+    """What the manifest keeps of an evaluation: the protocol, the table, where and how long."""
+    rows = [
+        {
+            "view": row["view"],
+            "success_per_seed": [round(float(x), 4) for x in row["success_per_seed"]],
+            "mean": round(float(row["mean"]), 4),
+            "sd": round(float(row["sd"]), 4),
+            "tasks": int(row["tasks"]),
+        }
+        for row in eval_summary.sort_values("view").to_dict("records")
+    ]
+    return {
+        "command": command,
+        "protocol": {
+            "split": config.split,
+            "decoding_seeds": list(config.decoding_seeds),
+            "temperature": config.temperature,
+            "top_p": config.top_p,
+            "top_k": config.top_k,
+            "max_new_tokens": config.max_new_tokens,
+            "reference_seed": reference_seed,
+            "experience": "rules-based summaries of one ordinary-view reference episode per "
+            "test task (successful and failed kept)",
+            "experience_outcomes": experience["outcome"].value_counts().to_dict(),
+        },
+        "table": rows,
+        "seconds": round(seconds, 1),
+        "machine": f"{platform.processor() or platform.machine()}, "
+        f"{torch.get_num_threads()} torch threads",
+    }
+
+
+def record_evaluation(policy: str | Path, record: dict[str, Any]) -> None:
+    """Add ``record`` to the policy's manifest under ``evaluation`` (the file is replaced whole)."""
+    path = check_checkpoint(policy) / MANIFEST_NAME
+    manifest = json.loads(path.read_text())
+    manifest["evaluation"] = record
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+def markdown_table(record: dict[str, Any]) -> str:
+    """The evaluation as a Markdown table: success (%) per view, mean (sample SD) over seeds."""
+    seeds = record["protocol"]["decoding_seeds"]
+    head = "| view | " + " | ".join(f"seed {s}" for s in seeds) + " | mean (SD) |"
+    rule = "|---" * (len(seeds) + 2) + "|"
+    lines = [head, rule]
+    for row in record["table"]:
+        per_seed = " | ".join(f"{100 * x:.1f}" for x in row["success_per_seed"])
+        lines.append(
+            f"| {row['view']} | {per_seed} | {100 * row['mean']:.1f} ({100 * row['sd']:.1f}) |"
+        )
+    return "\n".join(lines)
+
+
+def ship(policy: str | Path, destination: str | Path) -> Path:
+    """Copy a built policy directory to ``destination`` (atomically, replacing what was there)."""
+    source = check_checkpoint(policy)
+    destination = Path(destination)
+    with atomic_path(destination) as tmp:
+        shutil.copytree(source, tmp)
+    logger.info("shipped %s to %s", source, destination)
+    return destination
+
+
+def evaluate_and_record(
+    policy: str | Path,
+    config: EvalConfig,
+    *,
+    reference_seed: int,
+    command: str,
+    batch_size: int = 32,
+) -> dict[str, Any]:
+    """:func:`dual_view_evaluation` of ``policy``, recorded in its manifest; returns the record."""
+    started = time.perf_counter()
+    eval_summary, _, experience = dual_view_evaluation(
+        policy, config, reference_seed=reference_seed, batch_size=batch_size
+    )
+    record = evaluation_record(
+        eval_summary,
+        experience,
+        config,
+        reference_seed=reference_seed,
+        seconds=time.perf_counter() - started,
+        command=command,
+    )
+    record_evaluation(policy, record)
+    logger.info("evaluation of %s:\n%s", policy, markdown_table(record))
+    return record

@@ -1,0 +1,109 @@
+"""Building, caching and resolving the initial policy (tiny budgets)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from resail_pipeline.bootstrap import build
+from resail_pipeline.bootstrap.build import (
+    build_initial_policy,
+    cache_key,
+    resolve_initial_policy,
+    verify_reference,
+)
+from resail_pipeline.bootstrap.config import BootstrapConfig
+from resail_pipeline.checkpoints import MANIFEST_NAME, CheckpointError, load_policy
+from resail_pipeline.prompts import EpisodeHistory, chat_prompt, render_user_message
+
+TINY = {
+    "reference": None,
+    "model": {
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 64,
+    },
+    "data": {"episodes_per_task": 2, "task_limit": 2, "stalled_share": 0.5},
+    "training": {"epochs": 1.0, "batch_tokens": 4096, "time_budget_s": 60.0},
+}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    config = BootstrapConfig.from_dict(TINY)
+    out = tmp_path_factory.mktemp("bootstrap")
+    return config, out, build_initial_policy(config, out, progress=False)
+
+
+def test_build_publishes_a_loadable_policy_with_its_manifest(built):
+    config, out, info = built
+    path = out / "policy"
+    assert info.path == str(path) and info.policy_id.startswith("textcraft-initial@")
+    manifest = json.loads((path / MANIFEST_NAME).read_text())
+    assert manifest["cache_key"] == cache_key(config)
+    assert manifest["configuration"] == config.to_dict()
+    assert manifest["training_data"]["tasks"] == 2
+    assert manifest["training_data"]["trained_demonstrations"] == 2  # one stalled per task
+    assert len(manifest["training_data_sha256"]) == 64
+    assert manifest["training"]["steps"] >= 1 and manifest["machine"]
+    assert not (out / "work").exists() or not any((out / "work").iterdir())
+    model, tokenizer = load_policy(path)
+    assert model.config.model_type == "qwen3" and model.config.tie_word_embeddings
+    assert model.config.vocab_size == len(tokenizer)
+    from resail_pipeline.envs import make_env
+
+    env = make_env("textcraft")
+    prompt = chat_prompt(
+        tokenizer, render_user_message(EpisodeHistory.start(env.name, env.reset(0)))
+    )
+    assert tokenizer.unk_token_id not in tokenizer(prompt).input_ids
+
+
+def test_a_second_build_with_the_same_inputs_is_cached(built, monkeypatch):
+    config, out, info = built
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the cached policy must be reused")
+
+    monkeypatch.setattr(build, "prepare_training_data", no_work)
+    assert build_initial_policy(config, out, progress=False) == info
+    # any change of recipe is a new key
+    other = BootstrapConfig.from_dict({**TINY, "seed": 1})
+    assert cache_key(other) != cache_key(config)
+
+
+def test_resolution_order(built, tmp_path):
+    _, out, info = built
+    policy = out / "policy"
+    # 1. a configured checkpoint wins
+    chosen = BootstrapConfig.from_dict({**TINY, "checkpoint": str(policy)})
+    assert resolve_initial_policy(chosen, tmp_path / "unused").sha256 == info.sha256
+    # 2. then the shipped reference, checked against its manifest
+    shipped = BootstrapConfig.from_dict({**TINY, "reference": str(policy)})
+    assert resolve_initial_policy(shipped, tmp_path / "unused").policy_id == info.policy_id
+    assert not (tmp_path / "unused").exists()
+    # 3. a missing reference directory falls through to the build (cached here)
+    absent = BootstrapConfig.from_dict({**TINY, "reference": str(tmp_path / "none")})
+    assert resolve_initial_policy(absent, out).sha256 == info.sha256
+
+
+def test_a_missing_checkpoint_is_named(tmp_path):
+    config = BootstrapConfig.from_dict({**TINY, "checkpoint": str(tmp_path / "nope")})
+    with pytest.raises(CheckpointError, match="nope: no such directory"):
+        resolve_initial_policy(config, tmp_path)
+
+
+def test_a_reference_whose_weights_changed_is_refused(built, tmp_path):
+    import shutil
+
+    _, out, _ = built
+    copy = tmp_path / "reference"
+    shutil.copytree(out / "policy", copy)
+    manifest = json.loads((copy / MANIFEST_NAME).read_text())
+    manifest["sha256"] = "0" * 64
+    (copy / MANIFEST_NAME).write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="does not match the manifest"):
+        verify_reference(copy)

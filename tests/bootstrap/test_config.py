@@ -1,0 +1,46 @@
+"""BootstrapConfig: nested parameters, range checks that name the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from resail_pipeline.bootstrap.config import BootstrapConfig, TrainingSettings
+
+
+def test_from_dict_round_trips_and_fills_defaults():
+    config = BootstrapConfig.from_dict(
+        {"seed": 3, "model": {"hidden_size": 64}, "training": {"time_budget_s": 60}}
+    )
+    assert config.model.hidden_size == 64 and config.model.num_hidden_layers == 4
+    assert config.training.time_budget_s == 60 and config.seed == 3
+    assert BootstrapConfig.from_dict(config.to_dict()) == config
+    assert "reference" not in config.recipe() and "checkpoint" not in config.recipe()
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"modle": {}}, r"bootstrap: unknown parameter\(s\) \['modle'\]"),
+        ({"model": {"width": 3}}, r"model: unknown parameter\(s\) \['width'\]"),
+        ({"model": {"hidden_size": 250}}, "model.hidden_size: 250 is not a multiple"),
+        ({"model": {"num_key_value_heads": 3}}, "model.num_key_value_heads"),
+        ({"data": {"mistake_rate": 1.5}}, r"data.mistake_rate: must be in \[0.0, 0.9\]"),
+        ({"data": {"privileged_share": -0.1}}, "data.privileged_share"),
+        ({"data": {"episodes_per_task": 1}}, "data.episodes_per_task: stalled"),
+        ({"training": {"precision": "fp16"}}, "training.precision: must be one of"),
+        ({"training": {"learning_rate": 0}}, r"training.learning_rate: must be in \(0.0"),
+        ({"training": {"batch_tokens": 0}}, "training.batch_tokens: must be a positive integer"),
+        ({"env": "minecraft"}, "env: unknown environment 'minecraft'"),
+        ({"name": "a@b"}, "name: must be non-empty"),
+        ({"seed": -1}, "seed: must be a non-negative integer"),
+        ({"training": 5}, "training: expected a mapping"),
+    ],
+)
+def test_bad_parameters_name_the_field(params, message):
+    with pytest.raises(ValueError, match=message):
+        BootstrapConfig.from_dict(params)
+
+
+def test_warmup_must_be_a_non_negative_integer():
+    with pytest.raises(ValueError, match=r"training\.warmup_steps"):
+        TrainingSettings(warmup_steps=-1)

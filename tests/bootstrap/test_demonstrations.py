@@ -1,0 +1,110 @@
+"""Planner demonstrations in the real TextCraft environment, with injected mistakes."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from resail_pipeline.bootstrap.demonstrations import (
+    MISTAKES,
+    NO_ACTION,
+    MistakeContext,
+    collect_demonstrations,
+    demonstration_response,
+    draw_mistake,
+    play,
+)
+from resail_pipeline.envs import make_env
+from resail_pipeline.envs.planner import parse_problem, plan
+from resail_pipeline.experience.validation import validate_summary
+from resail_pipeline.prompts import parse_action
+
+TASKS = [1, 2, 40]  # train ids (the test split holds 0, 4, 8, ...)
+
+
+@pytest.fixture(scope="module")
+def env():
+    env = make_env("textcraft")
+    assert set(TASKS) <= set(env.task_ids("train"))
+    return env
+
+
+def test_response_parses_back_to_the_action():
+    response = demonstration_response("craft 4 oak planks using 1 oak logs")
+    assert parse_action(response).action == "craft 4 oak planks using 1 oak logs"
+
+
+def test_without_mistakes_the_planner_plan_is_played(env):
+    clean = plan(parse_problem(env.reset(TASKS[0]).text))
+    demo = play(env, TASKS[0], episode=0, mistake_rate=0.0, rng=random.Random(0))
+    assert demo.success and demo.end_reason == "success" and not demo.stalled
+    assert [s.action for s in demo.steps] == clean
+    assert [s.expert for s in demo.steps] == clean
+    assert all(s.valid and not s.mistake for s in demo.steps)
+
+
+def test_experts_replan_from_the_real_inventory(env):
+    demo = play(env, TASKS[2], episode=0, mistake_rate=0.5, rng=random.Random(3))
+    problem = parse_problem(demo.initial.text)
+    assert any(s.mistake for s in demo.steps)
+    inventory: dict[str, int] = {}
+    for step in demo.steps:
+        assert step.expert == plan(problem, inventory)[0]
+        if step.valid:
+            inventory = problem.apply(inventory, step.action)
+        if step.mistake and not step.valid:
+            assert step.observation.startswith("Could not")
+    assert demo.success
+
+
+def test_a_stalled_demonstration_fails_at_the_step_limit(env):
+    demo = play(env, TASKS[1], episode=0, mistake_rate=0.0, rng=random.Random(0), stall_after=1)
+    assert demo.stalled and not demo.success
+    assert demo.end_reason == "step_limit" and len(demo.steps) == env.max_steps
+    assert not demo.steps[0].mistake
+    assert all(s.mistake for s in demo.steps[1:])
+    # after the stall nothing changes the inventory but information steps
+    assert all(not s.valid or s.action == "inventory" for s in demo.steps[1:])
+
+
+def test_every_mistake_kind_yields_an_action_or_declines(env):
+    problem = parse_problem(env.reset(TASKS[2]).text)
+    remaining = plan(problem)
+    ctx = MistakeContext(problem, {}, tuple(remaining), ())
+    for name, (kind, weight) in MISTAKES.items():
+        assert weight > 0
+        action = kind(ctx, random.Random(0))
+        assert action is None or isinstance(action, str), name
+    assert MISTAKES["repeat_last_craft"][0](ctx, random.Random(0)) is None  # nothing crafted yet
+    assert MISTAKES["no_action"][0](ctx, random.Random(0)) == NO_ACTION
+    for seed in range(20):
+        _, action = draw_mistake(ctx, random.Random(seed), no_progress=True)
+        assert action in (NO_ACTION, "inventory") or problem.apply({}, action) is None
+
+
+def test_summaries_are_valid_and_outcome_matched(env):
+    demos = collect_demonstrations(
+        "textcraft",
+        TASKS,
+        episodes_per_task=3,
+        mistake_rate=0.2,
+        stalled_share=0.34,
+        seed=0,
+        progress=False,
+    )
+    assert len(demos) == 9
+    assert sum(d.stalled for d in demos) == 3  # one per task
+    for demo in demos:
+        summary = demo.summary
+        assert summary.outcome == ("success" if demo.success else "failure")
+        assert validate_summary(summary.text, summary.outcome).accepted, summary.text
+
+
+def test_collection_is_deterministic_and_per_task(env):
+    kwargs = dict(episodes_per_task=2, mistake_rate=0.3, stalled_share=0.5, seed=7, progress=False)
+    both = collect_demonstrations("textcraft", TASKS[:2], **kwargs)
+    again = collect_demonstrations("textcraft", TASKS[:2], **kwargs)
+    alone = collect_demonstrations("textcraft", TASKS[1:2], **kwargs)
+    assert [d.step_rows() for d in both] == [d.step_rows() for d in again]
+    assert [d.step_rows() for d in both[2:]] == [d.step_rows() for d in alone]

@@ -1,0 +1,71 @@
+"""Packed rows compute exactly what their sequences compute one by one."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from resail_pipeline.bootstrap.cloning import batch_loss
+from resail_pipeline.bootstrap.packing import Branch, PackedRow, collate, plan_batches
+
+
+def _rows(vocab: int) -> list[PackedRow]:
+    rng = random.Random(0)
+
+    def ids(n: int) -> tuple[int, ...]:
+        return tuple(rng.randrange(4, vocab) for _ in range(n))
+
+    return [
+        PackedRow(ids(9), (Branch(ids(5), 2, 3.0, False), Branch(ids(7), 4, 1.0, True))),
+        PackedRow(ids(4), (Branch(ids(3), 0, 1.0, False),)),
+    ]
+
+
+def _separate_loss(model, rows: list[PackedRow]) -> torch.Tensor:
+    """The weighted mean response cross-entropy, each sequence run on its own."""
+    total, weight = torch.zeros(()), torch.zeros(())
+    for row in rows:
+        for ids, prompt_len, w in row.sequences():
+            logits = model(input_ids=torch.tensor([ids])).logits[0]  # (T, V)
+            losses = torch.nn.functional.cross_entropy(
+                logits[prompt_len - 1 : -1], torch.tensor(ids[prompt_len:]), reduction="none"
+            )  # (T - prompt_len,)
+            total = total + w * losses.sum()
+            weight = weight + w * len(losses)
+    return total / weight
+
+
+def test_packed_loss_equals_separate_sequences(tiny_model):
+    rows = _rows(tiny_model.config.vocab_size)
+    batch = collate(rows, pad_id=0)
+    assert batch.input_ids.shape == (2, 24)  # 21 tokens padded to a multiple of 8
+    assert batch.target.numel() == 3 + 3 + 3
+    with torch.no_grad():
+        packed = batch_loss(tiny_model, batch)
+        separate = _separate_loss(tiny_model, rows)
+    assert packed.item() == pytest.approx(separate.item(), rel=1e-5)
+
+
+def test_branches_see_the_trunk_and_themselves_only():
+    row = PackedRow((5, 6), (Branch((7, 8), 1, 1.0, False), Branch((9,), 0, 1.0, True)))
+    batch = collate([row], pad_id=0, pad_to_multiple_of=1)
+    mask = batch.attention_mask[0, 0]
+    assert batch.position_ids[0].tolist() == [0, 1, 2, 3, 2]
+    # the second branch (index 4) sees the trunk (0, 1) and itself, never the first branch
+    assert mask[4].tolist() == [True, True, False, False, True]
+    assert mask[3].tolist() == [True, True, True, True, False]
+    # targets: token 8 predicted from 7's position, 9 from the trunk's last position
+    assert batch.source.tolist() == [2, 1]
+    assert batch.target.tolist() == [8, 9]
+
+
+def test_plan_batches_respects_the_token_budget():
+    lengths = [10, 50, 20, 40, 30, 200]
+    batches = plan_batches(lengths, token_budget=80, rng=random.Random(0))
+    assert sorted(i for b in batches for i in b) == list(range(6))
+    for b in batches:
+        assert len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 80
+    with pytest.raises(ValueError, match="token_budget"):
+        plan_batches(lengths, token_budget=0, rng=random.Random(0))

@@ -1,0 +1,99 @@
+"""The dual-view evaluation record, and the reference policy shipped in the repository."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from resail_pipeline.bootstrap.build import verify_reference
+from resail_pipeline.bootstrap.reference import evaluate_and_record, markdown_table, ship
+from resail_pipeline.checkpoints import MANIFEST_NAME, load_policy
+from resail_pipeline.envs import make_env
+from resail_pipeline.evaluation.evaluate import EvalConfig
+from resail_pipeline.generation.base import SamplingParams
+from resail_pipeline.generation.transformers_backend import TransformersGenerator
+from resail_pipeline.prompts import EpisodeHistory, chat_prompt, parse_action, render_user_message
+
+SHIPPED = Path(__file__).resolve().parents[2] / "reference" / "textcraft-initial"
+#: The size limit of a policy shipped in the repository.
+MAX_BYTES = 25 * 1024 * 1024
+
+
+@pytest.mark.slow
+def test_evaluation_is_recorded_in_the_manifest(tiny_checkpoint, tmp_path):
+    """Both views of two test tasks under two seeds (the tiny random model runs 30 steps each)."""
+    policy = ship(tiny_checkpoint, tmp_path / "policy")
+    config = EvalConfig(num_tasks=2, decoding_seeds=(0, 1), max_new_tokens=4)
+    record = evaluate_and_record(policy, config, reference_seed=1000, command="test", batch_size=8)
+    manifest = json.loads((policy / MANIFEST_NAME).read_text())
+    assert manifest["evaluation"] == record
+    assert [row["view"] for row in record["table"]] == ["ordinary", "privileged"]
+    for row in record["table"]:
+        assert row["tasks"] == 2 and len(row["success_per_seed"]) == 2
+        assert 0.0 <= row["mean"] <= 1.0
+    # the tiny random model never succeeds: every Experience is a failure analysis
+    assert record["protocol"]["experience_outcomes"] == {"failure": 2}
+    assert verify_reference(policy).sha256 == manifest["sha256"]
+    table = markdown_table(record)
+    assert table.splitlines()[0] == "| view | seed 0 | seed 1 | mean (SD) |"
+    assert "| ordinary | 0.0 | 0.0 | 0.0 (0.0) |" in table
+
+
+def test_markdown_table_gives_percent_per_seed_and_mean_sd():
+    record = {
+        "protocol": {"decoding_seeds": [0, 1, 2]},
+        "table": [
+            {"view": "ordinary", "success_per_seed": [0.1, 0.12, 0.14], "mean": 0.12, "sd": 0.02},
+            {"view": "privileged", "success_per_seed": [0.3, 0.3, 0.3], "mean": 0.3, "sd": 0.0},
+        ],
+    }
+    assert markdown_table(record).splitlines() == [
+        "| view | seed 0 | seed 1 | seed 2 | mean (SD) |",
+        "|---|---|---|---|---|",
+        "| ordinary | 10.0 | 12.0 | 14.0 | 12.0 (2.0) |",
+        "| privileged | 30.0 | 30.0 | 30.0 | 30.0 (0.0) |",
+    ]
+
+
+def test_ship_replaces_the_destination_whole(tiny_checkpoint, tmp_path):
+    destination = tmp_path / "reference"
+    destination.mkdir()
+    (destination / "stale.txt").write_text("old")
+    ship(tiny_checkpoint, destination)
+    assert not (destination / "stale.txt").exists()
+    assert (destination / MANIFEST_NAME).is_file()
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    if not SHIPPED.is_dir():
+        pytest.fail(f"the reference policy {SHIPPED} is missing")
+    return SHIPPED
+
+
+def test_shipped_policy_matches_its_manifest(shipped):
+    info = verify_reference(shipped)  # weights sha256 against the manifest
+    manifest = json.loads((shipped / MANIFEST_NAME).read_text())
+    assert info.policy_id == manifest["policy_id"] == f"textcraft-initial@{info.sha256[:12]}"
+    assert sum(p.stat().st_size for p in shipped.iterdir()) <= MAX_BYTES
+    for key in ("command", "configuration", "training_data_sha256", "machine", "evaluation"):
+        assert manifest[key], key
+    assert manifest["training"]["seconds"] > 0
+    config = json.loads((shipped / "config.json").read_text())
+    assert config["model_type"] == "qwen3" and config["architectures"] == ["Qwen3ForCausalLM"]
+
+
+def test_shipped_policy_acts_validly_on_a_test_task(shipped, tmp_path):
+    model, tokenizer = load_policy(shipped)
+    env = make_env("textcraft")
+    task_id = env.task_ids("test")[0]
+    history = EpisodeHistory.start(env.name, env.reset(task_id))
+    generator = TransformersGenerator(model, tokenizer, policy_id="reference", batch_size=1)
+    prompt = chat_prompt(tokenizer, render_user_message(history))
+    (generation,) = generator.generate([prompt], SamplingParams(temperature=0.0, max_new_tokens=48))
+    assert generation.finished
+    action = parse_action(generation.text).action
+    assert action is not None, generation.text
+    assert env.step(action).action_valid, action
