@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from resail_pipeline.checkpoints import load_model, load_policy, read_checkpoint_info
 from resail_pipeline.objectives import pi_sensitivity, topk_support
 from resail_pipeline.schemas import SchemaError, check_columns
-from resail_pipeline.training import InputError, ProbeSet, TrainConfig
+from resail_pipeline.training import InputError, ProbeSet, TrainConfig, build_probe_set
 from resail_pipeline.training.data import build_training_data
 from resail_pipeline.training.probe import PROBE_COLUMNS, probe_sensitivity
 from resail_pipeline.training.run import PROBE_FILE, TrainingRun
@@ -85,6 +85,23 @@ def test_the_probe_set_is_the_first_accepted_trajectories_in_task_order(
         assert tuple(row.privileged_ids) == step.privileged_ids
 
 
+def test_without_a_qualifying_trajectory_the_probe_set_is_empty(
+    sharp_checkpoint, tiny_trajectories, tiny_steps, tiny_summaries, caplog
+):
+    """A run with the probe off must not fail for it; one with the probe on fails at its start."""
+    model, tokenizer = load_policy(sharp_checkpoint)
+    rejected = tiny_summaries.assign(accepted=False)
+    with caplog.at_level("WARNING", logger="resail_pipeline.training.probe"):
+        frame = build_probe_set(
+            model, tokenizer, tiny_trajectories, tiny_steps, rejected, policy_id="sharp@0"
+        )
+    assert frame.empty
+    check_columns(frame, "probe_set")
+    assert "the probe set is empty" in caplog.text
+    with pytest.raises(InputError, match=r"p\.parquet: the probe set has no steps"):
+        ProbeSet.from_frame(frame, source="p.parquet")
+
+
 def test_the_support_is_the_initial_models_ordinary_top_k(tiny_probe_set, sharp_checkpoint):
     probe = ProbeSet.from_frame(tiny_probe_set)
     assert probe.top_k == 5
@@ -120,8 +137,6 @@ def test_bad_probe_sets_are_errors_naming_the_file_and_step(tiny_probe_set):
     support = [list(p) for p in frame["support"][0]]
     with pytest.raises(SchemaError, match=r"p\.parquet: probe_set table is missing .*'support'"):
         ProbeSet.from_frame(frame.drop(columns="support"), source="p.parquet")
-    with pytest.raises(InputError, match="has no steps"):
-        ProbeSet.from_frame(frame.iloc[:0], source="p.parquet")
     with pytest.raises(InputError, match=r"appears more than once"):
         ProbeSet.from_frame(pd.concat([frame, frame.iloc[:1]]), source="p.parquet")
     with pytest.raises(InputError, match=rf"step {key}: support has shape"):

@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
 from resail_pipeline.objectives import DEFAULT_TOP_K
-from resail_pipeline.schemas import check_columns
+from resail_pipeline.schemas import SCHEMAS, check_columns
 from resail_pipeline.training.data import (
     InputError,
     StepExample,
@@ -108,7 +108,10 @@ class ProbeSet:
         """Read a ``probe_set`` table; every error names ``source`` and the offending step."""
         check_columns(frame, "probe_set", source=source)
         if frame.empty:
-            raise InputError(f"{source}: the probe set has no steps")
+            raise InputError(
+                f"{source}: the probe set has no steps (no reference trajectory had an accepted "
+                "summary and a non-empty logged response)"
+            )
         keys = list(zip(frame["traj_id"].astype(str), frame["t"].astype(int), strict=True))
         if len(set(keys)) != len(keys):
             raise InputError(f"{source}: a probe step (traj_id, t) appears more than once")
@@ -214,10 +217,11 @@ def build_probe_set(
 
     Returns:
         A frame with the ``probe_set`` schema, one row per probe step by trajectory and ``t``,
-        plus the step's ``task_id`` and logged ``response`` text.
+        plus the step's ``task_id`` and logged ``response`` text; no rows (and a warning) when no
+        trajectory qualifies, so that a run without the probe never fails for it.
 
     Raises:
-        InputError: no trajectory qualifies; a step's ids do not fit the model.
+        InputError: a step's ids do not fit the model.
     """
     if isinstance(num_trajectories, bool) or num_trajectories < 1:
         raise ValueError(f"num_trajectories: must be a positive integer, got {num_trajectories!r}")
@@ -236,11 +240,12 @@ def build_probe_set(
     )["traj_id"]
     present = set(candidates["traj_id"])
     chosen = [traj for traj in dict.fromkeys(in_task_order) if traj in present][:num_trajectories]
-    if not chosen:
-        raise InputError(
-            "trajectories: no reference trajectory has an accepted summary and a non-empty "
-            "logged response; the probe set would be empty"
+    if not chosen:  # an error only where the probe is enabled (see ProbeSet.from_frame)
+        logger.warning(
+            "probe set: no reference trajectory has an accepted summary and a non-empty logged "
+            "response; the probe set is empty"
         )
+        return pd.DataFrame(columns=[*SCHEMAS["probe_set"], "task_id", "response"])
     if len(chosen) < num_trajectories:
         logger.warning(
             "probe set: only %d trajectories qualify, %d asked for", len(chosen), num_trajectories
