@@ -22,7 +22,7 @@ value and in gradient.
 Memory and speed: :func:`topk_tail_logprobs` is a custom autograd function that keeps only the
 logits it was given (no fp32 copy, no softmax) for backward and recomputes the softmax, again
 with one exp per entry. Both passes work block by block in one reused fp32 buffer: blocks of
-``chunk_size`` positions and, on CPU, of at most a cache-sized tile (2 MiB of fp32 values per
+``chunk_size`` positions and, on CPU, of at most a cache-sized tile (4 MiB of fp32 values per
 thread), so that the passes over a block after the first read it from cache. The
 full-vocabulary temporaries never exceed one fp32 copy of a block; the backward also returns the
 gradient itself, in the logits' dtype.
@@ -48,9 +48,10 @@ __all__ = [
 
 _NEG_INF = float("-inf")
 _LN2 = math.log(2.0)
-# fp32 values per intra-op thread in a CPU block of the reductions (2 MiB, about one core's L2
-# cache): the passes after the first reread the block from cache
-_CPU_VALUES_PER_THREAD = 1 << 19
+# fp32 values per intra-op thread in a CPU block of the reductions (4 MiB): the passes after the
+# first reread the block from the last-level cache, and each parallel operation still has enough
+# work per thread that its start-up cost stays small
+_CPU_VALUES_PER_THREAD = 1 << 20
 # off-support sum, relative to the largest support term, below which a position's normalisers are
 # recomputed with log-sum-exps (a tail under about 5e-20): above it, every off-support term that
 # carries more than 2^-62 of the sum is a normal float
