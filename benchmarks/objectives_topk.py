@@ -248,7 +248,7 @@ def micro(vocab: int, repeats: int) -> None:
     stages = ("topk_support", "forward", "backward", "full-V fwd+bwd")
     print(
         f"one view of logits {(*MICRO_POSITIONS, vocab)}, K = {CONFIG.top_k}, "
-        f"{torch.get_num_threads()} threads; median of {repeats} (ms)"
+        f"threads: {torch.get_num_threads()}; median of {repeats} (ms)"
     )
     print(f"{'dtype':<10}" + "".join(f"{name:>18}" for name in stages))
     for dtype in (torch.float32, torch.bfloat16):
@@ -339,7 +339,7 @@ def main() -> None:
     print(
         f"\nReSAIL loss, forward + backward, four views of bf16 logits "
         f"({STEPS}, {POSITIONS}, {args.vocab}) = {first['inputs_mib']:.0f} MiB in all; "
-        f"K = 20; {first['threads']} threads; peak from {first['method']}"
+        f"K = 20; threads: {first['threads']}; peak from {first['method']}"
     )
     print(f"{'variant':<14}{'loss':>12}{'median s':>11}{'first s':>10}{'peak MiB':>11}")
     for v in VARIANTS:
