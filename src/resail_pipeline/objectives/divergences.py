@@ -24,8 +24,9 @@ logits it was given (no fp32 copy, no softmax) for backward and recomputes the s
 with one exp per entry. Both passes work block by block in one reused fp32 buffer: blocks of
 ``chunk_size`` positions and, on CPU, of at most a cache-sized tile (4 MiB of fp32 values per
 thread), so that the passes over a block after the first read it from cache. The
-full-vocabulary temporaries never exceed one fp32 copy of a block; the backward also returns the
-gradient itself, in the logits' dtype.
+full-vocabulary temporaries stay within about two fp32 copies of a block (one outside the rare
+log-sum-exp positions), in the forward and in the backward pass, which also returns the gradient
+itself in the logits' dtype.
 """
 
 from __future__ import annotations
@@ -209,8 +210,9 @@ class _SupportLogProbs(torch.autograd.Function):
     """``log p`` of the support ids (and of the tail) from ``(B, T, V)`` logits, in fp32.
 
     One exp per vocabulary entry in the forward and one in the backward, block by block, in a
-    single reused fp32 buffer. Saves only the logits, the support and two ``(B, T)``
-    normalisers; the backward recomputes the softmax.
+    single reused fp32 buffer (for fp32 logits the backward works in the gradient itself). Saves
+    only the logits, the support and two ``(B, T)`` normalisers; the backward recomputes the
+    softmax.
     """
 
     @staticmethod
@@ -233,7 +235,7 @@ class _SupportLogProbs(torch.autograd.Function):
         log_z = (rest + support_mass).log()  # (B, T), relative to the shift
         log_rest = rest.log()  # (B, T), relative to the shift; -inf when K = V
         # positions the shifted sums cannot represent: an overflowing off-support mass, or one so
-        # small that its terms may be subnormal; their tails get log-sum-exps of their own
+        # small that its terms may be subnormal; their normalisers get log-sum-exps of their own
         redo = ~torch.isfinite(rest)  # (B, T)
         if with_tail and k < vocab:
             redo |= rest < _TINY_REST
@@ -295,7 +297,7 @@ def topk_tail_logprobs(logits: Tensor, support: Tensor, chunk_size: int | None =
         support: Long ``(..., K)`` distinct token ids per position.
         chunk_size: positions per block (``None``: no limit; on CPU a block is in any case at
             most a cache-sized tile); bounds the full-vocabulary temporaries in forward and
-            backward to ``chunk_size * V`` fp32 values.
+            backward to about ``2 * chunk_size * V`` fp32 values.
 
     Returns:
         fp32 ``(..., K+1)``: ``log p`` of the ``K`` support ids, then of the tail
