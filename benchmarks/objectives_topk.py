@@ -30,8 +30,20 @@ Exactness. On a small vocabulary with K = V the top-K + tail loss and its gradie
 full-vocabulary ones; the script checks and prints that first. At K = 20 the two losses differ on
 these random logits, whose near-uniform distributions put most of their mass in the tail.
 
+Stages (``--micro``). The median times of the parts of one view's reduction on ``(2, 128, V)``
+logits, fp32 and bf16: :func:`~resail_pipeline.objectives.topk_support` (``torch.topk``), the
+forward and the backward of :func:`~resail_pipeline.objectives.topk_tail_logprobs`, and, side by
+side, the same ``(K + 1)`` log-probabilities from an fp32 ``log_softmax`` over the vocabulary
+(forward + backward).
+
+Threads. ``--threads`` sets PyTorch's intra-op threads in every process (default: PyTorch's
+choice). On cores shared with other busy processes every parallel operation can wait a scheduler
+tick for its threads, which penalises many small operations over few large ones; compare
+variants within one run, and ``--threads 1`` against the default when the machine is loaded.
+
     .venv/bin/python benchmarks/objectives_topk.py               # minutes; up to ~7 GB resident
     .venv/bin/python benchmarks/objectives_topk.py --vocab 32768  # smaller, faster
+    .venv/bin/python benchmarks/objectives_topk.py --micro        # the stages of one view
 """
 
 from __future__ import annotations
@@ -54,6 +66,8 @@ from resail_pipeline.objectives import (
     masked_token_mean,
     resail_loss,
     resail_objective,
+    topk_support,
+    topk_tail_logprobs,
 )
 
 VARIANTS = ("topk", "topk-chunked", "full")
@@ -61,6 +75,7 @@ QWEN3_VOCAB = 151_936
 STEPS, POSITIONS = 8, 128  # N x T = 1,024 response positions
 TRAJECTORIES = 4  # |B|: two steps per trajectory
 CHUNK = 128
+MICRO_POSITIONS = (2, 128)  # (B, T) of the --micro view
 CONFIG = ResailConfig(selection="top", rho=0.25, balancing=True, retention="privileged", lam=1.0)
 _LN2 = math.log(2.0)
 
@@ -125,7 +140,7 @@ def evaluate(variant: str, views: dict[str, Tensor], mask: Tensor, traj_index: T
             views, mask, traj_index, CONFIG, CHUNK if variant == "topk-chunked" else None
         )
     loss.backward()
-    return float(loss)
+    return float(loss.detach())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -203,13 +218,59 @@ def worker(variant: str, vocab: int, repeats: int) -> dict:
     }
 
 
-def run_worker(variant: str, vocab: int, repeats: int) -> dict:
+def run_worker(variant: str, vocab: int, repeats: int, threads: int | None) -> dict:
     command = [sys.executable, os.path.abspath(__file__), "--worker", variant]
     command += ["--vocab", str(vocab), "--repeats", str(repeats)]
+    if threads is not None:
+        command += ["--threads", str(threads)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{variant}: worker failed ({done.returncode}):\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# ----------------------------------------------------------------------------------------------
+# the stages of one view
+
+
+def _full_topk_tail(logits: Tensor, support: Tensor) -> Tensor:
+    """The ``(K + 1)`` log-probabilities from an fp32 log-softmax over the vocabulary."""
+    logp = torch.log_softmax(logits.float(), dim=-1)  # (B, T, V)
+    tail = torch.logsumexp(logp.scatter(-1, support, float("-inf")), dim=-1, keepdim=True)
+    return torch.cat([logp.gather(-1, support), tail], dim=-1)  # (B, T, K+1)
+
+
+def micro(vocab: int, repeats: int) -> None:
+    """Print the median time of each stage of one view's reduction, fp32 and bf16 logits."""
+    generator = torch.Generator().manual_seed(2)
+    base = 3.0 * torch.randn(*MICRO_POSITIONS, vocab, generator=generator)  # (B, T, V)
+    weights = torch.randn(*MICRO_POSITIONS, CONFIG.top_k + 1, generator=generator)  # (B, T, K+1)
+    stages = ("topk_support", "forward", "backward", "full-V fwd+bwd")
+    print(
+        f"one view of logits {(*MICRO_POSITIONS, vocab)}, K = {CONFIG.top_k}, "
+        f"threads: {torch.get_num_threads()}; median of {repeats} (ms)"
+    )
+    print(f"{'dtype':<10}" + "".join(f"{name:>18}" for name in stages))
+    for dtype in (torch.float32, torch.bfloat16):
+        x = base.to(dtype).requires_grad_()
+        times: dict[str, list[float]] = {name: [] for name in stages}
+        for i in range(repeats + 1):  # the first round warms up
+            x.grad = None
+            t0 = time.perf_counter()
+            support = topk_support(x, CONFIG.top_k)  # (B, T, K)
+            t1 = time.perf_counter()
+            out = topk_tail_logprobs(x, support)  # (B, T, K+1)
+            t2 = time.perf_counter()
+            out.backward(weights)
+            t3 = time.perf_counter()
+            x.grad = None
+            _full_topk_tail(x, support).backward(weights)
+            t4 = time.perf_counter()
+            if i:
+                for name, dt in zip(stages, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+                    times[name].append(dt)
+        row = "".join(f"{1e3 * statistics.median(times[name]):>18.0f}" for name in stages)
+        print(f"{str(dtype).removeprefix('torch.'):<10}{row}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -251,10 +312,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vocab", type=int, default=QWEN3_VOCAB)
     parser.add_argument("--repeats", type=int, default=3, help="timed evaluations per variant")
+    parser.add_argument("--threads", type=int, help="PyTorch intra-op threads in every process")
+    parser.add_argument("--micro", action="store_true", help="time the stages of one view")
     parser.add_argument("--worker", choices=VARIANTS, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.threads is not None:
+        if args.threads < 1:
+            parser.error(f"--threads: must be positive, got {args.threads}")
+        torch.set_num_threads(args.threads)
     if args.worker:
         print(json.dumps(worker(args.worker, args.vocab, args.repeats)))
+        return
+    if args.micro:
+        micro(args.vocab, max(args.repeats, 1))
         return
 
     d_loss, d_ord, d_priv = check_exact()
@@ -265,12 +335,12 @@ def main() -> None:
     if max(d_loss, d_ord, d_priv) > 1e-5:
         raise SystemExit("top-K + tail with K = V does not match the full-vocabulary loss")
 
-    results = {v: run_worker(v, args.vocab, args.repeats) for v in VARIANTS}
+    results = {v: run_worker(v, args.vocab, args.repeats, args.threads) for v in VARIANTS}
     first = results["full"]
     print(
         f"\nReSAIL loss, forward + backward, four views of bf16 logits "
         f"({STEPS}, {POSITIONS}, {args.vocab}) = {first['inputs_mib']:.0f} MiB in all; "
-        f"K = 20; {first['threads']} threads; peak from {first['method']}"
+        f"K = 20; threads: {first['threads']}; peak from {first['method']}"
     )
     print(f"{'variant':<14}{'loss':>12}{'median s':>11}{'first s':>10}{'peak MiB':>11}")
     for v in VARIANTS:

@@ -220,3 +220,123 @@ def test_bad_supports_are_rejected_naming_the_argument(logits):
         topk_support(logits, 0)
     with pytest.raises(ValueError, match="chunk_size"):
         topk_tail_logprobs(logits, good, chunk_size=0)
+
+
+# ----------------------------------------------------------------------------------------------
+# precision at the edges: tiny tails, extreme spreads, K = V, half-precision logits
+
+
+def _logits_with_tails(tails: list[float], vocab: int = 64, k: int = 4) -> torch.Tensor:
+    """``(len(tails), vocab)`` logits whose top-``k`` support leaves about ``tails[i]`` off it."""
+    gen = torch.Generator().manual_seed(6)
+    rows = []
+    for tail in tails:
+        off = torch.rand(vocab - k, generator=gen, dtype=torch.float64) * 4.0 - 2.0
+        on = torch.rand(k, generator=gen, dtype=torch.float64)
+        # tail / (1 - tail) = sum(exp(off)) / sum(exp(on + lift))
+        lift = math.log(off.exp().sum() / on.exp().sum() * (1.0 - tail) / tail)
+        rows.append(torch.cat([on + lift, off]))
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("chunk_size", [None, 1])
+def test_tiny_tails_keep_their_value_to_fp32_precision(dtype, chunk_size):
+    tails = [1e-3, 1e-9, 1e-15, 1e-19, 1e-21, 1e-30, 1e-40]  # around the exact-recompute cutoff
+    logits = _logits_with_tails(tails).to(dtype)  # rounding moves the tails a little
+    support = topk_support(logits, 4)
+    out = topk_tail_logprobs(logits, support, chunk_size=chunk_size)
+    expected = reference_topk_tail(logits, support)  # fp64 on the same (rounded) values
+    assert torch.isfinite(out).all()
+    # logits up to about 95 carry an fp32 rounding of 2^-17 = 7.6e-6: the tolerance in log space
+    torch.testing.assert_close(out.double(), expected, atol=8e-6, rtol=0)
+    # so each tail probability has the relative precision of fp32, not 0 or a clamp
+    torch.testing.assert_close(out[:, -1].double().exp(), expected[:, -1].exp(), atol=0, rtol=8e-6)
+    teacher = out[1, -1].exp().item()
+    assert 0.5e-9 < teacher < 2e-9
+
+
+def test_tiny_tail_gradients_match_the_full_softmax():
+    logits = _logits_with_tails([1e-2, 1e-12, 1e-25, 1e-40]).float()
+    support = topk_support(logits, 4)
+    weights = torch.randn(4, 5, generator=torch.Generator().manual_seed(7))
+    x, x_ref = logits.clone().requires_grad_(), logits.double().requires_grad_()
+    (topk_tail_logprobs(x, support, chunk_size=2) * weights).sum().backward()
+    (reference_topk_tail(x_ref, support) * weights.double()).sum().backward()
+    torch.testing.assert_close(x.grad.double(), x_ref.grad, atol=1e-5, rtol=0)
+
+
+def test_extreme_logit_spreads_give_exact_finite_log_probabilities_and_gradients():
+    gen = torch.Generator().manual_seed(8)
+    logits = torch.randn(4, 32, generator=gen)
+    logits[0, 3] = 1e4  # support far above the rest: a tail near e^-1e4
+    logits[1] = torch.linspace(-1e4, 1e4, 32)  # spread over 2e4
+    logits[2, :4] = -1e4  # a support (below) far under the rest: its sums overflow
+    logits[3] = torch.randn(32, generator=gen) * 3e3
+    support = topk_support(logits, 4)
+    support[2] = torch.arange(4)
+    x, x_ref = logits.clone().requires_grad_(), logits.double().requires_grad_()
+    out = topk_tail_logprobs(x, support)
+    expected = reference_topk_tail(x_ref, support)
+    assert torch.isfinite(out).all()
+    # fp32 logits of magnitude 1e4 carry an absolute rounding of 1e-3: relative tolerance
+    torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-6)
+    weights = torch.randn(4, 5, generator=gen)
+    (out * weights).sum().backward()
+    (expected * weights.double()).sum().backward()
+    assert torch.isfinite(x.grad).all()
+    torch.testing.assert_close(x.grad.double(), x_ref.grad, atol=1e-2, rtol=0)
+    # the extreme tails enter a KL without infinities
+    kl = kl_divergence(topk_tail_logprobs(torch.zeros(4, 32), support), out.detach())
+    assert torch.isfinite(kl).all() and (kl > 100).all()
+
+
+def test_token_logprobs_of_a_token_far_below_the_rest():
+    logits = torch.zeros(2, 16)
+    logits[0, 5] = -1e4  # the shifted sum by this token's logit overflows
+    logits[1, 5] = 50.0
+    ids = torch.tensor([5, 5])
+    expected = torch.log_softmax(logits.double(), -1)[:, 5]
+    torch.testing.assert_close(token_logprobs(logits, ids).double(), expected, atol=1e-5, rtol=1e-6)
+
+
+@pytest.mark.parametrize("chunk_size", [None, 2])
+def test_full_vocabulary_support_in_bf16_has_a_log_zero_tail_and_exact_gradients(chunk_size):
+    gen = torch.Generator().manual_seed(9)
+    x = (torch.randn(2, 3, 8, generator=gen) * 4).to(torch.bfloat16).requires_grad_()
+    support = topk_support(x, 8)
+    out = topk_tail_logprobs(x, support, chunk_size=chunk_size)
+    assert (out[..., -1] == NEG_INF).all()
+    torch.testing.assert_close(out[..., :-1].exp().sum(-1), torch.ones(2, 3), atol=1e-6, rtol=0)
+    weights = torch.randn(2, 3, 9, generator=gen)
+    weights[..., -1] = 0.0  # the loss never reads the empty tail
+    (out * weights).sum().backward()
+    x_ref = x.detach().double().requires_grad_()
+    (reference_topk_tail(x_ref, support)[..., :-1] * weights[..., :-1].double()).sum().backward()
+    torch.testing.assert_close(x.grad.double(), x_ref.grad.bfloat16().double(), atol=0, rtol=1e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_gradients_are_the_fp32_gradients_rounded_once(dtype):
+    gen = torch.Generator().manual_seed(10)
+    low = (torch.randn(3, 4, 50, generator=gen) * 4).to(dtype).requires_grad_()
+    high = low.detach().float().requires_grad_()
+    support = topk_support(low, 5)
+    weights = torch.randn(3, 4, 6, generator=gen)
+    out_low, out_high = topk_tail_logprobs(low, support), topk_tail_logprobs(high, support)
+    assert torch.equal(out_low, out_high)
+    (out_low * weights).sum().backward()
+    (out_high * weights).sum().backward()
+    assert torch.equal(low.grad, high.grad.to(dtype))
+
+
+def test_masked_logits_give_zero_probabilities_and_finite_gradients():
+    logits = torch.tensor([[NEG_INF, NEG_INF, 1.0, 2.0, NEG_INF], [3.0, NEG_INF, 1.0, 2.0, 0.0]])
+    x = logits.clone().requires_grad_()
+    support = torch.tensor([[0, 1], [0, 1]])  # a fully masked support, and a partly masked one
+    out = topk_tail_logprobs(x, support)
+    expected = reference_topk_tail(logits, support)
+    assert torch.equal(out.isinf(), expected.isinf())
+    torch.testing.assert_close(out.double(), expected, atol=1e-6, rtol=0)
+    kl_divergence(out, topk_tail_logprobs(torch.zeros(2, 5), support)).sum().backward()
+    assert torch.isfinite(x.grad).all()

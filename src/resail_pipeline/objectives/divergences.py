@@ -4,17 +4,29 @@ Every compared distribution is reduced to the probabilities of ``K`` support tok
 tail category holding the remaining mass (paper appendix B.3). Reductions are computed in fp32
 and in log space, whatever the dtype of the logits.
 
-The tail is ``log(sum_{v not in S} exp(x_v)) - logsumexp(x)``: a log-sum-exp over the
-non-support logits rather than ``log(1 - sum_{v in S} p_v)``. Both are the same number, but the
-second cancels catastrophically when the support holds almost all the mass: in fp32 a teacher tail
-of 1e-9 comes out as 0 (an infinite KL) or as whatever value a clamp chooses, while the first is
-exact to fp32 precision. With ``K = V`` the tail is exactly ``log 0 = -inf``; the divergences
-below treat ``0 * log 0`` as 0 in value and in gradient.
+The tail is computed as ``log(sum_{v not in S} exp(x_v - c)) - log(sum_v exp(x_v - c))``, ``c``
+the largest support logit, rather than as ``log(1 - sum_{v in S} p_v)``. Both are the same number,
+but the second cancels catastrophically when the support holds almost all the mass: in fp32 a
+teacher tail of 1e-9 comes out as 0 (an infinite KL) or as whatever value a clamp chooses. The
+first sums the off-support terms ``exp(x_v - c)`` directly: positive terms, each to fp32 relative
+precision (``x_v - c`` is exact for bf16 logits), so the tail keeps that relative precision however
+small it is, and the normaliser (the same sum plus the ``K`` support terms) has no cancellation
+either. Two log-sum-exps, over all logits and over the off-support ones, are as precise but cost
+two exps per entry and full-vocabulary temporaries. The single shift needs two guards, and the
+positions that trip either get those log-sum-exps instead: an off-support sum below ``2^-64`` of
+the largest support term (a tail under about 5e-20, whose terms could be subnormal floats), and
+one that overflows (an off-support mass above ``e^88`` times the largest support term). With
+``K = V`` the tail is exactly ``log 0 = -inf``; the divergences below treat ``0 * log 0`` as 0 in
+value and in gradient.
 
-Memory: :func:`topk_tail_logprobs` is a custom autograd function that keeps only the logits it
-was given (no fp32 copy, no softmax) for backward and recomputes the softmax block by block. With
-``chunk_size`` the full-vocabulary temporaries never exceed about two fp32 copies of
-``chunk_size`` rows, in the forward and in the backward pass.
+Memory and speed: :func:`topk_tail_logprobs` is a custom autograd function that keeps only the
+logits it was given (no fp32 copy, no softmax) for backward and recomputes the softmax, again
+with one exp per entry. Both passes work block by block in one reused fp32 buffer: blocks of
+``chunk_size`` positions and, on CPU, of at most a cache-sized tile (4 MiB of fp32 values per
+thread), so that the passes over a block after the first read it from cache. The
+full-vocabulary temporaries stay within about two fp32 copies of a block (one outside the rare
+log-sum-exp positions), in the forward and in the backward pass, which also returns the gradient
+itself in the logits' dtype.
 """
 
 from __future__ import annotations
@@ -37,6 +49,14 @@ __all__ = [
 
 _NEG_INF = float("-inf")
 _LN2 = math.log(2.0)
+# fp32 values per intra-op thread in a CPU block of the reductions (4 MiB): the passes after the
+# first reread the block from the last-level cache, and each parallel operation still has enough
+# work per thread that its start-up cost stays small
+_CPU_VALUES_PER_THREAD = 1 << 20
+# off-support sum, relative to the largest support term, below which a position's normalisers are
+# recomputed with log-sum-exps (a tail under about 5e-20): above it, every off-support term that
+# carries more than 2^-62 of the sum is a normal float
+_TINY_REST = 2.0**-64
 
 
 # ----------------------------------------------------------------------------------------------
@@ -136,33 +156,97 @@ def _check_support(logits: Tensor, support: Tensor, *, distinct: bool) -> Tensor
 # reduction to K (+ tail) log-probabilities
 
 
+def _block_rows(vocab: int, chunk_size: int | None, device: torch.device) -> int | None:
+    """Positions per block of the reductions: ``chunk_size``, and on CPU at most a cache tile.
+
+    A CPU tile holds about ``_CPU_VALUES_PER_THREAD`` fp32 values per intra-op thread, so each
+    thread's share of a block stays in its cache from one pass over the block to the next.
+    """
+    if device.type != "cpu":
+        return chunk_size
+    tile = max(1, _CPU_VALUES_PER_THREAD * torch.get_num_threads() // vocab)
+    return tile if chunk_size is None else min(tile, chunk_size)
+
+
+def _scratch(logits: Tensor, rows: int | None) -> Tensor:
+    """A flat fp32 buffer for one block of ``rows`` positions of ``(B, T, V)`` logits."""
+    b, t, vocab = logits.shape
+    n = b * t if rows is None else min(rows, b * t)
+    return torch.empty(n * vocab, dtype=torch.float32, device=logits.device)
+
+
+def _exact_normalisers(
+    logits: Tensor,
+    support: Tensor,
+    shift: Tensor,
+    redo: Tensor,
+    rows: int | None,
+    log_z: Tensor,
+    log_rest: Tensor,
+) -> None:
+    """Overwrite ``log_z`` and ``log_rest`` (relative to ``shift``) at the ``redo`` positions.
+
+    Each is a log-sum-exp, which shifts by its own maximum: exact for any spread of logits.
+
+    Args:
+        logits: ``(B, T, V)``.
+        support: Long ``(B, T, K)``.
+        shift: fp32 ``(B, T, 1)``.
+        redo: Bool ``(B, T)``, the positions to recompute.
+        rows: positions per block (``None``: all at once).
+        log_z: fp32 ``(B, T)``, updated in place.
+        log_rest: fp32 ``(B, T)``, updated in place.
+    """
+    at_b, at_t = redo.nonzero(as_tuple=True)  # (n,), (n,)
+    step = at_b.numel() if rows is None else rows
+    for i in range(0, at_b.numel(), step):
+        at = (at_b[i : i + step], at_t[i : i + step])
+        x = logits[at].to(torch.float32).sub_(shift[at])  # (n', V)
+        log_z[at] = torch.logsumexp(x, dim=-1)  # (n',)
+        log_rest[at] = torch.logsumexp(x.scatter_(-1, support[at], _NEG_INF), dim=-1)  # (n',)
+
+
 class _SupportLogProbs(torch.autograd.Function):
     """``log p`` of the support ids (and of the tail) from ``(B, T, V)`` logits, in fp32.
 
-    Saves only the logits, the support and two ``(B, T)`` normalisers; the backward recomputes
-    the softmax block by block.
+    One exp per vocabulary entry in the forward and one in the backward, block by block, in a
+    single reused fp32 buffer (for fp32 logits the backward works in the gradient itself). Saves
+    only the logits, the support and two ``(B, T)`` normalisers; the backward recomputes the
+    softmax.
     """
 
     @staticmethod
     def forward(ctx, logits: Tensor, support: Tensor, with_tail: bool, chunk_size: int | None):
-        b, t, _ = logits.shape
+        b, t, vocab = logits.shape
         k = support.shape[-1]
+        picked = logits.gather(-1, support).to(torch.float32)  # (B, T, K), exact
+        shift = picked.amax(dim=-1, keepdim=True)  # (B, T, 1): the largest support logit
+        shift = torch.where(shift > _NEG_INF, shift, 0.0)  # a masked support shifts by 0
+        shifted = picked - shift  # (B, T, K), <= 0
+        support_mass = shifted.exp().sum(dim=-1)  # (B, T), in [1, K] (0 if masked)
+        rest = torch.empty_like(support_mass)  # (B, T): sum of exp(x_v - shift) off the support
+        rows = _block_rows(vocab, chunk_size, logits.device)
+        scratch = _scratch(logits, rows)
+        for bs, ts in _blocks(b, t, rows):
+            x, s = logits[bs, ts], support[bs, ts]  # (b, t, V), (b, t, K)
+            e = scratch[: x.numel()].view(x.shape)  # (b, t, V)
+            torch.sub(x, shift[bs, ts], out=e).exp_()  # in fp32 whatever the logits' dtype
+            torch.sum(e.scatter_(-1, s, 0.0), dim=-1, out=rest[bs, ts])
+        log_z = (rest + support_mass).log()  # (B, T), relative to the shift
+        log_rest = rest.log()  # (B, T), relative to the shift; -inf when K = V
+        # positions the shifted sums cannot represent: an overflowing off-support mass, or one so
+        # small that its terms may be subnormal; their normalisers get log-sum-exps of their own
+        redo = ~torch.isfinite(rest)  # (B, T)
+        if with_tail and k < vocab:
+            redo |= rest < _TINY_REST
+        if bool(redo.any()):
+            _exact_normalisers(logits, support, shift, redo, rows, log_z, log_rest)
         out = torch.empty(b, t, k + int(with_tail), dtype=torch.float32, device=logits.device)
-        log_z = torch.empty(b, t, dtype=torch.float32, device=logits.device)  # (B, T)
-        log_rest = torch.empty_like(log_z) if with_tail else log_z  # (B, T) log-mass off support
-        for bs, ts in _blocks(b, t, chunk_size):
-            x = logits[bs, ts].to(torch.float32, copy=True)  # (b, t, V), our own buffer
-            s = support[bs, ts]  # (b, t, K)
-            lz = torch.logsumexp(x, dim=-1)  # (b, t)
-            log_z[bs, ts] = lz
-            out[bs, ts, :k] = x.gather(-1, s) - lz.unsqueeze(-1)  # (b, t, K)
-            if with_tail:
-                x.scatter_(-1, s, _NEG_INF)  # (b, t, V): the support removed
-                lr = torch.logsumexp(x, dim=-1)  # (b, t); -inf when the support is everything
-                log_rest[bs, ts] = lr
-                out[bs, ts, k] = lr - lz
-            del x
-        ctx.save_for_backward(logits, support, log_z, log_rest)
+        out[..., :k] = shifted - log_z.unsqueeze(-1)  # (B, T, K)
+        if with_tail:
+            out[..., k] = log_rest - log_z  # (B, T)
+        shift = shift.squeeze(-1)  # (B, T)
+        ctx.save_for_backward(logits, support, shift + log_z, shift + log_rest)
         ctx.with_tail = with_tail
         ctx.chunk_size = chunk_size
         return out
@@ -170,33 +254,38 @@ class _SupportLogProbs(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: Tensor):
-        logits, support, log_z, log_rest = ctx.saved_tensors
+        logits, support, log_z, log_rest = ctx.saved_tensors  # log_z, log_rest: (B, T)
+        b, t, vocab = logits.shape
         k = support.shape[-1]
+        g = grad_out.to(torch.float32)  # (B, T, K[+1])
+        total = g.sum(dim=-1)  # (B, T)
+        # d log p_c / d x_v = 1[v = c] - p_v for a support id c, and for the tail
+        # d log p_tail / d x_v = 1[v not in S] q_v - p_v with q_v = exp(x_v - log_rest) <= 1.
+        # Off the support grad_v = g_tail q_v - total p_v = exp(x_v - log_rest) * scale with
+        # scale = g_tail - total p_tail: one exp per entry, with factors <= 1, shifted by
+        # log_rest where there is a tail and by log_z (scale = -total) where there is none.
+        if ctx.with_tail:
+            has_tail = log_rest > _NEG_INF  # (B, T)
+            shift = torch.where(has_tail, log_rest, log_z)  # (B, T)
+            g_tail = torch.where(has_tail, g[..., k], 0.0)  # (B, T)
+            scale = g_tail - total * torch.exp(shift - log_z)  # (B, T)
+        else:
+            shift, scale = log_z, -total
+        shift, scale = shift.unsqueeze(-1), scale.unsqueeze(-1)  # (B, T, 1)
+        picked = logits.gather(-1, support).to(torch.float32)  # (B, T, K)
+        on_support = g[..., :k] - total.unsqueeze(-1) * (picked - log_z.unsqueeze(-1)).exp()
+        on_support = on_support.to(logits.dtype)  # (B, T, K)
+
         grad = torch.empty_like(logits)  # (B, T, V), the logits' dtype
-        b, t, _ = logits.shape
-        for bs, ts in _blocks(b, t, ctx.chunk_size):
-            g = grad_out[bs, ts].to(torch.float32)  # (b, t, K[+1])
-            s = support[bs, ts]  # (b, t, K)
-            x = logits[bs, ts].to(torch.float32, copy=True)  # (b, t, V)
-            lz = log_z[bs, ts].unsqueeze(-1)  # (b, t, 1)
-            total = g.sum(dim=-1, keepdim=True)  # (b, t, 1)
-            tail_part = None
-            if ctx.with_tail:
-                lr = log_rest[bs, ts].unsqueeze(-1)  # (b, t, 1)
-                has_tail = torch.isfinite(lr)
-                # d log p_tail / d x_v = 1[v not in S] exp(x_v - log_rest) - p_v; every factor <= 1
-                w = torch.where(has_tail, g[..., k:], torch.zeros_like(lr))  # (b, t, 1)
-                tail_part = (x - torch.where(has_tail, lr, lz)).exp_()  # (b, t, V)
-                tail_part.scatter_(-1, s, 0.0)
-                tail_part.mul_(w)
-            # d log p_c / d x_v = 1[v = c] - p_v
-            x.sub_(lz).exp_().mul_(total.neg())  # (b, t, V): -sum(g) * softmax
-            if tail_part is not None:
-                x.add_(tail_part)
-                del tail_part
-            x.scatter_add_(-1, s, g[..., :k])
-            grad[bs, ts] = x
-            del x
+        rows = _block_rows(vocab, ctx.chunk_size, logits.device)
+        scratch = None if grad.dtype == torch.float32 else _scratch(logits, rows)
+        for bs, ts in _blocks(b, t, rows):
+            x, s, out = logits[bs, ts], support[bs, ts], grad[bs, ts]  # (b, t, V|K|V)
+            e = out if scratch is None else scratch[: x.numel()].view(x.shape)  # (b, t, V) fp32
+            torch.sub(x, shift[bs, ts], out=e)
+            e.scatter_(-1, s, _NEG_INF)  # the support is written below; no exp overflows
+            torch.mul(e.exp_(), scale[bs, ts], out=out)  # one rounding to the logits' dtype
+            out.scatter_(-1, s, on_support[bs, ts])
         return grad, None, None, None
 
 
@@ -206,8 +295,9 @@ def topk_tail_logprobs(logits: Tensor, support: Tensor, chunk_size: int | None =
     Args:
         logits: ``(..., V)`` unnormalised scores, any float dtype (fp32, fp16, bf16).
         support: Long ``(..., K)`` distinct token ids per position.
-        chunk_size: positions per block (``None``: all at once); bounds the full-vocabulary
-            temporaries in forward and backward to about ``2 * chunk_size * V`` fp32 values.
+        chunk_size: positions per block (``None``: no limit; on CPU a block is in any case at
+            most a cache-sized tile); bounds the full-vocabulary temporaries in forward and
+            backward to about ``2 * chunk_size * V`` fp32 values.
 
     Returns:
         fp32 ``(..., K+1)``: ``log p`` of the ``K`` support ids, then of the tail
@@ -226,7 +316,7 @@ def token_logprobs(logits: Tensor, token_ids: Tensor, chunk_size: int | None = N
     Args:
         logits: ``(..., V)`` any float dtype.
         token_ids: integer ``(...)`` ids, e.g. the sampled response tokens.
-        chunk_size: positions per block (``None``: all at once).
+        chunk_size: positions per block, as in :func:`topk_tail_logprobs`.
 
     Returns:
         fp32 ``(...)``, differentiable with respect to ``logits``.

@@ -66,6 +66,8 @@ class RunConfig:
     backend: str = "transformers"
     # options for the backend's from_checkpoint
     generation: dict[str, Any] = field(default_factory=dict)
+    # options of the environment adapter (e.g. max_steps, ALFWorld's data_path)
+    env_options: dict[str, Any] = field(default_factory=dict)
     # where nodes stage model directories for the catalog to publish
     staging_dir: str = "data/06_models/.staging"
 
@@ -87,7 +89,7 @@ class RunConfig:
         """A factory of fresh environments (one per episode in a batched rollout), checked first:
         one is built and asked for ``split``'s tasks, so missing data (ALFWorld) or an unknown
         split fails here, before any model is loaded."""
-        factory = partial(make_env, self.env, **options)
+        factory = partial(make_env, self.env, **{**self.env_options, **options})
         factory().task_ids(split)
         return factory
 

@@ -1,0 +1,25 @@
+"""Nodes of the ``bootstrap`` pipeline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from resail_pipeline.bootstrap.build import resolve_initial_policy
+from resail_pipeline.bootstrap.config import BootstrapConfig
+from resail_pipeline.pipelines.common import RunConfig
+
+#: ``params:bootstrap`` keys that are not :class:`BootstrapConfig` fields.
+_NODE_KEYS = ("build_dir",)
+
+
+def bootstrap_node(bootstrap_params: dict[str, Any], run_params: dict[str, Any]) -> pd.DataFrame:
+    """The initial policy's manifest: a configured checkpoint, else the shipped reference policy,
+    else one built by behaviour cloning on planner demonstrations (cached under ``build_dir``:
+    the same settings reuse the built policy)."""
+    run = RunConfig.from_params(run_params)
+    fields = {k: v for k, v in bootstrap_params.items() if k not in _NODE_KEYS}
+    config = BootstrapConfig.from_dict({**fields, "env": run.env})
+    info = resolve_initial_policy(config, bootstrap_params["build_dir"])
+    return info.to_frame()
