@@ -61,7 +61,12 @@ def test_cycles_chain_from_the_initial_policy(pipelines):
 
 
 def test_standalone_pipelines_work_on_cycle_1(pipelines):
-    assert pipelines["collect"].inputs() == {"cycle_0.checkpoint", "params:collect", "params:run"}
+    assert pipelines["collect"].inputs() == {
+        "cycle_0.checkpoint",
+        "params:collect",
+        "params:run",
+        "params:train",
+    }
     assert pipelines["train"].outputs() == {
         "cycle_1.checkpoint",
         "cycle_1.train_metrics",
