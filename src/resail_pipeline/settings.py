@@ -9,6 +9,4 @@ CONFIG_LOADER_ARGS = {
     "default_run_env": "local",
     # an environment (smoke, paper, local) overrides single keys, not whole parameter sections
     "merge_strategy": {"parameters": "soft"},
-    # `${mul:a,b}`: sizes derived from others, e.g. trajectories per cycle = updates x batch
-    "custom_resolvers": {"mul": lambda a, b: a * b},
 }

@@ -8,11 +8,13 @@ import pytest
 from resail_pipeline.envs import make_env
 from resail_pipeline.evaluation.evaluate import (
     EvalConfig,
+    build_experience,
     evaluate_policy,
     experience_by_task,
     reference_episodes,
 )
 from resail_pipeline.evaluation.stats import summarize_eval_results
+from resail_pipeline.experience import SummarizeConfig
 from resail_pipeline.generation.transformers_backend import TransformersGenerator
 from resail_pipeline.prompts import OUTCOME_FAILURE
 
@@ -35,6 +37,8 @@ def test_config_checks_fields():
         EvalConfig(num_tasks=0)
     with pytest.raises(ValueError, match="temperature"):
         EvalConfig(temperature=-1.0)
+    with pytest.raises(ValueError, match="splits"):
+        EvalConfig(splits=())
 
 
 def test_both_views_share_tasks_and_initial_states(generator):
@@ -97,3 +101,28 @@ def test_reference_episodes_cover_each_task_once(generator):
     assert list(trajectories["task_id"]) == make_env("textcraft").task_ids("test")[:2]
     assert (trajectories["decoding_seed"] == 1000).all()
     assert set(steps["traj_id"]) == set(trajectories["traj_id"])
+
+
+def test_each_split_is_evaluated_and_summarised_apart(generator):
+    config = EvalConfig(
+        splits=("train", "test"), num_tasks=2, decoding_seeds=(0,), max_new_tokens=4
+    )
+    results, _ = evaluate_policy(_textcraft, generator, config, cycle=0, method="react")
+    env = make_env("textcraft")
+    assert list(results["split"]) == ["train"] * 2 + ["test"] * 2
+    assert list(results["task_id"]) == env.task_ids("train")[:2] + env.task_ids("test")[:2]
+    assert sorted(summarize_eval_results(results)["split"]) == ["test", "train"]
+
+
+def test_build_experience_summarises_the_reference_episodes(generator):
+    config = EvalConfig(num_tasks=2, max_new_tokens=4)
+    trajectories, steps, experience = build_experience(
+        _textcraft, generator, config, SummarizeConfig(source="rules"), decoding_seed=7
+    )
+    assert set(steps["traj_id"]) == set(trajectories["traj_id"])
+    assert list(experience["traj_id"]) == list(trajectories["traj_id"])
+    assert list(experience["task_id"]) == list(trajectories["task_id"])
+    assert experience["accepted"].all()  # the rules always write a valid summary
+    by_task = experience_by_task(experience)
+    assert set(by_task) == set(trajectories["task_id"])
+    assert all(s.text.startswith("Failure analysis:") for s in by_task.values())

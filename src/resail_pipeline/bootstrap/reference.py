@@ -29,11 +29,11 @@ from resail_pipeline.evaluation.evaluate import (
     VIEW_ORDINARY,
     VIEW_PRIVILEGED,
     EvalConfig,
+    build_experience,
     evaluate_policy,
-    reference_episodes,
 )
 from resail_pipeline.evaluation.stats import summarize_eval_results
-from resail_pipeline.experience import SummarizeConfig, summarize_trajectories
+from resail_pipeline.experience import SummarizeConfig
 from resail_pipeline.generation import make_generator
 from resail_pipeline.io import atomic_path
 
@@ -61,11 +61,13 @@ def dual_view_evaluation(
     def environment():
         return make_env(env)
 
-    trajectories, steps = reference_episodes(
-        environment, generator, config, decoding_seed=reference_seed
+    _, _, experience = build_experience(
+        environment,
+        generator,
+        config,
+        SummarizeConfig(source="rules"),
+        decoding_seed=reference_seed,
     )
-    summaries = summarize_trajectories(trajectories, steps, SummarizeConfig(source="rules"))
-    experience = summaries.merge(trajectories[["traj_id", "task_id"]], on="traj_id", how="left")
     both = dataclasses.replace(config, views=(VIEW_ORDINARY, VIEW_PRIVILEGED))
     results, _ = evaluate_policy(
         environment, generator, both, cycle=0, method="react", experience=experience
@@ -96,7 +98,7 @@ def evaluation_record(
     return {
         "command": command,
         "protocol": {
-            "split": config.split,
+            "splits": list(config.splits),
             "decoding_seeds": list(config.decoding_seeds),
             "temperature": config.temperature,
             "top_p": config.top_p,

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from resail_pipeline.envs import Environment
+from resail_pipeline.experience import SummarizeConfig, summarize_trajectories
 from resail_pipeline.generation.base import Generator, SamplingParams
 from resail_pipeline.prompts import OUTCOMES, Summary
 from resail_pipeline.rollout import EpisodeSpec, episodes_to_frames, run_episodes
@@ -41,9 +42,9 @@ EXPERIENCE_COLUMNS = ("task_id", "traj_id", "outcome", "summary", "accepted")
 class EvalConfig:
     """How a checkpoint is evaluated (defaults: the paper's, appendix A.3)."""
 
-    # the environment's test split
-    split: str = "test"
-    # evaluate the first `num_tasks` ids of the split in their fixed order; None = all of them
+    # the environment's test splits (TextCraft: test; ALFWorld: id and ood), each reported apart
+    splits: tuple[str, ...] = ("test",)
+    # evaluate the first `num_tasks` ids of each split in their fixed order; None = all of them
     num_tasks: int | None = None
     # one full pass over the tasks per seed; mean and sample SD are taken over seeds
     decoding_seeds: tuple[int, ...] = (0, 1, 2)
@@ -58,6 +59,9 @@ class EvalConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "decoding_seeds", tuple(int(s) for s in self.decoding_seeds))
         object.__setattr__(self, "views", tuple(self.views))
+        object.__setattr__(self, "splits", tuple(self.splits))
+        if not self.splits or len(set(self.splits)) != len(self.splits):
+            raise ValueError(f"splits: must be distinct split names, got {list(self.splits)}")
         if self.num_tasks is not None and (
             isinstance(self.num_tasks, bool) or int(self.num_tasks) < 1
         ):
@@ -88,12 +92,29 @@ class EvalConfig:
         return VIEW_PRIVILEGED in self.views
 
 
-def evaluation_tasks(env: Environment, split: str, num_tasks: int | None) -> list[int]:
-    """The first ``num_tasks`` task ids of ``split`` in the environment's fixed order."""
-    ids = env.task_ids(split)
-    if num_tasks is not None and num_tasks > len(ids):
-        raise ValueError(f"num_tasks: {split!r} has {len(ids)} tasks, asked for {num_tasks}")
-    return ids if num_tasks is None else ids[:num_tasks]
+def evaluation_tasks(env: Environment, config: EvalConfig) -> list[tuple[str, int]]:
+    """``(split, task_id)`` of every evaluated task: the first ``num_tasks`` ids of each split in
+    the environment's fixed order."""
+    tasks = []
+    for split in config.splits:
+        ids = env.task_ids(split)
+        if config.num_tasks is not None and config.num_tasks > len(ids):
+            raise ValueError(
+                f"num_tasks: {split!r} has {len(ids)} tasks, asked for {config.num_tasks}"
+            )
+        tasks += [
+            (split, t) for t in (ids if config.num_tasks is None else ids[: config.num_tasks])
+        ]
+    return tasks
+
+
+def _frames(
+    episodes: list, specs: list[EpisodeSpec], splits: list[str], **fields: object
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The episodes' tables, each trajectory labelled with its own split."""
+    trajectories, steps = episodes_to_frames(episodes, split="", **fields)
+    trajectories["split"] = splits
+    return trajectories, steps
 
 
 def experience_by_task(experience: pd.DataFrame) -> dict[int, Summary]:
@@ -127,38 +148,37 @@ def evaluate_policy(
     evaluated in the ordinary view only (logged), so both views of every seed share their tasks.
     The ``steps`` table holds every step of every episode (for inspection).
     """
-    probe_env = make_env()
-    tasks = evaluation_tasks(probe_env, config.split, config.num_tasks)
+    env = make_env()
+    tasks = evaluation_tasks(env, config)
     summaries: dict[int, Summary] = {}
     if config.privileged:
         if experience is None:
             raise ValueError("experience: the privileged view needs the fixed Experience table")
         summaries = experience_by_task(experience)
-        lacking = [t for t in tasks if t not in summaries]
+        lacking = [t for _, t in tasks if t not in summaries]
         if lacking:
             logger.warning(
                 "evaluate: %d of %d tasks have no Experience; their privileged episodes are skipped",
                 len(lacking),
                 len(tasks),
             )
-    specs = []
+    specs, splits = [], []
     for view in config.views:
         for seed in config.decoding_seeds:
-            for task_id in tasks:
+            for split, task_id in tasks:
                 if view == VIEW_PRIVILEGED and task_id not in summaries:
                     continue
                 specs.append(
                     EpisodeSpec(
-                        traj_id=f"eval/{probe_env.name}/{config.split}/{view}/{task_id}/{seed}",
+                        traj_id=f"eval/{env.name}/{split}/{view}/{task_id}/{seed}",
                         task_id=task_id,
                         decoding_seed=seed,
                         summary=summaries[task_id] if view == VIEW_PRIVILEGED else None,
                     )
                 )
+                splits.append(split)
     episodes = run_episodes(make_env, specs, generator, config.sampling())
-    trajectories, steps = episodes_to_frames(
-        episodes, cycle=cycle, method=method, split=config.split
-    )
+    trajectories, steps = _frames(episodes, specs, splits, cycle=cycle, method=method)
     trajectories["view"] = [
         VIEW_PRIVILEGED if spec.summary is not None else VIEW_ORDINARY for spec in specs
     ]
@@ -173,20 +193,44 @@ def reference_episodes(
     *,
     decoding_seed: int,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """One ordinary-view episode per test task of ``config``, for the fixed Experience.
+    """One ordinary-view episode per test task of ``config`` (every split), for the fixed
+    Experience.
 
     Returns the ``trajectories`` and ``steps`` tables (method ``reference``, cycle 0); each
     trajectory's ``task_id`` is what the Experience is keyed by.
     """
     env = make_env()
-    tasks = evaluation_tasks(env, config.split, config.num_tasks)
+    tasks = evaluation_tasks(env, config)
     specs = [
         EpisodeSpec(
-            traj_id=f"reference/{env.name}/{config.split}/{task_id}/{decoding_seed}",
+            traj_id=f"reference/{env.name}/{split}/{task_id}/{decoding_seed}",
             task_id=task_id,
             decoding_seed=decoding_seed,
         )
-        for task_id in tasks
+        for split, task_id in tasks
     ]
     episodes = run_episodes(make_env, specs, generator, config.sampling())
-    return episodes_to_frames(episodes, cycle=0, method="reference", split=config.split)
+    return _frames(episodes, specs, [split for split, _ in tasks], cycle=0, method="reference")
+
+
+def build_experience(
+    make_env: Callable[[], Environment],
+    generator: Generator,
+    config: EvalConfig,
+    summarize: SummarizeConfig,
+    *,
+    decoding_seed: int,
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The fixed Experience (appendix D.2): :func:`reference_episodes` of the initial policy,
+    summarised as a cycle's trajectories are (``summarize``; the model source writes them with
+    ``generator``).
+
+    Returns the reference ``trajectories`` and ``steps`` and the Experience table: their
+    ``summaries`` with each trajectory's ``task_id`` (:data:`EXPERIENCE_COLUMNS`).
+    """
+    trajectories, steps = reference_episodes(
+        make_env, generator, config, decoding_seed=decoding_seed
+    )
+    summaries = summarize_trajectories(trajectories, steps, summarize, generator)
+    experience = summaries.merge(trajectories[["traj_id", "task_id"]], on="traj_id", how="left")
+    return trajectories, steps, experience

@@ -85,12 +85,14 @@ class RunConfig:
     def from_params(cls, params: dict[str, Any]) -> RunConfig:
         return dataclass_from_params(cls, params, "run")
 
-    def environment(self, split: str, **options: Any) -> Callable[[], Environment]:
+    def environment(self, *splits: str) -> Callable[[], Environment]:
         """A factory of fresh environments (one per episode in a batched rollout), checked first:
-        one is built and asked for ``split``'s tasks, so missing data (ALFWorld) or an unknown
+        one is built and asked for each split's tasks, so missing data (ALFWorld) or an unknown
         split fails here, before any model is loaded."""
-        factory = partial(make_env, self.env, **{**self.env_options, **options})
-        factory().task_ids(split)
+        factory = partial(make_env, self.env, **self.env_options)
+        env = factory()
+        for split in splits:
+            env.task_ids(split)
         return factory
 
     def generator(self, policy: CheckpointInfo) -> Generator:

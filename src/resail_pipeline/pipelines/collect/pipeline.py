@@ -13,7 +13,7 @@ def base_pipeline() -> Pipeline:
         [
             node(
                 collect_node,
-                inputs=[POLICY, "params:collect", "params:run"],
+                inputs=[POLICY, "params:collect", "params:train", "params:run"],
                 outputs=["tasks", "trajectories", "steps"],
                 name="collect_node",
             )

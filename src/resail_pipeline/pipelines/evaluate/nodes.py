@@ -7,9 +7,9 @@ from typing import Any
 import pandas as pd
 
 from resail_pipeline.checkpoints import load_policy
-from resail_pipeline.evaluation.evaluate import EvalConfig, evaluate_policy, reference_episodes
+from resail_pipeline.evaluation.evaluate import EvalConfig, build_experience, evaluate_policy
 from resail_pipeline.evaluation.stats import summarize_eval_results
-from resail_pipeline.experience import SummarizeConfig, summarize_trajectories
+from resail_pipeline.experience import SummarizeConfig
 from resail_pipeline.pipelines.common import RunConfig, dataclass_from_params, policy_info
 from resail_pipeline.training import TrainConfig, build_probe_set
 
@@ -37,7 +37,7 @@ def evaluate_node(
     config = _eval_config(evaluate_params)
     info = policy_info(checkpoint)
     method = "react" if info.cycle == 0 else run.method
-    make_env = run.environment(config.split)
+    make_env = run.environment(*config.splits)
     results, steps = evaluate_policy(
         make_env,
         run.generator(info),
@@ -64,14 +64,14 @@ def experience_node(
     run = RunConfig.from_params(run_params)
     config = _eval_config(evaluate_params)
     summarize = SummarizeConfig.from_dict(summarize_params)
-    make_env = run.environment(config.split)
-    generator = run.generator(policy_info(checkpoint))
-    trajectories, steps = reference_episodes(
-        make_env, generator, config, decoding_seed=int(evaluate_params["reference_seed"])
+    make_env = run.environment(*config.splits)
+    return build_experience(
+        make_env,
+        run.generator(policy_info(checkpoint)),
+        config,
+        summarize,
+        decoding_seed=int(evaluate_params["reference_seed"]),
     )
-    summaries = summarize_trajectories(trajectories, steps, summarize, generator)
-    experience = summaries.merge(trajectories[["traj_id", "task_id"]], on="traj_id", how="left")
-    return trajectories, steps, experience
 
 
 def probe_set_node(

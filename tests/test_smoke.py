@@ -1,0 +1,148 @@
+"""The main job end to end on the smoke configuration, in a scratch copy of the project.
+
+One run is killed during cycle 2 and started again: the second run finishes without redoing
+cycle 1. Then the report is written and the exploration notebook executes top to bottom.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+KEDRO = [sys.executable, "-m", "kedro"]
+FIGURES = ("fig1a_success", "fig3_dual_view", "fig5a_cost", "fig6_sensitivity")
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """The project's code and configuration, with a data folder of its own."""
+    path = tmp_path_factory.mktemp("project")
+    for name in ("pyproject.toml", "conf", "reference"):
+        if (ROOT / name).exists():
+            (path / name).symlink_to(ROOT / name)
+    (path / "src").mkdir()  # Kedro wants the source folder inside the project
+    (path / "src" / "resail_pipeline").symlink_to(ROOT / "src" / "resail_pipeline")
+    # a real folder: Jupyter resolves its working directory, and the notebook finds the project
+    # by walking up from it
+    (path / "notebooks").mkdir()
+    shutil.copy(ROOT / "notebooks" / "explore_cycle.ipynb", path / "notebooks")
+    return path
+
+
+def _env() -> dict[str, str]:
+    # a wide console, so that log lines are not wrapped
+    return {
+        **os.environ,
+        "KEDRO_DISABLE_TELEMETRY": "true",
+        "PYTHONHASHSEED": "0",
+        "COLUMNS": "200",
+    }
+
+
+def _kedro(project: Path, *args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*KEDRO, *args],
+        cwd=project,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _data(project: Path, layer: str, *parts: str) -> Path:
+    return project / "data" / layer / "textcraft-smoke" / Path(*parts)
+
+
+def test_smoke_run_resumes_reports_and_explores(project):
+    command = [*KEDRO, "run", "--env", "smoke", "--pipeline", "cycle", "--only-missing-outputs"]
+    # 1. start the main job and kill it once cycle 2 has begun
+    cycle_2_started = _data(project, "02_intermediate", "oel_resail", "cycle_2", "steps.parquet")
+    with subprocess.Popen(
+        command,
+        cwd=project,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    ) as first:
+        deadline = time.monotonic() + 1500
+        while not cycle_2_started.exists():
+            assert first.poll() is None, "the run ended before cycle 2 began"
+            assert time.monotonic() < deadline, "cycle 2 did not begin in time"
+            time.sleep(1)
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+
+    cycle_1 = {
+        path: path.stat().st_mtime_ns
+        for path in project.glob("data/*/textcraft-smoke/oel_resail/cycle_1/**/*")
+        if path.is_file()
+    }
+    checkpoint_1 = _data(project, "06_models", "oel_resail", "cycle_1", "checkpoint.parquet")
+    assert checkpoint_1 in cycle_1
+    assert not _data(project, "06_models", "oel_resail", "cycle_3", "checkpoint.parquet").exists()
+
+    # 2. the same command again continues from what exists
+    second = subprocess.run(
+        command, cwd=project, env=_env(), capture_output=True, text=True, timeout=1800
+    )
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    log = second.stdout + second.stderr
+    ran = set(re.findall(r"node (\S+) finished in", log))
+    assert not any(name.startswith(("cycle_0.", "cycle_1.")) for name in ran), ran
+    assert "cycle_3.train_node" in ran
+    for path, mtime in cycle_1.items():
+        assert path.stat().st_mtime_ns == mtime, f"{path} was rewritten"
+    for r in range(4):
+        folder = "shared" if r == 0 else "oel_resail"
+        summary = pd.read_parquet(
+            _data(project, "07_model_output", folder, f"cycle_{r}", "eval_summary.parquet")
+        )
+        assert list(summary["cycle"]) == [r]
+        assert len(summary["success_per_seed"].iloc[0]) == 2
+
+    # 3. the report: table 1 and the four figures
+    report = _kedro(project, "run", "--env", "smoke", "--pipeline", "report", timeout=600)
+    assert report.returncode == 0, report.stderr[-3000:]
+    reporting = project / "data" / "08_reporting" / "textcraft-smoke"
+    table = (reporting / "main_results.md").read_text()
+    assert "ReAct" in table and "Cycle 3" in table
+    for name in FIGURES:
+        assert (reporting / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+
+    # 4. the notebook executes top to bottom on the smoke data
+    notebook = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jupyter",
+            "nbconvert",
+            "--to",
+            "notebook",
+            "--execute",
+            "--output",
+            str(project / "executed.ipynb"),
+            "explore_cycle.ipynb",
+        ],
+        cwd=project / "notebooks",
+        env={**_env(), "KEDRO_ENV": "smoke"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert notebook.returncode == 0, notebook.stderr[-3000:]
