@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from resail_pipeline.prompts import alfworld, textcraft
+from resail_pipeline.prompts import alfworld, gui, textcraft
 from resail_pipeline.prompts.common import INSERT_SEPARATOR, OUTCOMES, PRIVILEGED_INSERTS
 from resail_pipeline.prompts.history import EpisodeHistory, Turn
 
@@ -125,3 +125,47 @@ def render_user_message(history: EpisodeHistory, summary: Summary | None = None)
         raise ValueError(f"env: no prompt templates for {history.env!r}") from None
     message = render(history)
     return message if summary is None else add_privileged(message, summary)
+
+
+def render_gui_action(
+    instruction: str, previous_actions: list[str] | tuple[str, ...], remark: str | None = None
+) -> str:
+    """The user message of a GUI action call (appendix G, "GUI action input"): ordinary view, or
+    privileged when ``remark`` (an accepted ``<remark>...</remark>`` block) is given. The image
+    position is :data:`gui.IMAGE_PLACEHOLDER`; the system message is :data:`gui.ACTION_SYSTEM` and
+    the tool is :data:`gui.TOOL_DEFINITION`."""
+    progress = (
+        "\n".join(
+            gui.PROGRESS_RECORD.format(index=i, action=a)
+            for i, a in enumerate(previous_actions, start=1)
+        )
+        or gui.PROGRESS_NONE
+    )
+    return gui.ACTION_USER.format(
+        instruction=instruction,
+        guideline_block="" if remark is None else gui.GUIDELINE_BLOCK.format(remark=remark),
+        progress=progress,
+        image=gui.IMAGE_PLACEHOLDER,
+    )
+
+
+def render_gui_summary(instruction: str, steps: list[tuple[str, str | None]]) -> str:
+    """The user message of the GUI summary call (appendix G, "GUI summary input").
+
+    ``steps`` holds, in trajectory order, ``(correct_action, student_attempt)``; the attempt is
+    ``None`` where the student handled the step correctly. The system message is
+    :data:`gui.SUMMARY_SYSTEM`.
+    """
+    records = [
+        gui.SUMMARY_STEP_CORRECT.format(index=i, action=action)
+        if attempt is None
+        else gui.SUMMARY_STEP_FAILED.format(
+            index=i, image=gui.SUMMARY_IMAGE_PLACEHOLDER, action=action, attempt=attempt
+        )
+        for i, (action, attempt) in enumerate(steps, start=1)
+    ]
+    return (
+        gui.SUMMARY_USER_HEAD.format(instruction=instruction)
+        + "".join(records)
+        + (gui.SUMMARY_USER_TAIL)
+    )
