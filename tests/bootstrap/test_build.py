@@ -107,3 +107,11 @@ def test_a_reference_whose_weights_changed_is_refused(built, tmp_path):
     (copy / MANIFEST_NAME).write_text(json.dumps(manifest))
     with pytest.raises(CheckpointError, match="does not match the manifest"):
         verify_reference(copy)
+
+
+def test_a_code_change_rebuilds_but_keeps_the_training_state(monkeypatch):
+    config = BootstrapConfig.from_dict(TINY)
+    key, state_key = cache_key(config), build._recipe_key(config)
+    monkeypatch.setattr(build, "code_fingerprint", lambda: "other code")
+    assert cache_key(config) != key
+    assert build._recipe_key(config) == state_key
