@@ -90,6 +90,13 @@ def test_resolution_order(built, tmp_path):
     assert resolve_initial_policy(absent, out).sha256 == info.sha256
 
 
+def test_only_environments_with_a_planner_are_built(tmp_path):
+    config = BootstrapConfig.from_dict({**TINY, "env": "alfworld"})
+    with pytest.raises(ValueError, match=r"set bootstrap\.checkpoint"):
+        resolve_initial_policy(config, tmp_path)
+    assert not any(tmp_path.iterdir())
+
+
 def test_a_missing_checkpoint_is_named(tmp_path):
     config = BootstrapConfig.from_dict({**TINY, "checkpoint": str(tmp_path / "nope")})
     with pytest.raises(CheckpointError, match="nope: no such directory"):

@@ -36,7 +36,11 @@ import torch
 
 from resail_pipeline.bootstrap.cloning import behaviour_cloning
 from resail_pipeline.bootstrap.config import BootstrapConfig
-from resail_pipeline.bootstrap.demonstrations import Demonstration, collect_demonstrations
+from resail_pipeline.bootstrap.demonstrations import (
+    PLANNER_ENVS,
+    Demonstration,
+    collect_demonstrations,
+)
 from resail_pipeline.bootstrap.packing import PackedRow, group_steps, pack_rows
 from resail_pipeline.bootstrap.vocabulary import train_tokenizer
 from resail_pipeline.checkpoints import (
@@ -214,6 +218,11 @@ def build_initial_policy(
     is given the same training data.
     ``command`` is recorded in the manifest (default: this process's command line).
     """
+    if config.env not in PLANNER_ENVS:
+        raise ValueError(
+            f"env: an initial policy can only be built for {PLANNER_ENVS} (it needs a planner); "
+            f"set bootstrap.checkpoint to a local checkpoint for {config.env!r}"
+        )
     out_dir = Path(out_dir)
     policy = out_dir / POLICY_DIR
     key = cache_key(config)
