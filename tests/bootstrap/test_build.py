@@ -90,6 +90,13 @@ def test_resolution_order(built, tmp_path):
     assert resolve_initial_policy(absent, out).sha256 == info.sha256
 
 
+def test_only_environments_with_a_planner_are_built(tmp_path):
+    config = BootstrapConfig.from_dict({**TINY, "env": "alfworld"})
+    with pytest.raises(ValueError, match=r"set bootstrap\.checkpoint"):
+        resolve_initial_policy(config, tmp_path)
+    assert not any(tmp_path.iterdir())
+
+
 def test_a_missing_checkpoint_is_named(tmp_path):
     config = BootstrapConfig.from_dict({**TINY, "checkpoint": str(tmp_path / "nope")})
     with pytest.raises(CheckpointError, match="nope: no such directory"):
@@ -107,3 +114,11 @@ def test_a_reference_whose_weights_changed_is_refused(built, tmp_path):
     (copy / MANIFEST_NAME).write_text(json.dumps(manifest))
     with pytest.raises(CheckpointError, match="does not match the manifest"):
         verify_reference(copy)
+
+
+def test_a_code_change_rebuilds_but_keeps_the_training_state(monkeypatch):
+    config = BootstrapConfig.from_dict(TINY)
+    key, state_key = cache_key(config), build._recipe_key(config)
+    monkeypatch.setattr(build, "code_fingerprint", lambda: "other code")
+    assert cache_key(config) != key
+    assert build._recipe_key(config) == state_key

@@ -8,7 +8,17 @@ import pytest
 import torch
 
 from resail_pipeline.bootstrap.cloning import batch_loss
-from resail_pipeline.bootstrap.packing import Branch, PackedRow, collate, plan_batches
+from resail_pipeline.bootstrap.demonstrations import collect_demonstrations
+from resail_pipeline.bootstrap.packing import (
+    Branch,
+    PackedRow,
+    collate,
+    group_steps,
+    pack_rows,
+    plan_batches,
+)
+from resail_pipeline.bootstrap.vocabulary import train_tokenizer
+from resail_pipeline.prompts import add_privileged, chat_prompt, render_user_message
 
 
 def _rows(vocab: int) -> list[PackedRow]:
@@ -69,3 +79,36 @@ def test_plan_batches_respects_the_token_budget():
         assert len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 80
     with pytest.raises(ValueError, match="token_budget"):
         plan_batches(lengths, token_budget=0, rng=random.Random(0))
+
+
+def test_rows_hold_exactly_the_pipeline_prompts_and_responses():
+    """Every packed sequence is chat_prompt(tok, render_user_message(h[, summary])) + response."""
+    demos = collect_demonstrations(
+        "textcraft",
+        [1],
+        episodes_per_task=4,
+        mistake_rate=0.3,
+        stalled_share=0.25,
+        seed=0,
+        progress=False,
+    )
+    tokenizer = train_tokenizer("textcraft", demos, vocab_size=4096)
+    trained = [d for d in demos if not d.stalled]
+    groups = group_steps(trained, demos, privileged_share=1.0, seed=0)
+    assert sum(g.count for g in groups) == sum(len(d.steps) for d in trained)
+    assert all(sum(g.summaries.values()) == g.count for g in groups)  # share 1: every occurrence
+    rows = pack_rows(groups, tokenizer, max_branches=3)
+    assert all(1 <= len(r.branches) <= 3 for r in rows)
+    expected = set()
+    for group in groups:
+        views = [group.message] + [add_privileged(group.message, s) for s in group.summaries]
+        for message in views:
+            expected.add(chat_prompt(tokenizer, message) + group.response + tokenizer.eos_token)
+    packed = {tokenizer.decode(ids) for row in rows for ids, _, _ in row.sequences()}
+    assert packed == expected
+    for row in rows:
+        for ids, prompt_len, _ in row.sequences():
+            assert tokenizer.decode(ids[prompt_len:]).startswith("<thinking></thinking>")
+    # the stalled demonstration is guidance only: its last steps (stuck) are never trained on
+    stalled = next(d for d in demos if d.stalled)
+    assert render_user_message(stalled.steps[-1].history) not in {g.message for g in groups}

@@ -1,0 +1,46 @@
+"""The initial policy (cycle 0) of the embedded default, and how one is built from scratch.
+
+:func:`resolve_initial_policy` is what the ``bootstrap`` pipeline calls: a configured checkpoint,
+else the reference policy shipped in the repository, else one built here (cached). Building runs
+on the ``train`` tasks only:
+
+- :mod:`.demonstrations`: the exact planner plays TextCraft with injected mistakes and replans
+  from the real inventory; each step's expert action is the training target;
+- :mod:`.vocabulary`: a word-level tokenizer trained on the environment's own text, with the
+  templates' fixed fragments as single tokens;
+- :mod:`.packing`: both views of each step (ordinary, and privileged with the rules-based summary
+  of another demonstration of the task) packed behind their shared prefix;
+- :mod:`.cloning`: behaviour cloning on the response tokens, resumable, within a time budget;
+- :mod:`.build`: the whole build, its cache key and manifest;
+- :mod:`.reference`: the dual-view evaluation of a policy, recorded in its manifest.
+
+``python -m resail_pipeline.bootstrap`` runs the same calls from the command line.
+"""
+
+from resail_pipeline.bootstrap.build import (
+    build_initial_policy,
+    cache_key,
+    prepare_training_data,
+    resolve_initial_policy,
+    verify_reference,
+)
+from resail_pipeline.bootstrap.config import (
+    BootstrapConfig,
+    DemonstrationSettings,
+    ModelShape,
+    TokenizerSettings,
+    TrainingSettings,
+)
+
+__all__ = [
+    "BootstrapConfig",
+    "DemonstrationSettings",
+    "ModelShape",
+    "TokenizerSettings",
+    "TrainingSettings",
+    "build_initial_policy",
+    "cache_key",
+    "prepare_training_data",
+    "resolve_initial_policy",
+    "verify_reference",
+]

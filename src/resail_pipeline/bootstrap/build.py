@@ -36,7 +36,11 @@ import torch
 
 from resail_pipeline.bootstrap.cloning import behaviour_cloning
 from resail_pipeline.bootstrap.config import BootstrapConfig
-from resail_pipeline.bootstrap.demonstrations import Demonstration, collect_demonstrations
+from resail_pipeline.bootstrap.demonstrations import (
+    PLANNER_ENVS,
+    Demonstration,
+    collect_demonstrations,
+)
 from resail_pipeline.bootstrap.packing import PackedRow, group_steps, pack_rows
 from resail_pipeline.bootstrap.vocabulary import train_tokenizer
 from resail_pipeline.checkpoints import (
@@ -57,7 +61,7 @@ logger = logging.getLogger(__name__)
 TRAIN_SPLIT = "train"
 #: The published policy's folder under the output directory.
 POLICY_DIR = "policy"
-#: Resumable training states, one folder per cache key, under the output directory.
+#: Resumable training states, one folder per recipe, under the output directory.
 WORK_DIR = "work"
 #: The modules whose code shapes a built policy (part of the cache key): the build itself, the
 #: environment and its planner, the prompts, the rules-based summaries and the model builders.
@@ -88,12 +92,20 @@ def code_fingerprint() -> str:
     return digest.hexdigest()
 
 
+def _recipe_key(config: BootstrapConfig) -> str:
+    """sha256 of the recipe and name: where an interrupted build of this config keeps its state.
+
+    The code is left out on purpose: a resumed run checks that the training data it is given is
+    the data its state was trained on, so a change of code that changes nothing of the data (or
+    of the model's shape) does not throw hours of training away.
+    """
+    payload = json.dumps({"recipe": config.recipe(), "name": config.name}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
 def cache_key(config: BootstrapConfig) -> str:
     """The key of a built policy: its recipe, name, and the code fingerprint."""
-    payload = json.dumps(
-        {"recipe": config.recipe(), "name": config.name, "code": code_fingerprint()},
-        sort_keys=True,
-    )
+    payload = json.dumps({"recipe": _recipe_key(config), "code": code_fingerprint()})
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -202,9 +214,15 @@ def build_initial_policy(
 ) -> CheckpointInfo:
     """Build the initial policy into ``out_dir/policy``, or return it if already built (cached).
 
-    An interrupted build continues from its last training state under ``out_dir/work``.
+    An interrupted build continues from its last training state under ``out_dir/work`` when it
+    is given the same training data.
     ``command`` is recorded in the manifest (default: this process's command line).
     """
+    if config.env not in PLANNER_ENVS:
+        raise ValueError(
+            f"env: an initial policy can only be built for {PLANNER_ENVS} (it needs a planner); "
+            f"set bootstrap.checkpoint to a local checkpoint for {config.env!r}"
+        )
     out_dir = Path(out_dir)
     policy = out_dir / POLICY_DIR
     key = cache_key(config)
@@ -231,7 +249,7 @@ def build_initial_policy(
     )
     model_config._attn_implementation = "sdpa"
     model = build_qwen3(model_config, seed=config.seed)
-    work = out_dir / WORK_DIR / key[:16]
+    work = out_dir / WORK_DIR / _recipe_key(config)[:16]
 
     def loadable(directory: Path) -> None:
         model.config.save_pretrained(str(directory))

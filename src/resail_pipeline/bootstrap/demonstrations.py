@@ -18,7 +18,7 @@ mistakes until the step limit: its failure, like a weak policy's, ends at the st
 partial progress. Stalled demonstrations give the privileged view the "Failure analysis" summaries
 that it meets at evaluation time.
 
-Only TextCraft has a planner; the module is written against the planner's interface
+Only TextCraft has a planner (:data:`PLANNER_ENVS`); the module is written against its interface
 (``parse_problem``, ``plan``, ``CraftingProblem.apply``).
 """
 
@@ -44,6 +44,9 @@ logger = logging.getLogger(__name__)
 
 #: The response a demonstration teaches: empty reasoning, then the action.
 RESPONSE_TEMPLATE = "<thinking></thinking>\n<action>{action}</action>"
+
+#: Environments with an exact planner, the only ones demonstrations can be played in.
+PLANNER_ENVS = ("textcraft",)
 
 #: The policy id recorded for planner demonstrations.
 PLANNER_POLICY_ID = "planner"
@@ -393,6 +396,11 @@ def collect_demonstrations(
     positive) is stalled after a uniformly drawn number of planned steps. The demonstrations of a
     task depend only on ``seed``, the task id and the settings, not on the other tasks.
     """
+    if env_name not in PLANNER_ENVS:
+        raise ValueError(
+            f"env: {env_name!r} has no planner to demonstrate with (only {PLANNER_ENVS}); "
+            "configure an initial policy checkpoint instead"
+        )
     env = make_env(env_name)
     stalled = round(stalled_share * episodes_per_task)
     if stalled_share > 0:
@@ -422,10 +430,3 @@ def collect_demonstrations(
     if skipped:
         logger.info("demonstrations: the planner finds no plan for tasks %s; skipped", skipped)
     return out
-
-
-def demonstrations_frames(demos: Sequence[Demonstration]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The ``trajectories`` and ``steps`` tables of ``demos`` (steps with ``expert``, ``mistake``)."""
-    trajectories = pd.DataFrame([d.trajectory_row() for d in demos])
-    steps = pd.DataFrame([row for d in demos for row in d.step_rows()])
-    return trajectories, steps

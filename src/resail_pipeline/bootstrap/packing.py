@@ -141,8 +141,11 @@ def pack_rows(groups: Sequence[StepGroup], tokenizer, *, max_branches: int) -> l
         views += [
             (add_privileged(group.message, s), float(n), True) for s, n in group.summaries.items()
         ]
-        prompts = [tokenizer(chat_prompt(tokenizer, m)).input_ids for m, _, _ in views]
-        response = [*tokenizer(group.response).input_ids, eos]
+        prompts = [
+            tokenizer(chat_prompt(tokenizer, m), add_special_tokens=False).input_ids
+            for m, _, _ in views
+        ]
+        response = [*tokenizer(group.response, add_special_tokens=False).input_ids, eos]
         trunk_len = _common_prefix(prompts)
         trunk = tuple(prompts[0][:trunk_len])
         branches = [
