@@ -25,13 +25,14 @@ from contextlib import nullcontext
 
 import torch
 
+from resail_pipeline.bootstrap.build import qwen3_config
 from resail_pipeline.bootstrap.cloning import batch_loss
 from resail_pipeline.bootstrap.config import BootstrapConfig
 from resail_pipeline.bootstrap.demonstrations import collect_demonstrations
 from resail_pipeline.bootstrap.packing import Branch, PackedRow, collate, group_steps, pack_rows
 from resail_pipeline.bootstrap.vocabulary import environment_corpus, train_tokenizer
 from resail_pipeline.envs import make_env
-from resail_pipeline.modeling import build_qwen3, build_word_tokenizer, small_qwen3_config
+from resail_pipeline.modeling import build_qwen3, build_word_tokenizer
 from resail_pipeline.prompts import chat_prompt, render_user_message
 
 
@@ -127,17 +128,7 @@ def main() -> None:
     print(f"  packed behind shared trunks {packed:10d}  ({every / packed:.2f}x fewer)")
 
     shape = config.model
-    model_config = small_qwen3_config(
-        len(tokenizer),
-        hidden_size=shape.hidden_size,
-        num_hidden_layers=shape.num_hidden_layers,
-        num_attention_heads=shape.num_attention_heads,
-        num_key_value_heads=shape.num_key_value_heads,
-        intermediate_size=shape.intermediate_size,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
-    model_config._attn_implementation = "sdpa"
+    model_config = qwen3_config(shape, tokenizer)
     budget = config.training.batch_tokens
     print(
         f"training throughput, {shape.num_hidden_layers} layers x {shape.hidden_size}, "

@@ -33,9 +33,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import Qwen3Config
 
 from resail_pipeline.bootstrap.cloning import behaviour_cloning
-from resail_pipeline.bootstrap.config import BootstrapConfig
+from resail_pipeline.bootstrap.config import BootstrapConfig, ModelShape
 from resail_pipeline.bootstrap.demonstrations import (
     PLANNER_ENVS,
     Demonstration,
@@ -169,6 +170,23 @@ class TrainingData:
         }
 
 
+def qwen3_config(shape: ModelShape, tokenizer) -> Qwen3Config:
+    """The Qwen3 config of ``shape`` over ``tokenizer``'s vocabulary (SDPA attention)."""
+    model_config = small_qwen3_config(
+        len(tokenizer),
+        hidden_size=shape.hidden_size,
+        num_hidden_layers=shape.num_hidden_layers,
+        num_attention_heads=shape.num_attention_heads,
+        num_key_value_heads=shape.num_key_value_heads,
+        intermediate_size=shape.intermediate_size,
+        max_position_embeddings=shape.max_position_embeddings,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    model_config._attn_implementation = "sdpa"
+    return model_config
+
+
 def prepare_training_data(config: BootstrapConfig, *, progress: bool = True) -> TrainingData:
     """Demonstrations on the train tasks, their summaries, the tokenizer and the packed rows."""
     data = config.data
@@ -235,19 +253,7 @@ def build_initial_policy(
     stats = data.stats()
     logger.info("bootstrap: training data %s (sha256 %s)", stats, data.sha256[:12])
     tokenizer = data.tokenizer
-    shape = config.model
-    model_config = small_qwen3_config(
-        len(tokenizer),
-        hidden_size=shape.hidden_size,
-        num_hidden_layers=shape.num_hidden_layers,
-        num_attention_heads=shape.num_attention_heads,
-        num_key_value_heads=shape.num_key_value_heads,
-        intermediate_size=shape.intermediate_size,
-        max_position_embeddings=shape.max_position_embeddings,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
-    model_config._attn_implementation = "sdpa"
+    model_config = qwen3_config(config.model, tokenizer)
     model = build_qwen3(model_config, seed=config.seed)
     work = out_dir / WORK_DIR / _recipe_key(config)[:16]
 
