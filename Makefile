@@ -32,7 +32,9 @@ $(VENV)/.installed-%: $(BIN)/python pyproject.toml
 run: $(VENV)/.installed-$(RUN_EXTRAS)
 	$(BIN)/kedro run --env $(KEDRO_ENV) --pipeline=cycle --only-missing-outputs
 	$(BIN)/kedro run --env $(KEDRO_ENV) --pipeline=report
-	@echo "Results: evaluation summaries in data/07_model_output/, the report in data/08_reporting/"
+	@echo "Results: the evaluation summary of every cycle, and the report (tables, figures):"
+	@find data/07_model_output -name eval_summary.parquet | sort
+	@find data/08_reporting -mindepth 1 -maxdepth 1 -type d | sort
 
 smoke: KEDRO_ENV := smoke
 smoke: run
