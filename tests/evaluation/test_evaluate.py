@@ -12,6 +12,7 @@ from resail_pipeline.evaluation.evaluate import (
     evaluate_policy,
     experience_by_task,
     reference_episodes,
+    spread,
 )
 from resail_pipeline.evaluation.stats import summarize_eval_results
 from resail_pipeline.experience import SummarizeConfig
@@ -45,7 +46,7 @@ def test_both_views_share_tasks_and_initial_states(generator):
     config = EvalConfig(
         num_tasks=3, decoding_seeds=(0, 1), views=("ordinary", "privileged"), max_new_tokens=4
     )
-    tasks = make_env("textcraft").task_ids("test")[:3]
+    tasks = spread(make_env("textcraft").task_ids("test"), 3)
     experience = pd.DataFrame(
         {
             "task_id": tasks[:2],
@@ -98,7 +99,7 @@ def test_experience_table_is_checked():
 def test_reference_episodes_cover_each_task_once(generator):
     config = EvalConfig(num_tasks=2, max_new_tokens=4)
     trajectories, steps = reference_episodes(_textcraft, generator, config, decoding_seed=1000)
-    assert list(trajectories["task_id"]) == make_env("textcraft").task_ids("test")[:2]
+    assert list(trajectories["task_id"]) == spread(make_env("textcraft").task_ids("test"), 2)
     assert (trajectories["decoding_seed"] == 1000).all()
     assert set(steps["traj_id"]) == set(trajectories["traj_id"])
 
@@ -110,7 +111,9 @@ def test_each_split_is_evaluated_and_summarised_apart(generator):
     results, _ = evaluate_policy(_textcraft, generator, config, cycle=0, method="react")
     env = make_env("textcraft")
     assert list(results["split"]) == ["train"] * 2 + ["test"] * 2
-    assert list(results["task_id"]) == env.task_ids("train")[:2] + env.task_ids("test")[:2]
+    assert list(results["task_id"]) == spread(env.task_ids("train"), 2) + spread(
+        env.task_ids("test"), 2
+    )
     assert sorted(summarize_eval_results(results)["split"]) == ["test", "train"]
 
 
@@ -126,3 +129,14 @@ def test_build_experience_summarises_the_reference_episodes(generator):
     by_task = experience_by_task(experience)
     assert set(by_task) == set(trajectories["task_id"])
     assert all(s.text.startswith("Failure analysis:") for s in by_task.values())
+
+
+def test_a_subset_of_tasks_is_spread_over_the_split():
+    ids = list(range(100, 110))
+    assert spread(ids, None) == ids
+    assert spread(ids, 10) == ids
+    assert spread(ids, 3) == [100, 103, 106]
+    assert spread(ids, 1) == [100]
+    # TextCraft's test ids are sorted by recipe depth: a subset reaches the deep end
+    test = make_env("textcraft").task_ids("test")
+    assert spread(test, 4) == [test[0], test[25], test[50], test[75]]

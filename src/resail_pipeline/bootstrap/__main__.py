@@ -52,7 +52,9 @@ def _parser() -> argparse.ArgumentParser:
     copy.add_argument("--to", required=True, help="destination, e.g. reference/textcraft-initial")
     evaluate = commands.add_parser("evaluate", help="dual-view evaluation, kept in the manifest")
     evaluate.add_argument("--policy", required=True, help="the policy directory")
-    evaluate.add_argument("--tasks", type=int, default=None, help="first N test tasks (all)")
+    evaluate.add_argument(
+        "--tasks", type=int, default=None, help="N test tasks, evenly spaced over the split (all)"
+    )
     evaluate.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     evaluate.add_argument("--reference-seed", type=int, default=1000)
     evaluate.add_argument("--temperature", type=float, default=0.4)

@@ -44,7 +44,8 @@ class EvalConfig:
 
     # the environment's test splits (TextCraft: test; ALFWorld: id and ood), each reported apart
     splits: tuple[str, ...] = ("test",)
-    # evaluate the first `num_tasks` ids of each split in their fixed order; None = all of them
+    # evaluate `num_tasks` ids of each split, evenly spaced over its fixed order so that a subset
+    # keeps the split's mix of difficulties (see `spread`); None = all of them
     num_tasks: int | None = None
     # one full pass over the tasks per seed; mean and sample SD are taken over seeds
     decoding_seeds: tuple[int, ...] = (0, 1, 2)
@@ -92,9 +93,18 @@ class EvalConfig:
         return VIEW_PRIVILEGED in self.views
 
 
+def spread(ids: list[int], n: int | None) -> list[int]:
+    """``n`` of ``ids`` evenly spaced over their order (``ids[floor(k * len / n)]``, k = 0..n-1),
+    all of them when ``n`` is None. A split's order often follows difficulty (TextCraft's goals
+    are sorted by recipe depth), so its first ``n`` ids would be the easiest."""
+    if n is None:
+        return list(ids)
+    return [ids[k * len(ids) // n] for k in range(n)]
+
+
 def evaluation_tasks(env: Environment, config: EvalConfig) -> list[tuple[str, int]]:
-    """``(split, task_id)`` of every evaluated task: the first ``num_tasks`` ids of each split in
-    the environment's fixed order."""
+    """``(split, task_id)`` of every evaluated task: ``num_tasks`` ids of each split, evenly
+    spaced over the environment's fixed order (:func:`spread`)."""
     tasks = []
     for split in config.splits:
         ids = env.task_ids(split)
@@ -102,9 +112,7 @@ def evaluation_tasks(env: Environment, config: EvalConfig) -> list[tuple[str, in
             raise ValueError(
                 f"num_tasks: {split!r} has {len(ids)} tasks, asked for {config.num_tasks}"
             )
-        tasks += [
-            (split, t) for t in (ids if config.num_tasks is None else ids[: config.num_tasks])
-        ]
+        tasks += [(split, t) for t in spread(ids, config.num_tasks)]
     return tasks
 
 
