@@ -28,7 +28,6 @@ import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
 from resail_pipeline.objectives import DEFAULT_TOP_K
@@ -43,8 +42,7 @@ from resail_pipeline.training.data import (
     usable_steps,
 )
 from resail_pipeline.training.engine import Engine
-from resail_pipeline.training.scoring import teacher_targets
-from resail_pipeline.training.views import ResponseLogits
+from resail_pipeline.training.scoring import sensitivity_batches, teacher_targets
 
 __all__ = [
     "PROBE_COLUMNS",
@@ -263,25 +261,19 @@ def build_probe_set(
     check_lengths(data, model.config.max_position_embeddings, 0)
 
     examples = [s for traj in data.trajectories for s in data.steps[traj]]
-    device = next(model.parameters()).device
-    module = ResponseLogits(model)
     support: list[list[list[int]]] = []
     weighted, total = 0.0, 0
-    starts = range(0, len(examples), micro_batch_steps)
-    for start in tqdm(starts, desc="probe support", disable=len(starts) < 2):
-        chunk = examples[start : start + micro_batch_steps]
-        targets = teacher_targets(
-            module,
-            chunk,
-            [s.response_ids for s in chunk],
-            support=None,  # the model's own ordinary top-K
-            ordinary=True,
-            pad_id=tokenizer.pad_token_id,
-            device=device,
-            precision=precision,
-            top_k=top_k,
-            chunk_size=chunk_size,
-        )
+    batches = sensitivity_batches(
+        model,
+        examples,
+        pad_id=tokenizer.pad_token_id,
+        top_k=top_k,
+        micro_batch_steps=micro_batch_steps,
+        chunk_size=chunk_size,
+        precision=precision,
+        desc="probe support",
+    )
+    for chunk, targets in batches:
         counts = targets.mask.sum(dim=1)  # (n,)
         weighted += float((targets.scores * counts).sum())
         total += int(counts.sum())

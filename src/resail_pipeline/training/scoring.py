@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -40,7 +40,14 @@ from resail_pipeline.training.data import StepExample, build_training_data
 from resail_pipeline.training.engine import autocast
 from resail_pipeline.training.views import ORDINARY, PRIVILEGED, ResponseLogits, view_logits
 
-__all__ = ["TeacherTargets", "sample_responses", "score_steps", "step_seed", "teacher_targets"]
+__all__ = [
+    "TeacherTargets",
+    "sample_responses",
+    "score_steps",
+    "sensitivity_batches",
+    "step_seed",
+    "teacher_targets",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +119,44 @@ def teacher_targets(
     )
 
 
+def sensitivity_batches(
+    model: PreTrainedModel,
+    examples: Sequence[StepExample],
+    *,
+    pad_id: int,
+    top_k: int = DEFAULT_TOP_K,
+    micro_batch_steps: int = 16,
+    chunk_size: int | None = None,
+    precision: str = "fp32",
+    desc: str = "score",
+) -> Iterator[tuple[Sequence[StepExample], TeacherTargets]]:
+    """``(chunk, targets)`` over ``examples`` in chunks of ``micro_batch_steps``: the frozen
+    ``model``'s two views of each step's own response on its own ordinary top-``top_k``, and their
+    PI sensitivity (``targets.scores``). Shared by the scores and the probe's fixed support."""
+    if micro_batch_steps < 1:
+        raise ValueError(f"micro_batch_steps: must be >= 1, got {micro_batch_steps}")
+    device = next(model.parameters()).device
+    scorer = ResponseLogits(model)
+    starts = range(0, len(examples), micro_batch_steps)
+    for start in tqdm(starts, desc=desc, disable=len(starts) < 2):
+        chunk = examples[start : start + micro_batch_steps]
+        yield (
+            chunk,
+            teacher_targets(
+                scorer,
+                chunk,
+                [s.response_ids for s in chunk],
+                support=None,  # the model's own ordinary top-K
+                ordinary=True,
+                pad_id=pad_id,
+                device=device,
+                precision=precision,
+                top_k=top_k,
+                chunk_size=chunk_size,
+            ),
+        )
+
+
 def score_steps(
     model: PreTrainedModel,
     tokenizer,
@@ -145,31 +190,24 @@ def score_steps(
     Returns:
         A frame with the ``scores`` schema: ``traj_id, t, scorer_id, jsd, tokens``.
     """
-    if micro_batch_steps < 1:
+    if micro_batch_steps < 1:  # before any expensive work
         raise ValueError(f"micro_batch_steps: must be >= 1, got {micro_batch_steps}")
     check_columns(responses, "responses", source="responses")
     data = build_training_data(
         steps, summaries, tokenizer, responses=responses, max_response_tokens=max_response_tokens
     )
     examples = [s for traj in data.trajectories for s in data.steps[traj]]
-    device = next(model.parameters()).device
-    scorer = ResponseLogits(model)
     rows = []
-    starts = range(0, len(examples), micro_batch_steps)
-    for start in tqdm(starts, desc="score", disable=len(starts) < 2):
-        chunk = examples[start : start + micro_batch_steps]
-        targets = teacher_targets(
-            scorer,
-            chunk,
-            [s.response_ids for s in chunk],
-            support=None,
-            ordinary=True,
-            pad_id=tokenizer.pad_token_id,
-            device=device,
-            precision=precision,
-            top_k=top_k,
-            chunk_size=chunk_size,
-        )
+    batches = sensitivity_batches(
+        model,
+        examples,
+        pad_id=tokenizer.pad_token_id,
+        top_k=top_k,
+        micro_batch_steps=micro_batch_steps,
+        chunk_size=chunk_size,
+        precision=precision,
+    )
+    for chunk, targets in batches:
         tokens = targets.mask.sum(dim=1).tolist()
         for step, jsd, n in zip(chunk, targets.scores.tolist(), tokens, strict=True):
             rows.append((step.traj_id, step.t, scorer_id, float(jsd), int(n)))
