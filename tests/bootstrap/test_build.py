@@ -122,3 +122,88 @@ def test_a_code_change_rebuilds_but_keeps_the_training_state(monkeypatch):
     monkeypatch.setattr(build, "code_fingerprint", lambda: "other code")
     assert cache_key(config) != key
     assert build._recipe_key(config) == state_key
+
+
+def test_a_warm_start_continues_the_given_policy_with_its_tokenizer(built, tmp_path):
+    import torch
+
+    _, out, info = built
+    start = out / "policy"
+    config = BootstrapConfig.from_dict(
+        {
+            **TINY,
+            "warm_start": str(start),
+            # the same demonstrations (their words are the tokenizer's), more privileged views
+            "data": {**TINY["data"], "privileged_share": 1.0},
+        }
+    )
+    second = build_initial_policy(config, tmp_path, progress=False)
+    manifest = json.loads((tmp_path / "policy" / MANIFEST_NAME).read_text())
+    assert manifest["warm_start"] == {"path": str(start), "sha256": info.sha256}
+    assert manifest["configuration"]["warm_start"] == str(start)
+    assert second.sha256 != info.sha256
+    (model0, tok0), (model1, tok1) = load_policy(start), load_policy(tmp_path / "policy")
+    assert tok1.get_vocab() == tok0.get_vocab()
+    assert model1.config.hidden_size == model0.config.hidden_size
+    # trained from the warm start's weights, not from a fresh initialisation
+    fresh = BootstrapConfig.from_dict({**TINY, "data": {**TINY["data"], "privileged_share": 1.0}})
+    w0, w1 = model0.model.norm.weight, model1.model.norm.weight
+    assert not torch.equal(w0, w1) and (w1 - w0).abs().max() < 0.1
+    assert cache_key(config) != cache_key(fresh)
+
+
+def test_a_warm_start_counts_in_the_recipe_by_its_weights(built, monkeypatch):
+    _, out, _ = built
+    config = BootstrapConfig.from_dict({**TINY, "warm_start": str(out / "policy")})
+    key = build._recipe_key(config)
+    monkeypatch.setattr(build, "weights_sha256", lambda path: "f" * 64)
+    assert build._recipe_key(config) != key
+
+
+def test_a_warm_start_of_another_shape_is_refused_before_training(built, tmp_path, monkeypatch):
+    _, out, _ = built
+    model = {**TINY["model"], "hidden_size": 64}
+    config = BootstrapConfig.from_dict({**TINY, "model": model, "warm_start": str(out / "policy")})
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("nothing may be prepared for a mismatched warm start")
+
+    monkeypatch.setattr(build, "prepare_training_data", no_work)
+    with pytest.raises(ValueError, match=r"model\.hidden_size: the warm start .* has 32"):
+        build_initial_policy(config, tmp_path, progress=False)
+
+
+def test_training_data_a_warm_start_tokenizer_cannot_encode_is_named(built):
+    from resail_pipeline.bootstrap.packing import Branch, PackedRow
+
+    _, out, _ = built
+    _, tokenizer = load_policy(out / "policy")
+    known = tokenizer("craft 4 oak planks", add_special_tokens=False).input_ids
+    row = PackedRow(tuple(known), (Branch((tokenizer.unk_token_id, 5), 1, 1.0, False),))
+    build._check_known_words([PackedRow(tuple(known), ())], tokenizer, "start")
+    with pytest.raises(
+        ValueError, match=r"warm_start: the tokenizer of start .* after 'craft 4 oak planks'"
+    ):
+        build._check_known_words([row], tokenizer, "start")
+
+
+def test_a_warm_start_must_name_a_directory():
+    with pytest.raises(ValueError, match="warm_start: must be a policy directory"):
+        BootstrapConfig.from_dict({**TINY, "warm_start": ""})
+
+
+def test_renamed_copies_add_the_tasks_under_other_item_names():
+    import re
+
+    def goals(data):
+        texts = (data.tokenizer.decode(ids) for r in data.rows for ids, _, _ in r.sequences())
+        return {m for text in texts for m in re.findall(r"Your goal is: craft ([a-z ]+)", text)}
+
+    base = build.prepare_training_data(BootstrapConfig.from_dict(TINY), progress=False)
+    renamed = {**TINY, "data": {**TINY["data"], "renamed_copies": 1}}
+    more = build.prepare_training_data(BootstrapConfig.from_dict(renamed), progress=False)
+    assert more.stats()["trained_steps"] == base.stats()["trained_steps"]
+    assert more.stats()["sequences"] > base.stats()["sequences"]
+    assert len(goals(base)) == 2
+    assert goals(base) < goals(more) and len(goals(more)) == 4
+    assert more.sha256 != base.sha256

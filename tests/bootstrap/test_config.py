@@ -27,6 +27,8 @@ def test_from_dict_round_trips_and_fills_defaults():
         ({"data": {"mistake_rate": 1.5}}, r"data.mistake_rate: must be in \[0.0, 0.9\]"),
         ({"data": {"privileged_share": -0.1}}, "data.privileged_share"),
         ({"data": {"episodes_per_task": 1}}, "data.episodes_per_task: stalled"),
+        ({"data": {"renamed_copies": -1}}, "data.renamed_copies: must be a non-negative"),
+        ({"warm_start": 3}, "warm_start: must be a policy directory or null"),
         ({"training": {"precision": "fp16"}}, "training.precision: must be one of"),
         ({"training": {"learning_rate": 0}}, r"training.learning_rate: must be in \(0.0"),
         ({"training": {"batch_tokens": 0}}, "training.batch_tokens: must be a positive integer"),

@@ -112,3 +112,31 @@ def test_rows_hold_exactly_the_pipeline_prompts_and_responses():
     # the stalled demonstration is guidance only: its last steps (stuck) are never trained on
     stalled = next(d for d in demos if d.stalled)
     assert render_user_message(stalled.steps[-1].history) not in {g.message for g in groups}
+
+
+def test_a_renamed_copy_renames_prompt_response_and_guidance_alike():
+    from resail_pipeline.bootstrap.renaming import Renaming
+    from resail_pipeline.prompts.render import Summary
+
+    demos = collect_demonstrations(
+        "textcraft",
+        [1],
+        episodes_per_task=3,
+        mistake_rate=0.0,
+        stalled_share=0.34,
+        seed=0,
+        progress=False,
+    )
+    trained = [d for d in demos if not d.stalled]
+    plain = group_steps(trained, demos, privileged_share=1.0, seed=0)
+    goal = trained[0].initial.task.removeprefix("craft ").split()[0]
+    other = "crimson" if goal != "crimson" else "warped"
+    rename = Renaming({goal: other, other: goal})
+    renamed = group_steps(trained, demos, privileged_share=1.0, seed=0, rename=lambda _: rename)
+    assert len(renamed) == len(plain)
+    for a, b in zip(plain, renamed, strict=True):
+        assert (b.message, b.response, b.count) == (rename(a.message), rename(a.response), a.count)
+        assert b.summaries == {
+            Summary(s.outcome, rename(s.text)): n for s, n in a.summaries.items()
+        }
+    assert f"craft {other}" in renamed[0].message and f"craft {goal}" not in renamed[0].message

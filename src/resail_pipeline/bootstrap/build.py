@@ -10,18 +10,23 @@
 5. the policy published atomically with :func:`resail_pipeline.checkpoints.save_policy`, its
    manifest recording the command, the configuration, the data hash, the time and the machine.
 
+With ``warm_start``, stages 2-3 take a built policy's tokenizer and weights instead, so a build
+can continue another one (a second stage with other data settings).
+
 The build is cached: the manifest records a key over the recipe (every setting that shapes the
-result) and the code and data it is made from; a call whose key matches the published policy
-returns it at once.
+result, the warm start's weights included) and the code and data it is made from; a call whose key
+matches the published policy returns it at once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
 import os
 import platform
+import random
 import shlex
 import shutil
 import sys
@@ -42,19 +47,22 @@ from resail_pipeline.bootstrap.demonstrations import (
     Demonstration,
     collect_demonstrations,
 )
-from resail_pipeline.bootstrap.packing import PackedRow, group_steps, pack_rows
+from resail_pipeline.bootstrap.packing import PackedRow, StepGroup, group_steps, pack_rows
+from resail_pipeline.bootstrap.renaming import draw_renaming, item_names, qualifier_words
 from resail_pipeline.bootstrap.vocabulary import train_tokenizer
 from resail_pipeline.checkpoints import (
     MANIFEST_NAME,
     CheckpointError,
     CheckpointInfo,
     check_checkpoint,
+    load_policy,
     read_checkpoint_info,
     save_policy,
     weights_sha256,
 )
 from resail_pipeline.envs import make_env
 from resail_pipeline.modeling import build_qwen3, small_qwen3_config
+from resail_pipeline.prompts import render_user_message
 
 logger = logging.getLogger(__name__)
 
@@ -96,11 +104,14 @@ def code_fingerprint() -> str:
 def _recipe_key(config: BootstrapConfig) -> str:
     """sha256 of the recipe and name: where an interrupted build of this config keeps its state.
 
-    The code is left out on purpose: a resumed run checks that the training data it is given is
+    A warm start counts by its weights' sha256, not its path. The code is left out on purpose: a resumed run checks that the training data it is given is
     the data its state was trained on, so a change of code that changes nothing of the data (or
     of the model's shape) does not throw hours of training away.
     """
-    payload = json.dumps({"recipe": config.recipe(), "name": config.name}, sort_keys=True)
+    recipe = config.recipe()
+    if config.warm_start is not None:
+        recipe["warm_start"] = weights_sha256(check_checkpoint(config.warm_start))
+    payload = json.dumps({"recipe": recipe, "name": config.name}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -187,8 +198,65 @@ def qwen3_config(shape: ModelShape, tokenizer) -> Qwen3Config:
     return model_config
 
 
-def prepare_training_data(config: BootstrapConfig, *, progress: bool = True) -> TrainingData:
-    """Demonstrations on the train tasks, their summaries, the tokenizer and the packed rows."""
+def renamed_groups(
+    config: BootstrapConfig, trained: Sequence[Demonstration], demos: Sequence[Demonstration]
+) -> list[StepGroup]:
+    """The steps of ``data.renamed_copies`` renamed copies of every task (see
+    :mod:`~resail_pipeline.bootstrap.renaming`); each task and copy draws its own permutation."""
+    copies = config.data.renamed_copies
+    if not copies:
+        return []
+    texts = (
+        text
+        for demo in demos
+        for text in (
+            demo.summary.text,
+            *(render_user_message(step.history) for step in demo.steps),
+        )
+    )
+    words = qualifier_words(item_names(config.env), texts)
+    logger.info("bootstrap: %d renamed copies over %d qualifier words", copies, len(words))
+    task_ids = sorted({demo.task_id for demo in demos})
+    groups: list[StepGroup] = []
+    for copy in range(copies):
+        renamings = {
+            task_id: draw_renaming(words, random.Random(f"{config.seed}/renamed/{copy}/{task_id}"))
+            for task_id in task_ids
+        }
+        groups += group_steps(
+            trained,
+            demos,
+            privileged_share=config.data.privileged_share,
+            seed=f"{config.seed}/renamed/{copy}",
+            rename=renamings.__getitem__,
+        )
+    return groups
+
+
+def _check_known_words(rows: Sequence[PackedRow], tokenizer, source: str) -> None:
+    """Raise if the training data has words ``tokenizer`` (from ``source``) cannot encode."""
+    unk = tokenizer.unk_token_id
+    if unk is None:
+        return
+    for row in rows:
+        for ids, _, _ in row.sequences():
+            if unk in ids:
+                before = tokenizer.decode(ids[: ids.index(unk)])[-80:]
+                raise ValueError(
+                    f"warm_start: the tokenizer of {source} has no token for a word of the "
+                    f"training data (the word after {before!r}); build that policy with a corpus "
+                    "that covers this data"
+                )
+
+
+def prepare_training_data(
+    config: BootstrapConfig, *, tokenizer=None, progress: bool = True
+) -> TrainingData:
+    """Demonstrations on the train tasks, their summaries, the tokenizer and the packed rows.
+
+    ``tokenizer`` (a warm start's) is used instead of training one; it must know every word of
+    the data.
+    """
     data = config.data
     task_ids = make_env(config.env).task_ids(TRAIN_SPLIT)[: data.task_limit]
     demos = collect_demonstrations(
@@ -201,15 +269,30 @@ def prepare_training_data(config: BootstrapConfig, *, progress: bool = True) -> 
         progress=progress,
     )
     trained = tuple(d for d in demos if not d.stalled)
-    tokenizer = train_tokenizer(
-        config.env,
-        demos,
-        vocab_size=config.tokenizer.vocab_size,
-        min_frequency=config.tokenizer.min_frequency,
-    )
+    given = tokenizer is not None
+    if not given:
+        tokenizer = train_tokenizer(
+            config.env,
+            demos,
+            vocab_size=config.tokenizer.vocab_size,
+            min_frequency=config.tokenizer.min_frequency,
+        )
     groups = group_steps(trained, demos, privileged_share=data.privileged_share, seed=config.seed)
+    groups += renamed_groups(config, trained, demos)
     rows = tuple(pack_rows(groups, tokenizer, max_branches=data.max_branches))
+    if given:
+        _check_known_words(rows, tokenizer, str(config.warm_start))
     return TrainingData(tuple(demos), trained, tokenizer, rows, rows_sha256(rows))
+
+
+def _check_shape(model_config, shape: ModelShape, source: str) -> None:
+    """Raise naming the first field of ``shape`` that the warm start's model does not have."""
+    for f in dataclasses.fields(shape):
+        have, want = getattr(model_config, f.name, None), getattr(shape, f.name)
+        if have != want:
+            raise ValueError(
+                f"model.{f.name}: the warm start {source} has {have}, the configuration {want}"
+            )
 
 
 def _published_key(policy: Path) -> str | None:
@@ -249,12 +332,19 @@ def build_initial_policy(
         return read_checkpoint_info(policy)
 
     started = time.perf_counter()
-    data = prepare_training_data(config, progress=progress)
+    start = None
+    if config.warm_start is not None:
+        model, tokenizer = load_policy(check_checkpoint(config.warm_start))
+        _check_shape(model.config, config.model, config.warm_start)
+        start = {"path": config.warm_start, "sha256": weights_sha256(config.warm_start)}
+        logger.info("bootstrap: continuing %s (sha256 %s)", start["path"], start["sha256"][:12])
+        data = prepare_training_data(config, tokenizer=tokenizer, progress=progress)
+    else:
+        data = prepare_training_data(config, progress=progress)
+        tokenizer = data.tokenizer
+        model = build_qwen3(qwen3_config(config.model, tokenizer), seed=config.seed)
     stats = data.stats()
     logger.info("bootstrap: training data %s (sha256 %s)", stats, data.sha256[:12])
-    tokenizer = data.tokenizer
-    model_config = qwen3_config(config.model, tokenizer)
-    model = build_qwen3(model_config, seed=config.seed)
     work = out_dir / WORK_DIR / _recipe_key(config)[:16]
 
     def loadable(directory: Path) -> None:
@@ -276,6 +366,7 @@ def build_initial_policy(
         "cache_key": key,
         "command": command or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "configuration": config.to_dict(),
+        "warm_start": start,
         "training_data_sha256": data.sha256,
         "training_data": stats,
         "training": {

@@ -91,6 +91,10 @@ class DemonstrationSettings:
     #: probability that a trained step occurrence is also trained in the privileged view, with
     #: the rules-based summary of another demonstration of the same task
     privileged_share: float = 0.5
+    #: renamed copies of every task's demonstrations, each under its own permutation of the
+    #: words that qualify items (:mod:`~resail_pipeline.bootstrap.renaming`): recipes that cannot
+    #: be memorised, so the policy learns to read the crafting commands and the guidance
+    renamed_copies: int = 0
     #: sequences packed behind one shared prefix (ordinary view + privileged views of a step)
     max_branches: int = 4
     #: use only the first this many train tasks (``None``: all); for quick builds and tests
@@ -102,6 +106,14 @@ class DemonstrationSettings:
         _in_range("data.stalled_share", self.stalled_share, 0.0, 0.9)
         _in_range("data.privileged_share", self.privileged_share, 0.0, 1.0)
         _positive_int("data.max_branches", self.max_branches)
+        if (
+            isinstance(self.renamed_copies, bool)
+            or not isinstance(self.renamed_copies, int)
+            or self.renamed_copies < 0
+        ):
+            raise ValueError(
+                f"data.renamed_copies: must be a non-negative integer, got {self.renamed_copies!r}"
+            )
         if self.task_limit is not None:
             _positive_int("data.task_limit", self.task_limit)
         if self.stalled_share > 0 and self.episodes_per_task < 2:
@@ -186,6 +198,10 @@ class BootstrapConfig:
     1. ``checkpoint``: any local Hugging Face causal-LM directory, used as is;
     2. ``reference``: the policy shipped in the repository, when the directory exists;
     3. otherwise one is built: demonstrations, tokenizer, model, behaviour cloning.
+
+    A build normally starts from a randomly initialised model and a tokenizer trained on its
+    demonstrations; with ``warm_start`` it continues training a built policy instead (a second
+    stage with other data settings, e.g. more privileged views), keeping that policy's tokenizer.
     """
 
     #: environment the policy acts in
@@ -196,6 +212,9 @@ class BootstrapConfig:
     checkpoint: str | None = None
     #: the shipped reference policy's directory (relative to the working directory)
     reference: str | None = "reference/textcraft-initial"
+    #: a built policy directory whose tokenizer and weights a build continues from (its shape
+    #: must be ``model``); ``None`` starts from a random initialisation
+    warm_start: str | None = None
     #: seeds demonstrations, initialisation and batch order
     seed: int = 0
     #: the model's shape
@@ -209,6 +228,12 @@ class BootstrapConfig:
 
     def __post_init__(self) -> None:
         check_env_name(self.env)
+        if self.warm_start is not None and (
+            not isinstance(self.warm_start, str) or not self.warm_start
+        ):
+            raise ValueError(
+                f"warm_start: must be a policy directory or null, got {self.warm_start!r}"
+            )
         if not self.name or "@" in self.name or "/" in self.name:
             raise ValueError(f"name: must be non-empty without '@' or '/', got {self.name!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -81,12 +81,17 @@ class StepGroup:
     summaries: Counter[Summary] = field(default_factory=Counter)
 
 
+def _unchanged(text: str) -> str:
+    return text
+
+
 def group_steps(
     demos: Sequence[Demonstration],
     guides: Sequence[Demonstration],
     *,
     privileged_share: float,
-    seed: int,
+    seed: int | str,
+    rename: Callable[[int], Callable[[str], str]] | None = None,
 ) -> list[StepGroup]:
     """The distinct steps of ``demos`` with their counts and drawn privileged summaries.
 
@@ -96,6 +101,8 @@ def group_steps(
             the summary of another demonstration of its task, never with its own.
         privileged_share: probability that an occurrence also yields a privileged sequence.
         seed: seeds the draws.
+        rename: task id -> a text transform applied to everything of that task (message,
+            expert action, summaries): a renamed copy (:mod:`~.renaming`).
     """
     by_task: dict[int, list[tuple[str, Summary]]] = defaultdict(list)
     for guide in guides:
@@ -103,13 +110,18 @@ def group_steps(
     rng = random.Random(seed)
     groups: dict[tuple[str, str], StepGroup] = {}
     for demo in demos:
-        others = [s for traj_id, s in by_task[demo.task_id] if traj_id != demo.traj_id]
+        r = _unchanged if rename is None else rename(demo.task_id)
+        others = [
+            Summary(s.outcome, r(s.text))
+            for traj_id, s in by_task[demo.task_id]
+            if traj_id != demo.traj_id
+        ]
         for step in demo.steps:
-            message = render_user_message(step.history)
-            key = (message, step.expert)
+            message, expert = r(render_user_message(step.history)), r(step.expert)
+            key = (message, expert)
             group = groups.get(key)
             if group is None:
-                group = groups[key] = StepGroup(message, demonstration_response(step.expert))
+                group = groups[key] = StepGroup(message, demonstration_response(expert))
             group.count += 1
             if others and rng.random() < privileged_share:
                 group.summaries[rng.choice(others)] += 1
