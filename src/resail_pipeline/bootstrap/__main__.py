@@ -8,6 +8,8 @@
         --to reference/textcraft-initial
     # dual-view evaluation (appendix D.2) on the 100 test tasks x 3 seeds, kept in its manifest
     python -m resail_pipeline.bootstrap evaluate --policy reference/textcraft-initial
+    # teacher-forced: does the policy follow a summary's corrected plan? (about a minute)
+    python -m resail_pipeline.bootstrap guidance --policy reference/textcraft-initial --split test
 
 A parameters file holds one top-level ``bootstrap:`` mapping, as ``parameters_bootstrap.yml`` does.
 """
@@ -24,8 +26,11 @@ import yaml
 
 from resail_pipeline.bootstrap.build import build_initial_policy
 from resail_pipeline.bootstrap.config import BootstrapConfig
+from resail_pipeline.bootstrap.diagnostics import guidance_use
 from resail_pipeline.bootstrap.reference import evaluate_and_record, ship
-from resail_pipeline.evaluation.evaluate import EvalConfig
+from resail_pipeline.checkpoints import load_policy
+from resail_pipeline.envs import make_env
+from resail_pipeline.evaluation.evaluate import EvalConfig, spread
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +65,17 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--temperature", type=float, default=0.4)
     evaluate.add_argument("--max-new-tokens", type=int, default=48)
     evaluate.add_argument("--batch-size", type=int, default=32)
+    guidance = commands.add_parser(
+        "guidance", help="teacher-forced fit of the planner's actions, ordinary vs privileged view"
+    )
+    guidance.add_argument("--policy", required=True, help="the policy directory")
+    guidance.add_argument("--env", default="textcraft", help="an environment with a planner")
+    guidance.add_argument("--split", default="test", help="task split (default: test)")
+    guidance.add_argument("--tasks", type=int, default=30, help="N tasks evenly spaced (30)")
+    guidance.add_argument(
+        "--renamed", action="store_true", help="permute item qualifiers per task (no memorising)"
+    )
+    guidance.add_argument("--seed", type=int, default=0)
     return parser
 
 
@@ -73,6 +89,20 @@ def main(argv: list[str] | None = None) -> None:
         logger.info("initial policy %s at %s", info.policy_id, info.path)
     elif args.command == "ship":
         ship(args.policy, args.to)
+    elif args.command == "guidance":
+        model, tokenizer = load_policy(args.policy)
+        task_ids = spread(make_env(args.env).task_ids(args.split), args.tasks)
+        fits = guidance_use(
+            model.eval(), tokenizer, args.env, task_ids, renamed=args.renamed, seed=args.seed
+        )
+        for fit in fits:
+            logger.info(
+                "%s view: %d steps, exact action %.3f, mean log-probability %.3f",
+                fit.view,
+                fit.steps,
+                fit.exact,
+                fit.logp,
+            )
     else:
         config = EvalConfig(
             num_tasks=args.tasks,
