@@ -97,3 +97,15 @@ def test_shipped_policy_acts_validly_on_a_test_task(shipped, tmp_path):
     action = parse_action(generation.text).action
     assert action is not None, generation.text
     assert env.step(action).action_valid, action
+
+
+def test_the_named_configurations_parse_and_the_first_is_the_shipped_one():
+    from resail_pipeline.bootstrap.__main__ import load_config
+    from resail_pipeline.bootstrap.config import BootstrapConfig
+
+    first = load_config(SHIPPED.parent / "textcraft-initial.yml")
+    manifest = json.loads((SHIPPED / MANIFEST_NAME).read_text())
+    assert BootstrapConfig.from_dict(manifest["configuration"]) == first
+    second = load_config(SHIPPED.parent / "textcraft-initial-stage2.yml")
+    assert second.warm_start == "data/06_models/bootstrap-reference/policy"
+    assert second.model == first.model and second.data.renamed_copies > 0
