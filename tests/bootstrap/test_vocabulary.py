@@ -66,3 +66,26 @@ def test_template_fragments_are_single_tokens(tokenizer, demos):
 def test_unknown_environment_is_refused(demos):
     with pytest.raises(ValueError, match="env: no item vocabulary for 'nowhere'"):
         list(environment_corpus("nowhere", demos))
+
+
+def test_the_rare_summary_forms_are_known(tokenizer, demos):
+    """A policy's own failures take forms the planner's rarely do; their words are all known."""
+    from resail_pipeline.bootstrap.vocabulary import rare_summaries
+
+    texts = [s.text for s in rare_summaries(demos[0])]
+    expected = (
+        "no state-changing action was accepted",
+        "a response without a parsable action",
+        "all 2 actions were accepted but none completed the task",
+        "the environment ended the episode",
+        "the episode ended (no reason recorded)",
+        "the planner found no plan for this task",
+        "the task was completed without an accepted action",
+        "information-only steps such as `inventory`",
+        "no action was rejected; steps beyond the plan are not needed",
+    )
+    for phrase in expected:
+        assert any(phrase in text for text in texts), phrase
+    for text in texts:
+        ids = tokenizer(text).input_ids
+        assert tokenizer.unk_token_id not in ids and tokenizer.decode(ids) == text

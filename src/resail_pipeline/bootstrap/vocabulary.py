@@ -1,8 +1,10 @@
 """The initial policy's tokenizer, trained on the environment's own text.
 
 Its corpus is every prompt the demonstrations render (ordinary view at every step, and the
-privileged insert of each demonstration's summary), the demonstration responses, and every item name of the environment's data, so
-that no word of a held-out task is unknown. The fixed fragments of the templates are single tokens
+privileged insert of each demonstration's summary), the demonstration responses, every item name of
+the environment's data, so that no word of a held-out task is unknown, and the rules-based
+summaries of the forms planner demonstrations rarely take (:func:`rare_summaries`), so that no
+fixed word of a summary is unknown either. The fixed fragments of the templates are single tokens
 (:func:`resail_pipeline.prompts.phrases.prompt_phrases`), as is the empty think block that the chat
 template opens each reply with.
 """
@@ -10,13 +12,24 @@ template opens each reply with.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 
+import pandas as pd
 from transformers import PreTrainedTokenizerFast
 
 from resail_pipeline.bootstrap.demonstrations import Demonstration, demonstration_response
+from resail_pipeline.envs import END_ENV_DONE, END_STEP_LIMIT
+from resail_pipeline.experience.evidence import EvidenceRecord, build_evidence
+from resail_pipeline.experience.rules import env_rules, rules_summary
 from resail_pipeline.modeling import build_word_tokenizer
 from resail_pipeline.modeling.tokenizer import EMPTY_THINK_BLOCK
-from resail_pipeline.prompts import privileged_insert, render_user_message
+from resail_pipeline.prompts import (
+    OUTCOME_FAILURE,
+    OUTCOME_SUCCESS,
+    Summary,
+    privileged_insert,
+    render_user_message,
+)
 from resail_pipeline.prompts.phrases import prompt_phrases
 
 
@@ -32,6 +45,44 @@ def _textcraft_items() -> list[str]:
 ITEM_TEXTS: dict[str, Callable[[], list[str]]] = {"textcraft": _textcraft_items}
 
 
+def rare_summaries(demo: Demonstration) -> list[Summary]:
+    """Rules-based summaries, on ``demo``'s evidence, of the forms demonstrations rarely take.
+
+    A policy's own episodes take them: no accepted action, or no parsable one; nothing rejected;
+    only information actions; the planner finding no plan; an ending other than the step limit.
+    Each form's fixed wording then reaches the tokenizer's corpus.
+    """
+    evidence = build_evidence(demo.trajectory_row(), pd.DataFrame(demo.step_rows()))
+    observation = evidence.records[0].observation
+    unparsed = EvidenceRecord("", observation, False)
+    info = sorted(env_rules(demo.env).information_actions)
+    accepted = [r for r in evidence.records if r.valid and r.action and r.action not in info]
+    looked = [EvidenceRecord(a, observation, True) for a in info[:1]]
+    variants = [
+        (OUTCOME_FAILURE, (unparsed,), END_STEP_LIMIT, None),
+        (OUTCOME_FAILURE, (*looked, *accepted[:1]), END_ENV_DONE, None),
+        (OUTCOME_FAILURE, evidence.records, "", _no_plan),
+        (OUTCOME_SUCCESS, (unparsed,), END_ENV_DONE, None),
+        (OUTCOME_SUCCESS, (*looked, *accepted[-1:]), END_ENV_DONE, None),
+        (OUTCOME_SUCCESS, tuple(accepted[-1:]), END_ENV_DONE, None),
+    ]
+    return [
+        Summary(
+            outcome,
+            rules_summary(
+                replace(evidence, outcome=outcome, records=records, end_reason=end),
+                planner=planner,
+            ),
+        )
+        for outcome, records, end, planner in variants
+        if records
+    ]
+
+
+def _no_plan(_observation: str) -> None:
+    return None
+
+
 def environment_corpus(env: str, demos: Sequence[Demonstration]) -> Iterator[str]:
     """The tokenizer's training text (see the module docstring)."""
     try:
@@ -45,6 +96,8 @@ def environment_corpus(env: str, demos: Sequence[Demonstration]) -> Iterator[str
             yield demonstration_response(step.expert)
     for demo in demos:
         yield privileged_insert(demo.summary)
+    if demos:
+        yield from (privileged_insert(summary) for summary in rare_summaries(demos[0]))
 
 
 def train_tokenizer(
