@@ -49,3 +49,32 @@ def test_textcraft_items_are_named_and_unknown_environments_are_refused():
     assert "oak planks" in names and len(names) == len(set(names)) > 500
     with pytest.raises(ValueError, match="no item names for 'alfworld'"):
         item_names("alfworld")
+
+
+def test_each_tasks_renaming_depends_on_its_key_and_id_alone():
+    from resail_pipeline.bootstrap.renaming import task_renamings
+
+    words = ("birch", "gray", "light", "oak", "pink", "red")
+    some = task_renamings(words, [3, 1, 3], "0/renamed/0")
+    more = task_renamings(words, [1, 2, 3], "0/renamed/0")
+    assert sorted(some) == [1, 3] and some[3] == more[3] and some[1] == more[1]
+    other = task_renamings(words, [1, 2, 3], "0/renamed/1")
+    assert [other[t] for t in (1, 2, 3)] != [more[t] for t in (1, 2, 3)]
+
+
+def test_the_qualifiers_of_demonstrations_leave_their_free_words_alone():
+    from resail_pipeline.bootstrap.demonstrations import collect_demonstrations
+    from resail_pipeline.bootstrap.renaming import demonstration_qualifiers
+
+    demos = collect_demonstrations(
+        "textcraft",
+        [1],
+        episodes_per_task=2,
+        mistake_rate=0.3,
+        stalled_share=0.5,
+        seed=0,
+        progress=False,
+    )
+    words = demonstration_qualifiers("textcraft", demos)
+    assert "acacia" in words and "oak" in words
+    assert not {"the", "target", "planks", "craft"} & set(words)

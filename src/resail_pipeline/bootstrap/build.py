@@ -26,7 +26,6 @@ import json
 import logging
 import os
 import platform
-import random
 import shlex
 import shutil
 import sys
@@ -48,7 +47,7 @@ from resail_pipeline.bootstrap.demonstrations import (
     collect_demonstrations,
 )
 from resail_pipeline.bootstrap.packing import PackedRow, StepGroup, group_steps, pack_rows
-from resail_pipeline.bootstrap.renaming import draw_renaming, item_names, qualifier_words
+from resail_pipeline.bootstrap.renaming import demonstration_qualifiers, task_renamings
 from resail_pipeline.bootstrap.vocabulary import train_tokenizer
 from resail_pipeline.checkpoints import (
     MANIFEST_NAME,
@@ -62,7 +61,6 @@ from resail_pipeline.checkpoints import (
 )
 from resail_pipeline.envs import make_env
 from resail_pipeline.modeling import build_qwen3, small_qwen3_config
-from resail_pipeline.prompts import render_user_message
 
 logger = logging.getLogger(__name__)
 
@@ -104,9 +102,10 @@ def code_fingerprint() -> str:
 def _recipe_key(config: BootstrapConfig) -> str:
     """sha256 of the recipe and name: where an interrupted build of this config keeps its state.
 
-    A warm start counts by its weights' sha256, not its path. The code is left out on purpose: a resumed run checks that the training data it is given is
-    the data its state was trained on, so a change of code that changes nothing of the data (or
-    of the model's shape) does not throw hours of training away.
+    A warm start counts by its weights' sha256, not its path. The code is left out on purpose: a
+    resumed run checks that the training data it is given is the data its state was trained on,
+    so a change of code that changes nothing of the data (or of the model's shape) does not throw
+    hours of training away.
     """
     recipe = config.recipe()
     if config.warm_start is not None:
@@ -206,28 +205,17 @@ def renamed_groups(
     copies = config.data.renamed_copies
     if not copies:
         return []
-    texts = (
-        text
-        for demo in demos
-        for text in (
-            demo.summary.text,
-            *(render_user_message(step.history) for step in demo.steps),
-        )
-    )
-    words = qualifier_words(item_names(config.env), texts)
+    words = demonstration_qualifiers(config.env, demos)
     logger.info("bootstrap: %d renamed copies over %d qualifier words", copies, len(words))
-    task_ids = sorted({demo.task_id for demo in demos})
     groups: list[StepGroup] = []
     for copy in range(copies):
-        renamings = {
-            task_id: draw_renaming(words, random.Random(f"{config.seed}/renamed/{copy}/{task_id}"))
-            for task_id in task_ids
-        }
+        key = f"{config.seed}/renamed/{copy}"
+        renamings = task_renamings(words, (d.task_id for d in demos), key)
         groups += group_steps(
             trained,
             demos,
             privileged_share=config.data.privileged_share,
-            seed=f"{config.seed}/renamed/{copy}",
+            seed=key,
             rename=renamings.__getitem__,
         )
     return groups

@@ -14,7 +14,6 @@ With ``renamed``, each task's text goes through a random permutation of item qua
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -22,12 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from resail_pipeline.bootstrap.demonstrations import collect_demonstrations, demonstration_response
-from resail_pipeline.bootstrap.renaming import (
-    Renaming,
-    draw_renaming,
-    item_names,
-    qualifier_words,
-)
+from resail_pipeline.bootstrap.renaming import Renaming, demonstration_qualifiers, task_renamings
 from resail_pipeline.prompts import Summary, add_privileged, chat_prompt, render_user_message
 
 VIEWS = ("ordinary", "privileged")
@@ -90,13 +84,8 @@ def guidance_use(
         raise ValueError(f"task_ids: the planner solves none of {list(task_ids)[:10]}")
     renamings: dict[int, Renaming] = {}
     if renamed:
-        texts = [d.summary.text for d in demos]
-        texts += [render_user_message(s.history) for d in demos for s in d.steps]
-        words = qualifier_words(item_names(env), texts)
-        renamings = {
-            d.task_id: draw_renaming(words, random.Random(f"{seed}/guidance/{d.task_id}"))
-            for d in played
-        }
+        words = demonstration_qualifiers(env, demos)
+        renamings = task_renamings(words, (d.task_id for d in played), f"{seed}/guidance")
     scores: dict[str, list[tuple[bool, float]]] = {view: [] for view in VIEWS}
     steps = [(d, s) for d in played for s in d.steps]
     for demo, step in tqdm(steps, desc="guidance use", unit="step", disable=not progress):

@@ -23,6 +23,9 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from resail_pipeline.bootstrap.demonstrations import Demonstration
+from resail_pipeline.prompts import render_user_message
+
 
 def _textcraft_item_names() -> list[str]:
     from resail_pipeline.envs.textcraft import item_ids, item_name
@@ -116,3 +119,19 @@ def draw_renaming(words: Sequence[str], rng: random.Random) -> Renaming:
     shuffled = list(words)
     rng.shuffle(shuffled)
     return Renaming(dict(zip(words, shuffled, strict=True)))
+
+
+def demonstration_qualifiers(env: str, demos: Sequence[Demonstration]) -> tuple[str, ...]:
+    """:func:`qualifier_words` of ``env``'s items over everything ``demos`` show the policy: every
+    rendered step message and every summary."""
+    texts = (
+        text
+        for demo in demos
+        for text in (demo.summary.text, *(render_user_message(s.history) for s in demo.steps))
+    )
+    return qualifier_words(item_names(env), texts)
+
+
+def task_renamings(words: Sequence[str], task_ids: Iterable[int], key: str) -> dict[int, Renaming]:
+    """One :func:`draw_renaming` per task, each seeded by ``f"{key}/{task_id}"`` alone."""
+    return {t: draw_renaming(words, random.Random(f"{key}/{t}")) for t in sorted(set(task_ids))}
