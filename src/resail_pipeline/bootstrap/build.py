@@ -116,7 +116,11 @@ def _recipe_key(config: BootstrapConfig) -> str:
 
 def cache_key(config: BootstrapConfig) -> str:
     """The key of a built policy: its recipe, name, and the code fingerprint."""
-    payload = json.dumps({"recipe": _recipe_key(config), "code": code_fingerprint()})
+    return _cache_key(_recipe_key(config))
+
+
+def _cache_key(recipe_key: str) -> str:
+    payload = json.dumps({"recipe": recipe_key, "code": code_fingerprint()})
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -314,7 +318,8 @@ def build_initial_policy(
         )
     out_dir = Path(out_dir)
     policy = out_dir / POLICY_DIR
-    key = cache_key(config)
+    recipe_key = _recipe_key(config)  # hashes a warm start's weights: once per build
+    key = _cache_key(recipe_key)
     if _published_key(policy) == key:
         logger.info("bootstrap: %s is up to date (cache key %s)", policy, key[:12])
         return read_checkpoint_info(policy)
@@ -333,7 +338,7 @@ def build_initial_policy(
         model = build_qwen3(qwen3_config(config.model, tokenizer), seed=config.seed)
     stats = data.stats()
     logger.info("bootstrap: training data %s (sha256 %s)", stats, data.sha256[:12])
-    work = out_dir / WORK_DIR / _recipe_key(config)[:16]
+    work = out_dir / WORK_DIR / recipe_key[:16]
 
     def loadable(directory: Path) -> None:
         model.config.save_pretrained(str(directory))

@@ -23,6 +23,11 @@ def _positive_int(name: str, value: Any) -> None:
         raise ValueError(f"{name}: must be a positive integer, got {value!r}")
 
 
+def _non_negative_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name}: must be a non-negative integer, got {value!r}")
+
+
 def _in_range(name: str, value: Any, low: float, high: float, *, open_low: bool = False) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
         raise ValueError(f"{name}: must be a number, got {value!r}")
@@ -106,14 +111,7 @@ class DemonstrationSettings:
         _in_range("data.stalled_share", self.stalled_share, 0.0, 0.9)
         _in_range("data.privileged_share", self.privileged_share, 0.0, 1.0)
         _positive_int("data.max_branches", self.max_branches)
-        if (
-            isinstance(self.renamed_copies, bool)
-            or not isinstance(self.renamed_copies, int)
-            or self.renamed_copies < 0
-        ):
-            raise ValueError(
-                f"data.renamed_copies: must be a non-negative integer, got {self.renamed_copies!r}"
-            )
+        _non_negative_int("data.renamed_copies", self.renamed_copies)
         if self.task_limit is not None:
             _positive_int("data.task_limit", self.task_limit)
         if self.stalled_share > 0 and self.episodes_per_task < 2:
@@ -236,8 +234,7 @@ class BootstrapConfig:
             )
         if not self.name or "@" in self.name or "/" in self.name:
             raise ValueError(f"name: must be non-empty without '@' or '/', got {self.name!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed: must be a non-negative integer, got {self.seed!r}")
+        _non_negative_int("seed", self.seed)
         for part, kind in _PARTS.items():
             if not isinstance(getattr(self, part), kind):
                 raise ValueError(f"{part}: expected {kind.__name__}, got {getattr(self, part)!r}")

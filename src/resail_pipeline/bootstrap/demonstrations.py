@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 from resail_pipeline.envs import Environment, make_env
 from resail_pipeline.envs.base import Observation
 from resail_pipeline.envs.planner import CraftingProblem, parse_problem, plan
-from resail_pipeline.experience.evidence import build_evidence
+from resail_pipeline.experience.evidence import Evidence, build_evidence
 from resail_pipeline.experience.rules import rules_summary
 from resail_pipeline.prompts import OUTCOME_FAILURE, OUTCOME_SUCCESS, EpisodeHistory, Summary
 
@@ -307,11 +307,15 @@ class Demonstration:
         ]
 
     @cached_property
+    def evidence(self) -> Evidence:
+        """What a summary of this episode is written from (as for any collected trajectory)."""
+        return build_evidence(self.trajectory_row(), pd.DataFrame(self.step_rows()))
+
+    @cached_property
     def summary(self) -> Summary:
         """The rules-based summary of this episode (appendix-G format, outcome-matched)."""
-        evidence = build_evidence(self.trajectory_row(), pd.DataFrame(self.step_rows()))
         outcome = OUTCOME_SUCCESS if self.success else OUTCOME_FAILURE
-        return Summary(outcome=outcome, text=rules_summary(evidence))
+        return Summary(outcome=outcome, text=rules_summary(self.evidence))
 
 
 def play(

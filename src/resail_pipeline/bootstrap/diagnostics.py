@@ -21,14 +21,11 @@ import torch
 from tqdm.auto import tqdm
 
 from resail_pipeline.bootstrap.demonstrations import collect_demonstrations, demonstration_response
-from resail_pipeline.bootstrap.renaming import Renaming, demonstration_qualifiers, task_renamings
+from resail_pipeline.bootstrap.renaming import demonstration_qualifiers, task_renamings
+from resail_pipeline.objectives.divergences import token_logprobs
 from resail_pipeline.prompts import Summary, add_privileged, chat_prompt, render_user_message
 
 VIEWS = ("ordinary", "privileged")
-
-
-def _same(text: str) -> str:
-    return text
 
 
 @dataclass(frozen=True)
@@ -52,8 +49,8 @@ class ViewFit:
 def _response_fit(model, tokenizer, message: str, response: str) -> tuple[bool, float]:
     prompt = tokenizer(chat_prompt(tokenizer, message), add_special_tokens=False).input_ids
     target = tokenizer(response, add_special_tokens=False).input_ids
-    logits = model(torch.tensor([prompt + target])).logits[0, len(prompt) - 1 : -1].float()
-    logp = torch.log_softmax(logits, -1)[torch.arange(len(target)), torch.tensor(target)]
+    logits = model(torch.tensor([prompt + target])).logits[0, len(prompt) - 1 : -1]
+    logp = token_logprobs(logits, torch.tensor(target))
     return logits.argmax(-1).tolist() == target, logp.sum().item()
 
 
@@ -82,14 +79,13 @@ def guidance_use(
     played = [d for d in demos if not d.stalled and d.task_id in guides]
     if not played:
         raise ValueError(f"task_ids: the planner solves none of {list(task_ids)[:10]}")
-    renamings: dict[int, Renaming] = {}
-    if renamed:
-        words = demonstration_qualifiers(env, demos)
-        renamings = task_renamings(words, (d.task_id for d in played), f"{seed}/guidance")
+    # without ``renamed`` every task's renaming permutes no word
+    words = demonstration_qualifiers(env, demos) if renamed else ()
+    renamings = task_renamings(words, (d.task_id for d in played), f"{seed}/guidance")
     scores: dict[str, list[tuple[bool, float]]] = {view: [] for view in VIEWS}
     steps = [(d, s) for d in played for s in d.steps]
     for demo, step in tqdm(steps, desc="guidance use", unit="step", disable=not progress):
-        rename = renamings.get(demo.task_id, _same)
+        rename = renamings[demo.task_id]
         guide = guides[demo.task_id]
         message = rename(render_user_message(step.history))
         views = (message, add_privileged(message, Summary(guide.outcome, rename(guide.text))))

@@ -14,12 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
-import pandas as pd
 from transformers import PreTrainedTokenizerFast
 
 from resail_pipeline.bootstrap.demonstrations import Demonstration, demonstration_response
 from resail_pipeline.envs import END_ENV_DONE, END_STEP_LIMIT
-from resail_pipeline.experience.evidence import EvidenceRecord, build_evidence
+from resail_pipeline.experience.evidence import EvidenceRecord
 from resail_pipeline.experience.rules import env_rules, rules_summary
 from resail_pipeline.modeling import build_word_tokenizer
 from resail_pipeline.modeling.tokenizer import EMPTY_THINK_BLOCK
@@ -52,7 +51,7 @@ def rare_summaries(demo: Demonstration) -> list[Summary]:
     only information actions; the planner finding no plan; an ending other than the step limit.
     Each form's fixed wording then reaches the tokenizer's corpus.
     """
-    evidence = build_evidence(demo.trajectory_row(), pd.DataFrame(demo.step_rows()))
+    evidence = demo.evidence
     observation = evidence.records[0].observation
     unparsed = EvidenceRecord("", observation, False)
     info = sorted(env_rules(demo.env).information_actions)
