@@ -97,6 +97,16 @@ def test_only_environments_with_a_planner_are_built(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+def test_training_on_a_missing_gpu_is_refused_before_any_work(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    config = BootstrapConfig.from_dict({**TINY, "training": {"device": "cuda"}})
+    with pytest.raises(ValueError, match=r"training\.device: 'cuda' was asked for"):
+        resolve_initial_policy(config, tmp_path)
+    assert not any(tmp_path.iterdir())
+
+
 def test_a_missing_checkpoint_is_named(tmp_path):
     config = BootstrapConfig.from_dict({**TINY, "checkpoint": str(tmp_path / "nope")})
     with pytest.raises(CheckpointError, match="nope: no such directory"):

@@ -17,6 +17,14 @@ def test_from_dict_round_trips_and_fills_defaults():
     assert "reference" not in config.recipe() and "checkpoint" not in config.recipe()
 
 
+def test_where_a_policy_is_trained_is_not_part_of_its_recipe():
+    on_cpu = BootstrapConfig.from_dict({"training": {"device": "cpu"}})
+    anywhere = BootstrapConfig.from_dict({"training": {"device": "auto"}})
+    assert on_cpu != anywhere and on_cpu.recipe() == anywhere.recipe()
+    assert "device" not in on_cpu.recipe()["training"]
+    assert on_cpu.to_dict()["training"]["device"] == "cpu"  # the manifest records the choice
+
+
 @pytest.mark.parametrize(
     ("params", "message"),
     [
@@ -30,6 +38,7 @@ def test_from_dict_round_trips_and_fills_defaults():
         ({"data": {"renamed_copies": -1}}, "data.renamed_copies: must be a non-negative"),
         ({"warm_start": 3}, "warm_start: must be a policy directory or null"),
         ({"training": {"precision": "fp16"}}, "training.precision: must be one of"),
+        ({"training": {"device": "gpu"}}, "training.device: must be one of"),
         ({"training": {"learning_rate": 0}}, r"training.learning_rate: must be in \(0.0"),
         ({"training": {"batch_tokens": 0}}, "training.batch_tokens: must be a positive integer"),
         ({"env": "minecraft"}, "env: unknown environment 'minecraft'"),

@@ -71,6 +71,18 @@ def test_branches_see_the_trunk_and_themselves_only():
     assert batch.target.tolist() == [8, 9]
 
 
+def test_a_batch_moves_to_a_device_whole():
+    row = PackedRow((5, 6), (Branch((7, 8), 1, 2.0, False),))
+    batch = collate([row], pad_id=0)
+    moved = batch.to("meta")  # the tensors' device without a GPU
+    for name, tensor in vars(moved).items():
+        assert tensor.device.type == "meta", name
+        assert (
+            tensor.shape == getattr(batch, name).shape
+            and tensor.dtype == getattr(batch, name).dtype
+        )
+
+
 def test_plan_batches_respects_the_token_budget():
     lengths = [10, 50, 20, 40, 30, 200]
     batches = plan_batches(lengths, token_budget=80, rng=random.Random(0))

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from transformers import Qwen3Config
 
-from resail_pipeline.bootstrap.cloning import behaviour_cloning
+from resail_pipeline.bootstrap.cloning import behaviour_cloning, training_device
 from resail_pipeline.bootstrap.config import BootstrapConfig, ModelShape
 from resail_pipeline.bootstrap.demonstrations import (
     PLANNER_ENVS,
@@ -134,8 +134,8 @@ def rows_sha256(rows: Sequence[PackedRow]) -> str:
     return digest.hexdigest()
 
 
-def machine_description() -> str:
-    """The CPU, thread count and torch build the policy was trained with."""
+def machine_description(device: torch.device | None = None) -> str:
+    """The CPU, thread count and torch build the policy was trained with (and the GPU, if one)."""
     cpu = platform.processor() or platform.machine()
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.is_file():
@@ -143,8 +143,11 @@ def machine_description() -> str:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
+    gpu = ""
+    if device is not None and device.type == "cuda":
+        gpu = f"{torch.cuda.get_device_name(device)}, "
     return (
-        f"{cpu} ({os.cpu_count()} cores), {torch.get_num_threads()} torch threads, "
+        f"{gpu}{cpu} ({os.cpu_count()} cores), {torch.get_num_threads()} torch threads, "
         f"torch {torch.__version__}, {platform.system()} {platform.release()}"
     )
 
@@ -316,6 +319,7 @@ def build_initial_policy(
             f"env: an initial policy can only be built for {PLANNER_ENVS} (it needs a planner); "
             f"set bootstrap.checkpoint to a local checkpoint for {config.env!r}"
         )
+    device = training_device(config.training.device)  # before hours of work, not after
     out_dir = Path(out_dir)
     policy = out_dir / POLICY_DIR
     recipe_key = _recipe_key(config)  # hashes a warm start's weights: once per build
@@ -370,7 +374,7 @@ def build_initial_policy(
             "final_loss": state.loss,
         },
         "build_seconds": round(time.perf_counter() - started, 1),
-        "machine": machine_description(),
+        "machine": machine_description(device),
         "parameters": sum(p.numel() for p in model.parameters()),
     }
     info = save_policy(

@@ -6,6 +6,9 @@ cross-entropy of the response tokens, logits being computed at those positions o
 state (weights, AdamW moments, position in the data, seconds spent) is saved atomically as
 safetensors + JSON every ``checkpoint_every_s`` seconds and when the run stops, and a run given the
 same state directory continues from it.
+
+Training runs on the CPU or on one CUDA device (``training.device``); the state is saved and
+resumed device-independently, and the model is handed back on the device it came on.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ import math
 import random
 import time
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -29,6 +31,7 @@ from transformers import PreTrainedModel
 from resail_pipeline.bootstrap.config import TrainingSettings
 from resail_pipeline.bootstrap.packing import Batch, PackedRow, collate, plan_batches
 from resail_pipeline.io import atomic_path
+from resail_pipeline.training.engine import autocast
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +71,16 @@ class CloningState:
         return self.epoch + self.batch / max(1, self.batches_per_epoch)
 
 
+def training_device(setting: str) -> torch.device:
+    """The device of ``training.device``: ``auto`` takes CUDA when available; ``cuda`` needs it."""
+    cuda = torch.cuda.is_available()
+    if setting == "cuda" and not cuda:
+        raise ValueError("training.device: 'cuda' was asked for but torch sees no CUDA device")
+    if setting == "cpu" or not cuda:
+        return torch.device("cpu")
+    return torch.device("cuda", torch.cuda.current_device())
+
+
 def learning_rate(settings: TrainingSettings, step: int, progress: float) -> float:
     """Linear warm-up over ``warmup_steps``, then cosine from the peak to its floor in ``progress``."""
     peak = settings.learning_rate
@@ -81,7 +94,7 @@ def batch_loss(model: PreTrainedModel, batch: Batch) -> torch.Tensor:
     """Weighted mean cross-entropy of the batch's response tokens (a scalar)."""
     dtype = model.get_input_embeddings().weight.dtype
     # the tree mask as additive biases: 0 where a query may attend, the dtype's minimum elsewhere
-    bias = torch.zeros(batch.attention_mask.shape, dtype=dtype)
+    bias = torch.zeros(batch.attention_mask.shape, dtype=dtype, device=batch.input_ids.device)
     bias.masked_fill_(~batch.attention_mask, torch.finfo(dtype).min)  # (B, 1, T, T)
     hidden = model.model(
         input_ids=batch.input_ids, position_ids=batch.position_ids, attention_mask=bias
@@ -102,7 +115,7 @@ def _save_state(
     """Weights, optimiser moments and position, written together atomically (no pickle)."""
     opt = optimizer.state_dict()
     tensors = {
-        f"{index}.{name}": value.detach().clone()
+        f"{index}.{name}": value.detach().cpu().clone()
         for index, entries in opt["state"].items()
         for name, value in entries.items()
     }
@@ -147,7 +160,7 @@ def behaviour_cloning(
     save_extra: Callable[[Path], None] | None = None,
     progress: bool = True,
 ) -> CloningState:
-    """Train ``model`` in place on ``rows``; return the final state.
+    """Train ``model`` in place on ``rows`` on ``settings.device``; return the final state.
 
     Args:
         model: a causal LM whose ``model`` body accepts 4-D attention masks (Qwen3 does).
@@ -163,7 +176,10 @@ def behaviour_cloning(
     """
     if not rows:
         raise ValueError("rows: no training data")
+    device = training_device(settings.device)
+    home = next(model.parameters()).device
     torch.set_num_threads(settings.threads)
+    model.to(device)
     optimizer = torch.optim.AdamW(
         model.parameters(),
         lr=settings.learning_rate,
@@ -186,11 +202,6 @@ def behaviour_cloning(
     per_epoch = len(_epoch_batches(rows, settings.batch_tokens, seed, 0))
     state.batches_per_epoch = per_epoch
     total_steps = max(1, math.ceil(settings.epochs * per_epoch))
-    autocast = (
-        torch.autocast("cpu", dtype=torch.bfloat16)
-        if settings.precision == "bf16"
-        else nullcontext()
-    )
     model.train()
     started = time.perf_counter()
     spent_before = state.seconds
@@ -203,11 +214,11 @@ def behaviour_cloning(
         if state.batch >= len(batches):
             state.epoch, state.batch = state.epoch + 1, 0
             batches = _epoch_batches(rows, settings.batch_tokens, seed, state.epoch)
-        batch = collate([rows[i] for i in batches[state.batch]], pad_id)
+        batch = collate([rows[i] for i in batches[state.batch]], pad_id).to(device)
         fraction = max(state.step / total_steps, state.seconds / settings.time_budget_s)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(settings, state.step, fraction)
-        with autocast:
+        with autocast(device, settings.precision):
             loss = batch_loss(model, batch)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
@@ -243,12 +254,14 @@ def behaviour_cloning(
             last_save = now
     bar.close()
     model.eval()
+    model.to(home)
     stopped_by = "epochs" if state.step >= total_steps else "time budget"
     logger.info(
-        "behaviour cloning: done after %d steps (%.2f epochs, %s), %.0f s, loss %.4f",
+        "behaviour cloning: done after %d steps (%.2f epochs, %s) on %s, %.0f s, loss %.4f",
         state.step,
         state.epochs_done,
         stopped_by,
+        device,
         state.seconds,
         state.loss,
     )

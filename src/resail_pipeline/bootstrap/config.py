@@ -16,6 +16,8 @@ from typing import Any
 from resail_pipeline.envs import check_env_name
 
 PRECISIONS = ("fp32", "bf16")
+#: where behaviour cloning runs: ``auto`` is the first CUDA device when there is one, else the CPU
+DEVICES = ("auto", "cpu", "cuda")
 
 
 def _positive_int(name: str, value: Any) -> None:
@@ -156,6 +158,9 @@ class TrainingSettings:
     precision: str = "bf16"
     #: CPU threads for torch
     threads: int = 2
+    #: where to train, one of :data:`DEVICES`; where a policy is built is not part of its recipe
+    #: (the manifest records the machine)
+    device: str = "auto"
 
     def __post_init__(self) -> None:
         _in_range("training.learning_rate", self.learning_rate, 0.0, 1.0, open_low=True)
@@ -179,6 +184,8 @@ class TrainingSettings:
                 f"training.precision: must be one of {PRECISIONS}, got {self.precision!r}"
             )
         _positive_int("training.threads", self.threads)
+        if self.device not in DEVICES:
+            raise ValueError(f"training.device: must be one of {DEVICES}, got {self.device!r}")
 
 
 _PARTS = {
@@ -268,4 +275,5 @@ class BootstrapConfig:
         out = self.to_dict()
         for key in ("name", "checkpoint", "reference"):
             out.pop(key)
+        out["training"].pop("device")
         return out

@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -192,6 +192,10 @@ class Batch:
     @property
     def tokens(self) -> int:
         return self.input_ids.numel()
+
+    def to(self, device: torch.device | str) -> Batch:
+        """The batch with every tensor on ``device``."""
+        return Batch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
 
 
 def collate(rows: Sequence[PackedRow], pad_id: int, pad_to_multiple_of: int = 8) -> Batch:
