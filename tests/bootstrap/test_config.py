@@ -34,6 +34,11 @@ def test_where_a_policy_is_trained_is_not_part_of_its_recipe():
         ({"model": {"num_key_value_heads": 3}}, "model.num_key_value_heads"),
         ({"data": {"mistake_rate": 1.5}}, r"data.mistake_rate: must be in \[0.0, 0.9\]"),
         ({"data": {"privileged_share": -0.1}}, "data.privileged_share"),
+        ({"data": {"ordinary_share": 1.5}}, r"data.ordinary_share: must be in \[0.0, 1.0\]"),
+        (
+            {"data": {"ordinary_share": 0.0, "privileged_share": 0.0}},
+            "data.ordinary_share: 0 with data.privileged_share 0 leaves nothing",
+        ),
         ({"data": {"episodes_per_task": 1}}, "data.episodes_per_task: stalled"),
         ({"data": {"renamed_copies": -1}}, "data.renamed_copies: must be a non-negative"),
         ({"warm_start": 3}, "warm_start: must be a policy directory or null"),

@@ -109,6 +109,7 @@ def test_rows_hold_exactly_the_pipeline_prompts_and_responses():
     groups = group_steps(trained, demos, privileged_share=1.0, seed=0)
     assert sum(g.count for g in groups) == sum(len(d.steps) for d in trained)
     assert all(sum(g.summaries.values()) == g.count for g in groups)  # share 1: every occurrence
+    assert all(g.ordinary == g.count for g in groups)  # ordinary_share 1 by default
     rows = pack_rows(groups, tokenizer, max_branches=3)
     assert all(1 <= len(r.branches) <= 3 for r in rows)
     expected = set()
@@ -124,6 +125,31 @@ def test_rows_hold_exactly_the_pipeline_prompts_and_responses():
     # the stalled demonstration is guidance only: its last steps (stuck) are never trained on
     stalled = next(d for d in demos if d.stalled)
     assert render_user_message(stalled.steps[-1].history) not in {g.message for g in groups}
+
+
+def test_an_ordinary_share_keeps_the_privileged_draws_and_drops_ordinary_views():
+    demos = collect_demonstrations(
+        "textcraft",
+        [1, 2],
+        episodes_per_task=4,
+        mistake_rate=0.3,
+        stalled_share=0.25,
+        seed=0,
+        progress=False,
+    )
+    tokenizer = train_tokenizer("textcraft", demos, vocab_size=4096)
+    trained = [d for d in demos if not d.stalled]
+    both = group_steps(trained, demos, privileged_share=0.5, seed=0)
+    assert group_steps(trained, demos, privileged_share=0.5, seed=0, ordinary_share=1.0) == both
+    occurrences = sum(g.count for g in both)
+    half = group_steps(trained, demos, privileged_share=0.5, seed=0, ordinary_share=0.5)
+    assert sum(g.count for g in half) == occurrences
+    assert 0.25 * occurrences < sum(g.ordinary for g in half) < 0.75 * occurrences
+    alone = group_steps(trained, demos, privileged_share=1.0, seed=0, ordinary_share=0.0)
+    assert all(g.ordinary == 0 for g in alone)
+    rows = pack_rows(alone, tokenizer, max_branches=4)
+    assert rows and all(b.privileged for r in rows for b in r.branches)
+    assert sum(b.weight for r in rows for b in r.branches) == occurrences
 
 
 def test_a_renamed_copy_renames_prompt_response_and_guidance_alike():

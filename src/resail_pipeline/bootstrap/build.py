@@ -224,6 +224,7 @@ def renamed_groups(
             privileged_share=config.data.privileged_share,
             seed=key,
             rename=renamings.__getitem__,
+            ordinary_share=config.data.ordinary_share,
         )
     return groups
 
@@ -272,7 +273,13 @@ def prepare_training_data(
             vocab_size=config.tokenizer.vocab_size,
             min_frequency=config.tokenizer.min_frequency,
         )
-    groups = group_steps(trained, demos, privileged_share=data.privileged_share, seed=config.seed)
+    groups = group_steps(
+        trained,
+        demos,
+        privileged_share=data.privileged_share,
+        seed=config.seed,
+        ordinary_share=data.ordinary_share,
+    )
     groups += renamed_groups(config, trained, demos)
     rows = tuple(pack_rows(groups, tokenizer, max_branches=data.max_branches))
     if given:

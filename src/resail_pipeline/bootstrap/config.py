@@ -98,6 +98,10 @@ class DemonstrationSettings:
     #: probability that a trained step occurrence is also trained in the privileged view, with
     #: the rules-based summary of another demonstration of the same task
     privileged_share: float = 0.5
+    #: probability that a trained step occurrence is trained in the ordinary view; below 1 a
+    #: curriculum leans on the privileged view (at 0, with ``privileged_share`` 1, only the
+    #: guidance distinguishes the tasks, so copying its plan is the way to a low loss)
+    ordinary_share: float = 1.0
     #: renamed copies of every task's demonstrations, each under its own permutation of the
     #: words that qualify items (:mod:`~resail_pipeline.bootstrap.renaming`): recipes that cannot
     #: be memorised, so the policy learns to read the crafting commands and the guidance
@@ -112,6 +116,11 @@ class DemonstrationSettings:
         _in_range("data.mistake_rate", self.mistake_rate, 0.0, 0.9)
         _in_range("data.stalled_share", self.stalled_share, 0.0, 0.9)
         _in_range("data.privileged_share", self.privileged_share, 0.0, 1.0)
+        _in_range("data.ordinary_share", self.ordinary_share, 0.0, 1.0)
+        if self.ordinary_share == 0 and self.privileged_share == 0:
+            raise ValueError(
+                "data.ordinary_share: 0 with data.privileged_share 0 leaves nothing to train on"
+            )
         _positive_int("data.max_branches", self.max_branches)
         _non_negative_int("data.renamed_copies", self.renamed_copies)
         if self.task_limit is not None:

@@ -3,6 +3,7 @@
 Each demonstrated step is trained in the ordinary view, ``chat_prompt(tok, render_user_message(h))``
 followed by the expert response, and, for a share of its occurrences, in the privileged view, where
 the user message ends with the rules-based summary of *another* demonstration of the same task.
+(A curriculum may keep only a share of the ordinary occurrences, down to none: ``ordinary_share``.)
 Both views of a step share the whole ordinary user message as a token prefix, and identical steps
 (the first steps of a task's demonstrations, before any mistake) occur many times.
 
@@ -72,12 +73,14 @@ class StepGroup:
         message: the ordinary-view user message.
         response: the expert response.
         count: how often the step occurs in the demonstrations.
+        ordinary: the occurrences trained in the ordinary view (all of them by default).
         summaries: the privileged views drawn for its occurrences: summary -> occurrences.
     """
 
     message: str
     response: str
     count: int = 0
+    ordinary: int = 0
     summaries: Counter[Summary] = field(default_factory=Counter)
 
 
@@ -92,6 +95,7 @@ def group_steps(
     privileged_share: float,
     seed: int | str,
     rename: Callable[[int], Callable[[str], str]] | None = None,
+    ordinary_share: float = 1.0,
 ) -> list[StepGroup]:
     """The distinct steps of ``demos`` with their counts and drawn privileged summaries.
 
@@ -103,6 +107,8 @@ def group_steps(
         seed: seeds the draws.
         rename: task id -> a text transform applied to everything of that task (message,
             expert action, summaries): a renamed copy (:mod:`~.renaming`).
+        ordinary_share: probability that an occurrence is trained in the ordinary view (below 1,
+            a draw per occurrence; at 1 none, so the draws of the privileged views are unchanged).
     """
     by_task: dict[int, list[tuple[str, Summary]]] = defaultdict(list)
     for guide in guides:
@@ -123,6 +129,8 @@ def group_steps(
             if group is None:
                 group = groups[key] = StepGroup(message, demonstration_response(expert))
             group.count += 1
+            if ordinary_share >= 1.0 or rng.random() < ordinary_share:
+                group.ordinary += 1
             if others and rng.random() < privileged_share:
                 group.summaries[rng.choice(others)] += 1
     return list(groups.values())
@@ -141,18 +149,21 @@ def _common_prefix(sequences: Sequence[Sequence[int]]) -> int:
 def pack_rows(groups: Sequence[StepGroup], tokenizer, *, max_branches: int) -> list[PackedRow]:
     """Tokenize ``groups`` into rows of at most ``max_branches`` branches each.
 
-    The first row of a group carries its ordinary view; privileged views fill the remaining
-    branches, and further rows repeat the trunk.
+    The first row of a group carries its ordinary view (if any occurrence is trained in it);
+    privileged views fill the remaining branches, and further rows repeat the trunk. A group
+    trained in no view yields no row.
     """
     if max_branches < 1:
         raise ValueError(f"max_branches: must be >= 1, got {max_branches}")
     eos = tokenizer.eos_token_id
     rows: list[PackedRow] = []
     for group in groups:
-        views = [(group.message, float(group.count), False)]
+        views = [(group.message, float(group.ordinary), False)] if group.ordinary else []
         views += [
             (add_privileged(group.message, s), float(n), True) for s, n in group.summaries.items()
         ]
+        if not views:
+            continue
         prompts = [
             tokenizer(chat_prompt(tokenizer, m), add_special_tokens=False).input_ids
             for m, _, _ in views
