@@ -14,38 +14,25 @@ from dataclasses import dataclass
 import pandas as pd
 
 from resail_pipeline.envs import Environment
-from resail_pipeline.generation.base import Generator, SamplingParams, derive_seed
+from resail_pipeline.generation.base import Decoding, Generator, derive_seed
 from resail_pipeline.rollout import EpisodeSpec, episodes_to_frames, run_episodes, sample_tasks
 
 
 @dataclass(frozen=True)
-class CollectConfig:
-    """One cycle's collection."""
+class CollectConfig(Decoding):
+    """One cycle's collection, decoded as at deployment (appendix A.3)."""
 
     # the environment split tasks are drawn from
     split: str = "train"
     # trajectories (= tasks) per cycle; the trainer uses each once per cycle
     num_trajectories: int = 240
-    # decoding, as at deployment (appendix A.3)
-    temperature: float = 0.4
-    top_p: float = 1.0
-    top_k: int = -1
-    max_new_tokens: int = 1024
 
     def __post_init__(self) -> None:
         if isinstance(self.num_trajectories, bool) or int(self.num_trajectories) < 1:
             raise ValueError(
                 f"num_trajectories: must be a positive integer, got {self.num_trajectories!r}"
             )
-        self.sampling()
-
-    def sampling(self) -> SamplingParams:
-        return SamplingParams(
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            max_new_tokens=self.max_new_tokens,
-        )
+        super().__post_init__()
 
 
 def cycle_tasks(task_ids: list[int], num: int, cycle: int, seed: int) -> list[int]:

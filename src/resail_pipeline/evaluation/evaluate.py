@@ -22,7 +22,7 @@ import pandas as pd
 
 from resail_pipeline.envs import Environment
 from resail_pipeline.experience import SummarizeConfig, summarize_trajectories
-from resail_pipeline.generation.base import Generator, SamplingParams
+from resail_pipeline.generation.base import Decoding, Generator
 from resail_pipeline.prompts import OUTCOMES, Summary
 from resail_pipeline.rollout import EpisodeSpec, episodes_to_frames, run_episodes
 from resail_pipeline.schemas import SCHEMAS, check_columns
@@ -39,7 +39,7 @@ EXPERIENCE_COLUMNS = ("task_id", "traj_id", "outcome", "summary", "accepted")
 
 
 @dataclass(frozen=True)
-class EvalConfig:
+class EvalConfig(Decoding):
     """How a checkpoint is evaluated (defaults: the paper's, appendix A.3)."""
 
     # the environment's test splits (TextCraft: test; ALFWorld: id and ood), each reported apart
@@ -51,11 +51,6 @@ class EvalConfig:
     decoding_seeds: tuple[int, ...] = (0, 1, 2)
     # "ordinary" (no PI, the deployment view) and/or "privileged" (the fixed Experience)
     views: tuple[str, ...] = (VIEW_ORDINARY,)
-    # decoding
-    temperature: float = 0.4
-    top_p: float = 1.0
-    top_k: int = -1
-    max_new_tokens: int = 1024
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "decoding_seeds", tuple(int(s) for s in self.decoding_seeds))
@@ -78,15 +73,7 @@ class EvalConfig:
         unknown = [v for v in self.views if v not in VIEWS]
         if unknown or not self.views or len(set(self.views)) != len(self.views):
             raise ValueError(f"views: must be distinct values of {VIEWS}, got {list(self.views)}")
-        self.sampling()  # range checks of the decoding settings
-
-    def sampling(self) -> SamplingParams:
-        return SamplingParams(
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            max_new_tokens=self.max_new_tokens,
-        )
+        super().__post_init__()
 
     @property
     def privileged(self) -> bool:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from resail_pipeline.generation.base import (
+    Decoding,
     Generation,
     Generator,
     SamplingParams,
@@ -40,6 +41,7 @@ def make_generator(backend: str, checkpoint: str | Path, **options: Any) -> Gene
 
 __all__ = [
     "GENERATOR_REGISTRY",
+    "Decoding",
     "Generation",
     "Generator",
     "SamplingParams",
