@@ -62,12 +62,7 @@ def test_run_configs_decode_with_the_shared_settings(config):
 
     cls = {"collect": CollectConfig, "evaluate": EvalConfig}[config]
     assert cls().sampling() == SamplingParams()  # the paper's decoding by default
-    params = cls(temperature=0.0, top_p=0.5, top_k=3, max_new_tokens=7).sampling()
-    assert (params.temperature, params.top_p, params.top_k, params.max_new_tokens) == (
-        0.0,
-        0.5,
-        3,
-        7,
-    )
+    given = {"temperature": 0.0, "top_p": 0.5, "top_k": 3, "max_new_tokens": 7}
+    assert cls(**given).sampling() == SamplingParams(**given)
     with pytest.raises(ValueError, match="top_k"):
         cls(top_k=0)
