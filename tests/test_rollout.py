@@ -220,6 +220,22 @@ def test_rollout_is_deterministic_and_independent_of_the_batch(
     assert [s.response for s in reseeded[0].steps] != [s.response for s in first[0].steps]
 
 
+def test_a_cap_on_live_episodes_changes_nothing_but_the_calls(generator):
+    batch = specs([3, 1, 4, 2], seed=5)
+    together = run_episodes(EnvFactory(), batch, generator, PARAMS, progress=False)
+    assert len(generator.calls[0][0]) == 4
+    generator.calls.clear()
+    factory = EnvFactory()
+    capped = run_episodes(factory, batch, generator, PARAMS, max_live=2, progress=False)
+    assert capped == together
+    # two at a time (task k ends after k steps): task 4 starts when task 1 ends after one step,
+    # task 2 when task 3 ends after three; without the cap the first turn has four prompts
+    assert [len(prompts) for prompts, _ in generator.calls] == [2, 2, 2, 2, 2]
+    assert len(factory.made) == 4
+    with pytest.raises(ValueError, match="max_live"):
+        run_episodes(EnvFactory(), batch, generator, PARAMS, max_live=0, progress=False)
+
+
 def test_no_episodes_need_no_generation(generator):
     assert run_episodes(EnvFactory(), [], generator, PARAMS, progress=False) == []
     assert generator.calls == []
@@ -310,3 +326,19 @@ def test_sample_tasks_names_bad_input():
         sample_tasks([1, 2], 1, seed=-1)
     with pytest.raises(ValueError, match="task_ids"):
         sample_tasks([-1, 2], 1, seed=0)
+
+
+@pytest.mark.parametrize("config", ["collect", "evaluate"])
+def test_run_configs_share_the_rollout_settings(config):
+    from resail_pipeline.collection import CollectConfig
+    from resail_pipeline.evaluation.evaluate import EvalConfig
+
+    cls = {"collect": CollectConfig, "evaluate": EvalConfig}[config]
+    assert cls().sampling() == SamplingParams()  # the paper's decoding by default
+    given = {"temperature": 0.0, "top_p": 0.5, "top_k": 3, "max_new_tokens": 7}
+    assert cls(**given).sampling() == SamplingParams(**given)
+    with pytest.raises(ValueError, match="top_k"):
+        cls(top_k=0)
+    assert cls(max_live=8).max_live == 8
+    with pytest.raises(ValueError, match="max_live: must be a positive integer or null"):
+        cls(max_live=0)

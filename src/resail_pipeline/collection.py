@@ -14,12 +14,18 @@ from dataclasses import dataclass
 import pandas as pd
 
 from resail_pipeline.envs import Environment
-from resail_pipeline.generation.base import Decoding, Generator, derive_seed
-from resail_pipeline.rollout import EpisodeSpec, episodes_to_frames, run_episodes, sample_tasks
+from resail_pipeline.generation.base import Generator, derive_seed
+from resail_pipeline.rollout import (
+    EpisodeSpec,
+    RolloutSettings,
+    episodes_to_frames,
+    run_episodes,
+    sample_tasks,
+)
 
 
 @dataclass(frozen=True)
-class CollectConfig(Decoding):
+class CollectConfig(RolloutSettings):
     """One cycle's collection, decoded as at deployment (appendix A.3)."""
 
     # the environment split tasks are drawn from
@@ -71,7 +77,7 @@ def collect(
                 decoding_seed=decoding_seed,
             )
         )
-    episodes = run_episodes(make_env, specs, generator, config.sampling())
+    episodes = run_episodes(make_env, specs, generator, config.sampling(), max_live=config.max_live)
     trajectories, steps = episodes_to_frames(
         episodes, cycle=cycle, method=method, split=config.split
     )

@@ -10,11 +10,14 @@ of the next turn::
 
 The response at step ``t`` of an episode is sampled with seed ``derive_seed(decoding_seed, t)``,
 and the generator keys its randomness per prompt, so an episode's trajectory depends on its
-``decoding_seed``, not on which other episodes run beside it.
+``decoding_seed``, not on which other episodes run beside it. That also makes ``max_live`` (how
+many episodes, and so environments, are alive at once; the next starts when one ends) a matter of
+memory and speed only: the episodes are the same under any cap.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections import Counter
@@ -98,6 +101,39 @@ class StepRecord:
     next_observation: str
     reward: float
     done: bool
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    """How a configuration that rolls episodes out (collection, evaluation) decodes, and how many
+    episodes it keeps alive at once. Decoding defaults are the paper's (appendix A.3); subclasses
+    call ``super().__post_init__()``.
+    """
+
+    temperature: float = 0.4
+    top_p: float = 1.0
+    top_k: int = -1
+    max_new_tokens: int = 1024
+    # episodes alive at once (each holds an environment; a turn's generate call has one prompt
+    # per live episode); None = all of them
+    max_live: int | None = None
+
+    def __post_init__(self) -> None:
+        self.sampling()  # the range checks of SamplingParams, at construction
+        if self.max_live is not None and (
+            isinstance(self.max_live, bool)
+            or not isinstance(self.max_live, int)
+            or self.max_live < 1
+        ):
+            raise ValueError(f"max_live: must be a positive integer or null, got {self.max_live!r}")
+
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            max_new_tokens=self.max_new_tokens,
+        )
 
 
 @dataclass(frozen=True)
@@ -186,6 +222,7 @@ def run_episodes(
     generator: Generator,
     params: SamplingParams,
     *,
+    max_live: int | None = None,
     progress: bool = True,
 ) -> list[Episode]:
     """Run ``episodes`` together to their end; results in the order of ``episodes``.
@@ -200,6 +237,8 @@ def run_episodes(
         generator: the policy.
         params: decoding settings; ``params.seed`` is unused (each episode has its own seed) and
             ``params.n`` must be 1.
+        max_live: at most this many episodes run at once, started in order as others end;
+            ``None`` starts them all. The results do not depend on it.
         progress: show a progress bar over finished episodes.
     """
     if params.n != 1:
@@ -208,22 +247,26 @@ def run_episodes(
     if duplicates:
         raise ValueError(f"episodes: duplicate traj_id(s) {duplicates}")
 
-    start = time.perf_counter()
-    live: list[_LiveEpisode] = []
-    for spec in episodes:
+    if max_live is not None and max_live < 1:
+        raise ValueError(f"max_live: must be a positive integer or None, got {max_live}")
+
+    def begin(spec: EpisodeSpec) -> _LiveEpisode:
         env = make_env()
-        live.append(
-            _LiveEpisode(spec, env, EpisodeHistory.start(env.name, env.reset(spec.task_id)))
-        )
+        return _LiveEpisode(spec, env, EpisodeHistory.start(env.name, env.reset(spec.task_id)))
+
+    start = time.perf_counter()
+    waiting = iter(episodes)
+    live = [begin(spec) for spec in itertools.islice(waiting, max_live)]
     finished: dict[str, Episode] = {}
     with tqdm(total=len(episodes), desc="episodes", unit="ep", disable=not progress) as bar:
-        t = 0  # every live episode is at step t
         while live:
             messages = [episode.messages() for episode in live]
             generations = generator.generate(
                 [chat_prompt(generator.tokenizer, shown) for _, shown in messages],
                 params,
-                seeds=[derive_seed(episode.spec.decoding_seed, t) for episode in live],
+                seeds=[
+                    derive_seed(episode.spec.decoding_seed, len(episode.steps)) for episode in live
+                ],
             )
             still_live = []
             for episode, (ordinary, _), generation in zip(live, messages, generations, strict=True):
@@ -233,8 +276,9 @@ def run_episodes(
                 else:
                     finished[done.spec.traj_id] = done
                     bar.update()
-            live = still_live
-            t += 1
+            live = still_live + [
+                begin(spec) for spec in itertools.islice(waiting, len(live) - len(still_live))
+            ]
 
     results = [finished[spec.traj_id] for spec in episodes]
     steps = sum(e.num_steps for e in results)

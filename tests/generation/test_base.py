@@ -53,16 +53,3 @@ def test_response_seeds_are_prompt_major_and_keyed_by_prompt_and_sample():
 def test_sampling_params_name_the_bad_field(field, kwargs):
     with pytest.raises(ValueError, match=f"^{field}:"):
         SamplingParams(**kwargs)
-
-
-@pytest.mark.parametrize("config", ["collect", "evaluate"])
-def test_run_configs_decode_with_the_shared_settings(config):
-    from resail_pipeline.collection import CollectConfig
-    from resail_pipeline.evaluation.evaluate import EvalConfig
-
-    cls = {"collect": CollectConfig, "evaluate": EvalConfig}[config]
-    assert cls().sampling() == SamplingParams()  # the paper's decoding by default
-    given = {"temperature": 0.0, "top_p": 0.5, "top_k": 3, "max_new_tokens": 7}
-    assert cls(**given).sampling() == SamplingParams(**given)
-    with pytest.raises(ValueError, match="top_k"):
-        cls(top_k=0)

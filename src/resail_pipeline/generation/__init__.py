@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from resail_pipeline.generation.base import (
-    Decoding,
     Generation,
     Generator,
     SamplingParams,
@@ -41,7 +40,6 @@ def make_generator(backend: str, checkpoint: str | Path, **options: Any) -> Gene
 
 __all__ = [
     "GENERATOR_REGISTRY",
-    "Decoding",
     "Generation",
     "Generator",
     "SamplingParams",

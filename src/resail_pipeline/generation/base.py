@@ -49,30 +49,6 @@ class SamplingParams:
 
 
 @dataclass(frozen=True)
-class Decoding:
-    """The decoding settings of a configuration that generates (collection, evaluation): the
-    fields of :class:`SamplingParams` that a run fixes, the per-call seed and group size left out.
-    Defaults are the paper's (appendix A.3); subclasses call ``super().__post_init__()``.
-    """
-
-    temperature: float = 0.4
-    top_p: float = 1.0
-    top_k: int = -1
-    max_new_tokens: int = 1024
-
-    def __post_init__(self) -> None:
-        self.sampling()  # the range checks of SamplingParams, at construction
-
-    def sampling(self) -> SamplingParams:
-        return SamplingParams(
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            max_new_tokens=self.max_new_tokens,
-        )
-
-
-@dataclass(frozen=True)
 class Generation:
     """One sampled response.
 
