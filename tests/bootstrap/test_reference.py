@@ -41,6 +41,25 @@ def test_evaluation_is_recorded_in_the_manifest(tiny_checkpoint, tmp_path):
     assert "| ordinary | 0.0 | 0.0 | 0.0 (0.0) |" in table
 
 
+def test_a_policy_without_a_manifest_is_refused_before_any_rollout(
+    tiny_checkpoint, tmp_path, monkeypatch
+):
+    import shutil
+
+    from resail_pipeline.bootstrap import reference
+
+    def no_rollouts(*args, **kwargs):
+        raise AssertionError("the evaluation started")
+
+    monkeypatch.setattr(reference, "dual_view_evaluation", no_rollouts)
+    bare = tmp_path / "state"
+    shutil.copytree(tiny_checkpoint, bare)
+    (bare / MANIFEST_NAME).unlink()
+    config = EvalConfig(num_tasks=1, decoding_seeds=(0,), max_new_tokens=4)
+    with pytest.raises(FileNotFoundError, match=f"policy: {bare / MANIFEST_NAME} is missing"):
+        evaluate_and_record(bare, config, reference_seed=1000, command="test")
+
+
 def test_markdown_table_gives_percent_per_seed_and_mean_sd():
     record = {
         "protocol": {"decoding_seeds": [0, 1, 2]},
@@ -109,3 +128,8 @@ def test_the_named_configurations_parse_and_the_first_is_the_shipped_one():
     second = load_config(SHIPPED.parent / "textcraft-initial-stage2.yml")
     assert second.warm_start == "data/06_models/bootstrap-reference/policy"
     assert second.model == first.model and second.data.renamed_copies > 0
+    copy = load_config(SHIPPED.parent / "textcraft-initial-copy.yml")
+    assert copy.warm_start == str(SHIPPED.relative_to(SHIPPED.parent.parent))
+    assert copy.data.ordinary_share == 0 and copy.data.privileged_share == 1
+    mix = load_config(SHIPPED.parent / "textcraft-initial-copy-mix.yml")
+    assert mix.model == first.model and mix.data.ordinary_share == 1

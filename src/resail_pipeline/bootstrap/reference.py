@@ -116,9 +116,20 @@ def evaluation_record(
     }
 
 
+def _manifest_path(policy: str | Path) -> Path:
+    """The manifest of a built policy, which keeps its evaluation; raise naming it if missing."""
+    path = check_checkpoint(policy) / MANIFEST_NAME
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"policy: {path} is missing; evaluate a built policy (its manifest keeps the result), "
+            "not a bare checkpoint or a training state"
+        )
+    return path
+
+
 def record_evaluation(policy: str | Path, record: dict[str, Any]) -> None:
     """Add ``record`` to the policy's manifest under ``evaluation`` (the file is replaced whole)."""
-    path = check_checkpoint(policy) / MANIFEST_NAME
+    path = _manifest_path(policy)
     manifest = json.loads(path.read_text())
     manifest["evaluation"] = record
     with atomic_path(path) as tmp:
@@ -158,6 +169,7 @@ def evaluate_and_record(
     batch_size: int = 32,
 ) -> dict[str, Any]:
     """:func:`dual_view_evaluation` of ``policy``, recorded in its manifest; returns the record."""
+    _manifest_path(policy)  # where the result goes, checked before half an hour of rollouts
     started = time.perf_counter()
     eval_summary, _, experience = dual_view_evaluation(
         policy, config, reference_seed=reference_seed, batch_size=batch_size
@@ -170,6 +182,6 @@ def evaluate_and_record(
         seconds=time.perf_counter() - started,
         command=command,
     )
-    record_evaluation(policy, record)
     logger.info("evaluation of %s:\n%s", policy, markdown_table(record))
+    record_evaluation(policy, record)
     return record
