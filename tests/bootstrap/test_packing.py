@@ -93,11 +93,12 @@ def test_plan_batches_respects_the_token_budget():
         plan_batches(lengths, token_budget=0, rng=random.Random(0))
 
 
-def test_rows_hold_exactly_the_pipeline_prompts_and_responses():
-    """Every packed sequence is chat_prompt(tok, render_user_message(h[, summary])) + response."""
+def _demonstrations(task_ids: list[int]):
+    """Planner demonstrations of ``task_ids`` with mistakes and a stalled one per task, the
+    tokenizer trained on them, and the trained (not stalled) ones."""
     demos = collect_demonstrations(
         "textcraft",
-        [1],
+        task_ids,
         episodes_per_task=4,
         mistake_rate=0.3,
         stalled_share=0.25,
@@ -105,7 +106,12 @@ def test_rows_hold_exactly_the_pipeline_prompts_and_responses():
         progress=False,
     )
     tokenizer = train_tokenizer("textcraft", demos, vocab_size=4096)
-    trained = [d for d in demos if not d.stalled]
+    return demos, tokenizer, [d for d in demos if not d.stalled]
+
+
+def test_rows_hold_exactly_the_pipeline_prompts_and_responses():
+    """Every packed sequence is chat_prompt(tok, render_user_message(h[, summary])) + response."""
+    demos, tokenizer, trained = _demonstrations([1])
     groups = group_steps(trained, demos, privileged_share=1.0, seed=0)
     assert sum(g.count for g in groups) == sum(len(d.steps) for d in trained)
     assert all(sum(g.summaries.values()) == g.count for g in groups)  # share 1: every occurrence
@@ -128,17 +134,7 @@ def test_rows_hold_exactly_the_pipeline_prompts_and_responses():
 
 
 def test_an_ordinary_share_keeps_the_privileged_draws_and_drops_ordinary_views():
-    demos = collect_demonstrations(
-        "textcraft",
-        [1, 2],
-        episodes_per_task=4,
-        mistake_rate=0.3,
-        stalled_share=0.25,
-        seed=0,
-        progress=False,
-    )
-    tokenizer = train_tokenizer("textcraft", demos, vocab_size=4096)
-    trained = [d for d in demos if not d.stalled]
+    demos, tokenizer, trained = _demonstrations([1, 2])
     both = group_steps(trained, demos, privileged_share=0.5, seed=0)
     assert group_steps(trained, demos, privileged_share=0.5, seed=0, ordinary_share=1.0) == both
     occurrences = sum(g.count for g in both)
