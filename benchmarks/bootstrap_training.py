@@ -26,7 +26,7 @@ from contextlib import nullcontext
 import torch
 
 from resail_pipeline.bootstrap.build import qwen3_config
-from resail_pipeline.bootstrap.cloning import batch_loss
+from resail_pipeline.bootstrap.cloning import batch_loss, training_precision
 from resail_pipeline.bootstrap.config import BootstrapConfig
 from resail_pipeline.bootstrap.demonstrations import collect_demonstrations
 from resail_pipeline.bootstrap.packing import Branch, PackedRow, collate, group_steps, pack_rows
@@ -34,6 +34,7 @@ from resail_pipeline.bootstrap.vocabulary import environment_corpus, train_token
 from resail_pipeline.envs import make_env
 from resail_pipeline.modeling import build_qwen3, build_word_tokenizer
 from resail_pipeline.prompts import chat_prompt, render_user_message
+from resail_pipeline.training.engine import bf16_native
 
 
 def unpacked(rows: list[PackedRow]) -> list[PackedRow]:
@@ -133,7 +134,9 @@ def main() -> None:
     print(
         f"training throughput, {shape.num_hidden_layers} layers x {shape.hidden_size}, "
         f"{budget} padded tokens per batch, {torch.get_num_threads()} threads, "
-        f"best and median of {args.rounds} interleaved rounds:"
+        f"best and median of {args.rounds} interleaved rounds "
+        f"(native bf16 on this CPU: {bf16_native(torch.device('cpu'))}, so `auto` trains in "
+        f"{training_precision('auto', torch.device('cpu'))}):"
     )
     variants = [
         (name, precision, data_rows)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from resail_pipeline.bootstrap import build
 from resail_pipeline.bootstrap.build import (
@@ -13,6 +14,7 @@ from resail_pipeline.bootstrap.build import (
     resolve_initial_policy,
     verify_reference,
 )
+from resail_pipeline.bootstrap.cloning import training_precision
 from resail_pipeline.bootstrap.config import BootstrapConfig
 from resail_pipeline.checkpoints import MANIFEST_NAME, CheckpointError, load_policy
 from resail_pipeline.prompts import EpisodeHistory, chat_prompt, render_user_message
@@ -49,6 +51,10 @@ def test_build_publishes_a_loadable_policy_with_its_manifest(built):
     assert manifest["training_data"]["trained_demonstrations"] == 2  # one stalled per task
     assert len(manifest["training_data_sha256"]) == 64
     assert manifest["training"]["steps"] >= 1 and manifest["machine"]
+    # the configuration says `auto`; the manifest says what it resolved to here
+    assert config.training.precision == "auto"
+    cpu = torch.device("cpu")
+    assert manifest["training"]["precision"] == training_precision("auto", cpu)
     assert not (out / "work").exists() or not any((out / "work").iterdir())
     model, tokenizer = load_policy(path)
     assert model.config.model_type == "qwen3" and model.config.tie_word_embeddings

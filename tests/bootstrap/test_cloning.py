@@ -9,7 +9,11 @@ import pytest
 import torch
 
 from resail_pipeline.bootstrap import cloning
-from resail_pipeline.bootstrap.cloning import behaviour_cloning, learning_rate
+from resail_pipeline.bootstrap.cloning import (
+    behaviour_cloning,
+    learning_rate,
+    training_precision,
+)
 from resail_pipeline.bootstrap.config import TrainingSettings
 from resail_pipeline.bootstrap.packing import Branch, PackedRow, collate
 
@@ -139,3 +143,44 @@ def test_the_time_budget_stops_training(tiny_model):
         tiny_model, rows, settings, pad_id=0, data_sha256="d", seed=0, progress=False
     )
     assert state.finished and state.step == 1
+
+
+@pytest.mark.parametrize(("native", "auto"), [(True, "bf16"), (False, "fp32")])
+def test_auto_precision_is_bf16_only_where_the_device_computes_it_natively(
+    monkeypatch, native, auto
+):
+    monkeypatch.setattr(cloning, "bf16_native", lambda device: native)
+    cpu = torch.device("cpu")
+    assert training_precision("auto", cpu) == auto
+    assert training_precision("fp32", cpu) == "fp32"
+    assert training_precision("bf16", cpu) == "bf16"
+
+
+@pytest.mark.parametrize(
+    ("setting", "used", "warned"), [("auto", "fp32", False), ("bf16", "bf16", True)]
+)
+def test_training_autocasts_in_the_resolved_precision(
+    tiny_model, monkeypatch, caplog, setting, used, warned
+):
+    monkeypatch.setattr(cloning, "bf16_native", lambda device: False)
+    seen = []
+    real = cloning.autocast
+
+    def recording(device, precision):
+        seen.append(precision)
+        return real(device, precision)
+
+    monkeypatch.setattr(cloning, "autocast", recording)
+    settings = TrainingSettings(**{**SETTINGS.__dict__, "precision": setting, "epochs": 0.5})
+    with caplog.at_level("WARNING", logger=cloning.__name__):
+        behaviour_cloning(
+            tiny_model,
+            _rows(tiny_model.config.vocab_size),
+            settings,
+            pad_id=0,
+            data_sha256="d",
+            seed=0,
+            progress=False,
+        )
+    assert seen and set(seen) == {used}
+    assert ("no native bf16 kernels" in caplog.text) == warned

@@ -39,7 +39,11 @@ from typing import Any
 import torch
 from transformers import Qwen3Config
 
-from resail_pipeline.bootstrap.cloning import behaviour_cloning, training_device
+from resail_pipeline.bootstrap.cloning import (
+    behaviour_cloning,
+    training_device,
+    training_precision,
+)
 from resail_pipeline.bootstrap.config import BootstrapConfig, ModelShape
 from resail_pipeline.bootstrap.demonstrations import (
     PLANNER_ENVS,
@@ -379,6 +383,7 @@ def build_initial_policy(
             "seconds": round(state.seconds, 1),
             "padded_tokens": state.tokens,
             "final_loss": state.loss,
+            "precision": training_precision(config.training.precision, device),
         },
         "build_seconds": round(time.perf_counter() - started, 1),
         "machine": machine_description(device),

@@ -31,7 +31,7 @@ from transformers import PreTrainedModel
 from resail_pipeline.bootstrap.config import TrainingSettings
 from resail_pipeline.bootstrap.packing import Batch, PackedRow, collate, plan_batches
 from resail_pipeline.io import atomic_path
-from resail_pipeline.training.engine import autocast
+from resail_pipeline.training.engine import autocast, bf16_native
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +79,15 @@ def training_device(setting: str) -> torch.device:
     if setting == "cpu" or not cuda:
         return torch.device("cpu")
     return torch.device("cuda", torch.cuda.current_device())
+
+
+def training_precision(setting: str, device: torch.device) -> str:
+    """The precision of ``training.precision`` on ``device``: ``auto`` takes bf16 autocast where
+    the device computes bf16 natively (:func:`~resail_pipeline.training.engine.bf16_native`), fp32
+    elsewhere; ``fp32`` and ``bf16`` are kept."""
+    if setting == "auto":
+        return "bf16" if bf16_native(device) else "fp32"
+    return setting
 
 
 def learning_rate(settings: TrainingSettings, step: int, progress: float) -> float:
@@ -177,6 +186,13 @@ def behaviour_cloning(
     if not rows:
         raise ValueError("rows: no training data")
     device = training_device(settings.device)
+    precision = training_precision(settings.precision, device)
+    if precision == "bf16" and not bf16_native(device):
+        logger.warning(
+            "training.precision: bf16 on %s, which has no native bf16 kernels: emulated, it is "
+            "many times slower than fp32 (benchmarks/bootstrap_training.py); consider fp32 or auto",
+            device,
+        )
     home = next(model.parameters()).device
     torch.set_num_threads(settings.threads)
     model.to(device)
@@ -218,7 +234,7 @@ def behaviour_cloning(
         fraction = max(state.step / total_steps, state.seconds / settings.time_budget_s)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(settings, state.step, fraction)
-        with autocast(device, settings.precision):
+        with autocast(device, precision):
             loss = batch_loss(model, batch)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)

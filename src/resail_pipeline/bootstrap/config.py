@@ -15,7 +15,7 @@ from typing import Any
 
 from resail_pipeline.envs import check_env_name
 
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("auto", "fp32", "bf16")
 #: where behaviour cloning runs: ``auto`` is the first CUDA device when there is one, else the CPU
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -162,9 +162,10 @@ class TrainingSettings:
     time_budget_s: float = 3600.0
     #: seconds between resumable checkpoints of the training state
     checkpoint_every_s: float = 600.0
-    #: ``bf16`` autocast (about 1.5x faster than ``fp32`` on CPUs with bf16 instructions, see
-    #: ``benchmarks/bootstrap_training.py``), or ``fp32``
-    precision: str = "bf16"
+    #: ``bf16`` autocast, ``fp32``, or ``auto``: bf16 where the device computes it natively, else
+    #: fp32 (bf16 trained 1.5x faster than fp32 on a CPU with AMX, 18x slower on one with
+    #: AVX2 only: ``benchmarks/bootstrap_training.py``)
+    precision: str = "auto"
     #: CPU threads for torch
     threads: int = 2
     #: where to train, one of :data:`DEVICES`; where a policy is built is not part of its recipe
