@@ -17,9 +17,11 @@ from resail_pipeline.checkpoints import read_checkpoint_info
 from resail_pipeline.evaluation.report import sensitivity_per_update
 from resail_pipeline.pipelines.common import in_cycle
 from resail_pipeline.pipelines.evaluate import initial_policy_pipeline
+from resail_pipeline.pipelines.evaluate import nodes as evaluate_nodes
 from resail_pipeline.pipelines.train import base_pipeline as train_pipeline
 from resail_pipeline.schemas import SCHEMAS, check_columns
 from resail_pipeline.settings import CONFIG_LOADER_ARGS
+from resail_pipeline.training import InputError, ProbeSet
 
 CONF = Path(__file__).parents[2] / "conf"
 
@@ -69,6 +71,21 @@ def test_the_probe_datasets_are_wired_and_catalogued(tmp_path, monkeypatch):
     assert report["jsd"].tolist() == [0.02, 0.01]
 
 
+def test_with_the_probe_off_the_probe_set_is_empty_and_no_model_is_loaded(monkeypatch):
+    def no_model(*args, **kwargs):
+        raise AssertionError("the probe set of a disabled probe must not load the model")
+
+    monkeypatch.setattr(evaluate_nodes, "load_policy", no_model)
+    train = project_config("parameters")["train"]
+    assert train["probe"]["enabled"] is False
+    unused = pd.DataFrame()
+    probe_set = evaluate_nodes.probe_set_node(unused, unused, unused, unused, train)
+    assert probe_set.empty
+    check_columns(probe_set, "probe_set")
+    with pytest.raises(InputError, match=r"built with train\.probe\.enabled false"):
+        ProbeSet.from_frame(probe_set)
+
+
 # ----------------------------------------------------------------------------------------------
 # a slice of the real pipelines: the tiny initial policy on TextCraft, the trainer in a subprocess
 
@@ -100,7 +117,7 @@ def cycle_0(tiny_checkpoint, tmp_path_factory) -> dict[str, Any]:
     Experience and the probe set (two nodes of the initial-policy pipeline, run one after the
     other to keep every output)."""
     pipeline = initial_policy_pipeline()
-    params = parameters(tmp_path_factory.mktemp("staging"))
+    params = parameters(tmp_path_factory.mktemp("staging"), enabled=True)
     data = {"cycle_0.checkpoint": read_checkpoint_info(tiny_checkpoint).to_frame()}
     for name in ("cycle_0.experience_node", "cycle_0.probe_set_node"):
         data.update(run(pipeline.only_nodes(name), data, params))

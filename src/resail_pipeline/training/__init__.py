@@ -22,7 +22,7 @@ from resail_pipeline.training.data import (
     write_inputs,
 )
 from resail_pipeline.training.launcher import TrainingFailed, TrainResult, launch
-from resail_pipeline.training.probe import ProbeSet, build_probe_set
+from resail_pipeline.training.probe import ProbeSet, build_probe_set, empty_probe_set
 from resail_pipeline.training.scoring import sample_responses, score_steps, teacher_targets
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "TrainResult",
     "TrainingFailed",
     "build_probe_set",
+    "empty_probe_set",
     "launch",
     "read_manifest",
     "sample_responses",

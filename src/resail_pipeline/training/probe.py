@@ -49,6 +49,7 @@ __all__ = [
     "ProbeSet",
     "SensitivityProbe",
     "build_probe_set",
+    "empty_probe_set",
     "probe_frame",
     "probe_sensitivity",
 ]
@@ -107,8 +108,9 @@ class ProbeSet:
         check_columns(frame, "probe_set", source=source)
         if frame.empty:
             raise InputError(
-                f"{source}: the probe set has no steps (no reference trajectory had an accepted "
-                "summary and a non-empty logged response)"
+                f"{source}: the probe set has no steps (it was built with train.probe.enabled "
+                "false, or no reference trajectory had an accepted summary and a non-empty logged "
+                "response)"
             )
         keys = list(zip(frame["traj_id"].astype(str), frame["t"].astype(int), strict=True))
         if len(set(keys)) != len(keys):
@@ -177,6 +179,12 @@ def _support_array(value: Any, length: int, source: str, key: tuple[str, int]) -
     return ids
 
 
+def empty_probe_set() -> pd.DataFrame:
+    """A probe set without steps: what :func:`build_probe_set` returns when no trajectory
+    qualifies, and what is kept where the probe is off (it is then never read)."""
+    return pd.DataFrame(columns=[*SCHEMAS["probe_set"], "task_id", "response"])
+
+
 def build_probe_set(
     model: PreTrainedModel,
     tokenizer: Any,
@@ -243,7 +251,7 @@ def build_probe_set(
             "probe set: no reference trajectory has an accepted summary and a non-empty logged "
             "response; the probe set is empty"
         )
-        return pd.DataFrame(columns=[*SCHEMAS["probe_set"], "task_id", "response"])
+        return empty_probe_set()
     if len(chosen) < num_trajectories:
         logger.warning(
             "probe set: only %d trajectories qualify, %d asked for", len(chosen), num_trajectories

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pandas as pd
@@ -11,7 +12,9 @@ from resail_pipeline.evaluation.evaluate import EvalConfig, build_experience, ev
 from resail_pipeline.evaluation.stats import summarize_eval_results
 from resail_pipeline.experience import SummarizeConfig
 from resail_pipeline.pipelines.common import RunConfig, dataclass_from_params, policy_info
-from resail_pipeline.training import TrainConfig, build_probe_set
+from resail_pipeline.training import TrainConfig, build_probe_set, empty_probe_set
+
+logger = logging.getLogger(__name__)
 
 #: ``params:evaluate`` keys that are not :class:`EvalConfig` fields.
 _REFERENCE_KEYS = ("reference_seed",)
@@ -84,8 +87,12 @@ def probe_set_node(
     """The PI-sensitivity probe's fixed set (appendix D.3): the steps of the first
     ``train.probe.num_trajectories`` reference trajectories in task order with an accepted
     Experience, their logged responses, and the initial model's ordinary-view top-K support
-    (``train.probe.top_k``) at every response position."""
+    (``train.probe.top_k``) at every response position. With ``train.probe.enabled`` off nothing
+    reads it: it is kept empty, without loading the model."""
     config = TrainConfig.from_dict(train_params)
+    if not config.probe.enabled:
+        logger.info("train.probe.enabled is false: the probe set is left empty")
+        return empty_probe_set()
     info = policy_info(checkpoint)
     model, tokenizer = load_policy(info.path)
     return build_probe_set(
