@@ -12,7 +12,13 @@ from resail_pipeline.envs import END_ENV_DONE, END_STEP_LIMIT, END_SUCCESS, Obse
 from resail_pipeline.generation import Generation, SamplingParams
 from resail_pipeline.generation.transformers_backend import TransformersGenerator
 from resail_pipeline.prompts import Summary
-from resail_pipeline.rollout import EpisodeSpec, episodes_to_frames, run_episodes, sample_tasks
+from resail_pipeline.rollout import (
+    EpisodeSpec,
+    RolloutSettings,
+    episodes_to_frames,
+    run_episodes,
+    sample_tasks,
+)
 from resail_pipeline.schemas import SCHEMAS
 
 COMMANDS = ("craft 4 oak planks using 1 oak logs", "craft 1 stick using 2 planks")
@@ -234,6 +240,20 @@ def test_a_cap_on_live_episodes_changes_nothing_but_the_calls(generator):
     assert len(factory.made) == 4
     with pytest.raises(ValueError, match="max_live"):
         run_episodes(EnvFactory(), batch, generator, PARAMS, max_live=0, progress=False)
+
+
+def test_rollout_settings_roll_out_with_their_decoding_and_their_cap(generator):
+    batch = specs([3, 1, 4, 2], seed=5)
+    expected = run_episodes(EnvFactory(), batch, generator, PARAMS, max_live=2, progress=False)
+    generator.calls.clear()
+    settings = RolloutSettings(
+        temperature=PARAMS.temperature, max_new_tokens=PARAMS.max_new_tokens, max_live=2
+    )
+    assert settings.roll_out(EnvFactory(), batch, generator, progress=False) == expected
+    assert [len(prompts) for prompts, _ in generator.calls] == [2, 2, 2, 2, 2]
+    other = RolloutSettings(temperature=PARAMS.temperature, max_new_tokens=2)  # shorter responses
+    shorter = other.roll_out(EnvFactory(), batch, generator, progress=False)
+    assert [s.response for s in shorter[0].steps] != [s.response for s in expected[0].steps]
 
 
 def test_no_episodes_need_no_generation(generator):

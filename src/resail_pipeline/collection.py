@@ -19,7 +19,6 @@ from resail_pipeline.rollout import (
     EpisodeSpec,
     RolloutSettings,
     episodes_to_frames,
-    run_episodes,
     sample_tasks,
 )
 
@@ -77,7 +76,7 @@ def collect(
                 decoding_seed=decoding_seed,
             )
         )
-    episodes = run_episodes(make_env, specs, generator, config.sampling(), max_live=config.max_live)
+    episodes = config.roll_out(make_env, specs, generator)
     trajectories, steps = episodes_to_frames(
         episodes, cycle=cycle, method=method, split=config.split
     )

@@ -135,6 +135,24 @@ class RolloutSettings:
             max_new_tokens=self.max_new_tokens,
         )
 
+    def roll_out(
+        self,
+        make_env: Callable[[], Environment],
+        episodes: Sequence[EpisodeSpec],
+        generator: Generator,
+        *,
+        progress: bool = True,
+    ) -> list[Episode]:
+        """:func:`run_episodes` under these settings."""
+        return run_episodes(
+            make_env,
+            episodes,
+            generator,
+            self.sampling(),
+            max_live=self.max_live,
+            progress=progress,
+        )
+
 
 @dataclass(frozen=True)
 class Episode:

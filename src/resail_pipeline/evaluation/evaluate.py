@@ -24,7 +24,7 @@ from resail_pipeline.envs import Environment
 from resail_pipeline.experience import SummarizeConfig, summarize_trajectories
 from resail_pipeline.generation.base import Generator
 from resail_pipeline.prompts import OUTCOMES, Summary
-from resail_pipeline.rollout import EpisodeSpec, RolloutSettings, episodes_to_frames, run_episodes
+from resail_pipeline.rollout import EpisodeSpec, RolloutSettings, episodes_to_frames
 from resail_pipeline.schemas import SCHEMAS, check_columns
 
 logger = logging.getLogger(__name__)
@@ -172,7 +172,7 @@ def evaluate_policy(
                     )
                 )
                 splits.append(split)
-    episodes = run_episodes(make_env, specs, generator, config.sampling(), max_live=config.max_live)
+    episodes = config.roll_out(make_env, specs, generator)
     trajectories, steps = _frames(episodes, specs, splits, cycle=cycle, method=method)
     trajectories["view"] = [
         VIEW_PRIVILEGED if spec.summary is not None else VIEW_ORDINARY for spec in specs
@@ -204,7 +204,7 @@ def reference_episodes(
         )
         for split, task_id in tasks
     ]
-    episodes = run_episodes(make_env, specs, generator, config.sampling(), max_live=config.max_live)
+    episodes = config.roll_out(make_env, specs, generator)
     return _frames(episodes, specs, [split for split, _ in tasks], cycle=0, method="reference")
 
 
