@@ -133,3 +133,6 @@ def test_the_named_configurations_parse_and_the_first_is_the_shipped_one():
     assert copy.data.ordinary_share == 0 and copy.data.privileged_share == 1
     mix = load_config(SHIPPED.parent / "textcraft-initial-copy-mix.yml")
     assert mix.model == first.model and mix.data.ordinary_share == 1
+    renamed = load_config(SHIPPED.parent / "textcraft-initial-renamed.yml")
+    assert renamed.warm_start is None and renamed.model == first.model
+    assert renamed.data.renamed_copies == 2 and renamed.training.precision == "fp32"
