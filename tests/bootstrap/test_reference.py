@@ -136,3 +136,6 @@ def test_the_named_configurations_parse_and_the_first_is_the_shipped_one():
     renamed = load_config(SHIPPED.parent / "textcraft-initial-renamed.yml")
     assert renamed.warm_start is None and renamed.model == first.model
     assert renamed.data.renamed_copies == 2 and renamed.training.precision == "fp32"
+    more = load_config(SHIPPED.parent / "textcraft-initial-renamed-more.yml")
+    assert more.warm_start == "data/06_models/bootstrap-renamed/policy"
+    assert more.data == renamed.data and more.seed == renamed.seed  # the same training data
