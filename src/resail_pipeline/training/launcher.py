@@ -19,12 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-import torch
 
 from resail_pipeline.checkpoints import CheckpointInfo, read_checkpoint_info
 from resail_pipeline.training.config import TrainConfig
 from resail_pipeline.training.data import read_manifest
-from resail_pipeline.training.run import METRICS_FILE, PROBE_FILE, SELECTED_FILE
+from resail_pipeline.training.run import (
+    METRICS_FILE,
+    PROBE_FILE,
+    SELECTED_FILE,
+    resolve_for_machine,
+)
 
 __all__ = ["CONFIG_FILE", "LOG_FILE", "TrainResult", "TrainingFailed", "command", "launch"]
 
@@ -81,14 +85,6 @@ def command(config: TrainConfig, config_path: str | Path) -> list[str]:
     ]
 
 
-def _machine_resolved(config: TrainConfig) -> TrainConfig:
-    cuda = torch.cuda.is_available()
-    return config.resolve(
-        num_gpus=torch.cuda.device_count() if cuda else 0,
-        bf16_supported=cuda and torch.cuda.is_bf16_supported(),
-    )
-
-
 def launch(
     config: TrainConfig, log_path: str | Path | None = None, *, tail_lines: int = 40
 ) -> TrainResult:
@@ -108,7 +104,7 @@ def launch(
     """
     config.run.check_set()
     read_manifest(config.run.manifest, verify=False)  # exists and parses, before anything starts
-    resolved = _machine_resolved(config)
+    resolved = resolve_for_machine(config)
     run_dir = Path(resolved.run.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     config_path = resolved.to_yaml(run_dir / CONFIG_FILE)

@@ -79,6 +79,15 @@ class TrainOutcome:
     probe: pd.DataFrame
 
 
+def resolve_for_machine(config: TrainConfig) -> TrainConfig:
+    """``config`` with ``auto`` resolved for the GPUs torch sees here (none: the CPU)."""
+    cuda = torch.cuda.is_available()
+    return config.resolve(
+        num_gpus=torch.cuda.device_count() if cuda else 0,
+        bf16_supported=cuda and torch.cuda.is_bf16_supported(),
+    )
+
+
 def resolve_for_process(config: TrainConfig) -> TrainConfig:
     """``config`` with ``auto`` resolved for this process; checks the world size torchrun gave."""
     launched = int(os.environ.get("WORLD_SIZE", "1"))
@@ -86,11 +95,7 @@ def resolve_for_process(config: TrainConfig) -> TrainConfig:
     if engine.world_size is None and "WORLD_SIZE" in os.environ:
         config = replace(config, engine=replace(engine, world_size=launched))
     if not config.engine.resolved:
-        cuda = torch.cuda.is_available()
-        config = config.resolve(
-            num_gpus=torch.cuda.device_count() if cuda else 0,
-            bf16_supported=cuda and torch.cuda.is_bf16_supported(),
-        )
+        config = resolve_for_machine(config)
     if config.engine.world_size != launched:
         raise ConfigError(
             f"engine.world_size: configured {config.engine.world_size} processes, "
