@@ -195,12 +195,15 @@ def test_training_data_a_warm_start_tokenizer_cannot_encode_is_named(built):
     _, out, _ = built
     _, tokenizer = load_policy(out / "policy")
     known = tokenizer("craft 4 oak planks", add_special_tokens=False).input_ids
-    row = PackedRow(tuple(known), (Branch((tokenizer.unk_token_id, 5), 1, 1.0, False),))
-    build._check_known_words([PackedRow(tuple(known), ())], tokenizer, "start")
+    unk = tokenizer.unk_token_id
+    in_prompt = PackedRow(tuple(known), (Branch((unk, 5), 1, 1.0, False),))
+    in_response = PackedRow(tuple(known), (Branch((5, unk), 1, 1.0, False),))
+    # an unknown word in a prompt is read as such at evaluation too; one in a response is not
+    build._check_known_words([in_prompt], tokenizer, "start")
     with pytest.raises(
-        ValueError, match=r"warm_start: the tokenizer of start .* after 'craft 4 oak planks'"
+        ValueError, match=r"warm_start: the tokenizer of start .* after 'craft 4 oak planks"
     ):
-        build._check_known_words([row], tokenizer, "start")
+        build._check_known_words([in_response], tokenizer, "start")
 
 
 def test_a_warm_start_must_name_a_directory():
@@ -223,3 +226,31 @@ def test_renamed_copies_add_the_tasks_under_other_item_names():
     assert len(goals(base)) == 2
     assert goals(base) < goals(more) and len(goals(more)) == 4
     assert more.sha256 != base.sha256
+
+
+def test_on_policy_episodes_are_the_warm_starts_own_relabelled(built):
+    _, out, _ = built
+    params = {
+        **TINY,
+        "warm_start": str(out / "policy"),
+        "data": {**TINY["data"], "on_policy_episodes": 1},
+    }
+    config = BootstrapConfig.from_dict(params)
+    task_ids = [1, 2]
+    demos = build.on_policy_demonstrations(config, task_ids, progress=False)
+    assert [(d.task_id, d.episode) for d in demos] == [(1, 2), (2, 2)]  # after the planner's 0-1
+    for demo in demos:
+        # the tiny policy's own episodes, to the step limit unless it succeeded
+        assert demo.success or len(demo.steps) == 30
+        assert all(s.mistake in ("", "policy") for s in demo.steps)
+        assert all(s.expert for s in demo.steps)
+    # they join the planner's demonstrations as trained data (and, failed, as guidance)
+    _, tokenizer = load_policy(out / "policy")
+    with_them = build.prepare_training_data(config, tokenizer=tokenizer, progress=False).stats()
+    assert with_them["trained_demonstrations"] == 2 + 2
+    assert with_them["demonstrations"] == 4 + 2
+
+
+def test_without_on_policy_episodes_no_policy_is_loaded():
+    config = BootstrapConfig.from_dict({**TINY, "warm_start": "no/such/policy"})
+    assert build.on_policy_demonstrations(config, [1, 2], progress=False) == []

@@ -41,6 +41,15 @@ def test_where_a_policy_is_trained_is_not_part_of_its_recipe():
         ),
         ({"data": {"episodes_per_task": 1}}, "data.episodes_per_task: stalled"),
         ({"data": {"renamed_copies": -1}}, "data.renamed_copies: must be a non-negative"),
+        ({"data": {"on_policy_episodes": -1}}, "data.on_policy_episodes: must be a non-negative"),
+        (
+            {"data": {"on_policy_episodes": 1}},
+            "data.on_policy_episodes: on-policy episodes are rolled out by the warm start",
+        ),
+        (
+            {"warm_start": "p", "data": {"on_policy_episodes": 1, "on_policy_temperature": -1}},
+            r"data.on_policy_temperature: must be in \[0.0, 2.0\]",
+        ),
         ({"warm_start": 3}, "warm_start: must be a policy directory or null"),
         ({"training": {"precision": "fp16"}}, "training.precision: must be one of"),
         ({"training": {"device": "gpu"}}, "training.device: must be one of"),

@@ -9,11 +9,13 @@ import pytest
 from resail_pipeline.bootstrap.demonstrations import (
     MISTAKES,
     NO_ACTION,
+    POLICY_MISTAKE,
     MistakeContext,
     collect_demonstrations,
     demonstration_response,
     draw_mistake,
     play,
+    relabel_episodes,
 )
 from resail_pipeline.envs import make_env
 from resail_pipeline.envs.planner import parse_problem, plan
@@ -108,3 +110,43 @@ def test_collection_is_deterministic_and_per_task(env):
     alone = collect_demonstrations("textcraft", TASKS[1:2], **kwargs)
     assert [d.step_rows() for d in both] == [d.step_rows() for d in again]
     assert [d.step_rows() for d in both[2:]] == [d.step_rows() for d in alone]
+
+
+def test_a_recorded_episode_is_replayed_and_relabelled_by_the_planner(env):
+    task = TASKS[2]
+    problem = parse_problem(env.reset(task).text)
+    clean = plan(problem)
+    # a policy's episode: a looped craft it cannot make yet, an unparsable response, then the plan
+    detour = [clean[-1], clean[-1], NO_ACTION]
+    recorded = [clean[0], *detour, *clean[1:]]
+    demo = play(env, task, episode=4, mistake_rate=0.0, rng=random.Random(0), actions=recorded)
+    assert [s.action for s in demo.steps] == recorded
+    assert demo.success and demo.episode == 4
+    inventory: dict[str, int] = {}
+    for step in demo.steps:
+        assert step.expert == plan(problem, inventory)[0]
+        assert step.mistake == ("" if step.action == step.expert else POLICY_MISTAKE)
+        if step.valid:
+            inventory = problem.apply(inventory, step.action)
+    assert [s.expert for s in demo.steps[1:4]] == [clean[1]] * 3  # the way out of the loop
+    assert [s.valid for s in demo.steps[1:4]] == [False, False, False]
+
+
+def test_relabelling_refuses_actions_of_another_episode(env):
+    clean = plan(parse_problem(env.reset(TASKS[0]).text))
+    with pytest.raises(ValueError, match="actions: task 1: the 2 recorded actions end before"):
+        relabel_episodes("textcraft", [(TASKS[0], clean[:2])], first_episode=0, progress=False)
+    with pytest.raises(ValueError, match="actions: task 1: the episode ended after"):
+        relabel_episodes(
+            "textcraft", [(TASKS[0], [*clean, "inventory"])], first_episode=0, progress=False
+        )
+
+
+def test_relabelled_episodes_are_numbered_per_task_after_the_planners(env):
+    recorded = {t: plan(parse_problem(env.reset(t).text)) for t in TASKS[:2]}
+    episodes = [(TASKS[0], recorded[TASKS[0]]), (TASKS[1], recorded[TASKS[1]])] * 2
+    demos = relabel_episodes("textcraft", episodes, first_episode=3, progress=False)
+    assert [(d.task_id, d.episode) for d in demos] == [(1, 3), (2, 3), (1, 4), (2, 4)]
+    assert len({d.traj_id for d in demos}) == 4
+    with pytest.raises(ValueError, match="env: 'alfworld' has no planner to relabel with"):
+        relabel_episodes("alfworld", episodes, first_episode=0, progress=False)

@@ -139,3 +139,6 @@ def test_the_named_configurations_parse_and_the_first_is_the_shipped_one():
     more = load_config(SHIPPED.parent / "textcraft-initial-renamed-more.yml")
     assert more.warm_start == "data/06_models/bootstrap-renamed/policy"
     assert more.data == renamed.data and more.seed == renamed.seed  # the same training data
+    dagger = load_config(SHIPPED.parent / "textcraft-initial-dagger.yml")
+    assert dagger.warm_start == copy.warm_start and dagger.model == first.model
+    assert dagger.data.on_policy_episodes == 1 and dagger.seed != first.seed

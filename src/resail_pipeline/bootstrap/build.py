@@ -3,7 +3,8 @@
 :func:`resolve_initial_policy` is what the ``bootstrap`` pipeline calls. Building
 (:func:`build_initial_policy`) runs every stage on the ``train`` tasks only:
 
-1. planner demonstrations with injected mistakes, and their rules-based summaries;
+1. planner demonstrations with injected mistakes (with a warm start, optionally the warm start
+   policy's own episodes relabelled by the planner), and their rules-based summaries;
 2. a word-level tokenizer trained on the environment's own text;
 3. a Qwen3-architecture model of the configured shape, randomly initialised;
 4. behaviour cloning on both views, packed, within the time budget, resumable;
@@ -49,6 +50,7 @@ from resail_pipeline.bootstrap.demonstrations import (
     PLANNER_ENVS,
     Demonstration,
     collect_demonstrations,
+    relabel_episodes,
 )
 from resail_pipeline.bootstrap.packing import PackedRow, StepGroup, group_steps, pack_rows
 from resail_pipeline.bootstrap.renaming import demonstration_qualifiers, task_renamings
@@ -64,12 +66,18 @@ from resail_pipeline.checkpoints import (
     weights_sha256,
 )
 from resail_pipeline.envs import make_env
+from resail_pipeline.generation import make_generator
 from resail_pipeline.modeling import build_qwen3, small_qwen3_config
+from resail_pipeline.rollout import EpisodeSpec, RolloutSettings
 
 logger = logging.getLogger(__name__)
 
 #: The only split demonstrations are drawn from.
 TRAIN_SPLIT = "train"
+
+#: new tokens per response of the on-policy rollouts (the evaluation command's default; a
+#: demonstration response is about 13 tokens)
+ON_POLICY_MAX_NEW_TOKENS = 48
 #: The published policy's folder under the output directory.
 POLICY_DIR = "policy"
 #: Resumable training states, one folder per recipe, under the output directory.
@@ -233,15 +241,56 @@ def renamed_groups(
     return groups
 
 
+def on_policy_demonstrations(
+    config: BootstrapConfig, task_ids: Sequence[int], *, progress: bool = True
+) -> list[Demonstration]:
+    """``data.on_policy_episodes`` episodes of every task rolled out by the warm start policy
+    and relabelled by the planner (:func:`~.demonstrations.relabel_episodes`); none when 0.
+
+    The ``k``-th episode of a task is decoded with seed ``k`` at ``data.on_policy_temperature``,
+    under the environment's own step limit, as the evaluation runs it.
+    """
+    episodes = config.data.on_policy_episodes
+    if not episodes:
+        return []
+    info = read_checkpoint_info(check_checkpoint(config.warm_start))
+    generator = make_generator("transformers", info.path, policy_id=info.policy_id)
+    settings = RolloutSettings(
+        temperature=config.data.on_policy_temperature, max_new_tokens=ON_POLICY_MAX_NEW_TOKENS
+    )
+    specs = [
+        EpisodeSpec(f"on-policy/{task_id}/{k}", task_id, decoding_seed=k)
+        for task_id in task_ids
+        for k in range(episodes)
+    ]
+    logger.info("bootstrap: rolling out %s on %d episodes", info.policy_id, len(specs))
+    rolled = settings.roll_out(lambda: make_env(config.env), specs, generator, progress=progress)
+    demos = relabel_episodes(
+        config.env,
+        [(e.spec.task_id, [s.action for s in e.steps]) for e in rolled],
+        first_episode=config.data.episodes_per_task,
+        progress=progress,
+    )
+    logger.info(
+        "bootstrap: %d on-policy episodes relabelled (%d successful), %d steps",
+        len(demos),
+        sum(d.success for d in demos),
+        sum(len(d.steps) for d in demos),
+    )
+    return demos
+
+
 def _check_known_words(rows: Sequence[PackedRow], tokenizer, source: str) -> None:
-    """Raise if the training data has words ``tokenizer`` (from ``source``) cannot encode."""
+    """Raise if a response the data trains has words ``tokenizer`` (from ``source``) cannot
+    encode. Unknown words in a prompt are left alone: the policy reads them as the unknown token
+    at evaluation too (an environment's error message quoting an odd action, say)."""
     unk = tokenizer.unk_token_id
     if unk is None:
         return
     for row in rows:
-        for ids, _, _ in row.sequences():
-            if unk in ids:
-                before = tokenizer.decode(ids[: ids.index(unk)])[-80:]
+        for ids, prompt_len, _ in row.sequences():
+            if unk in ids[prompt_len:]:
+                before = tokenizer.decode(ids[: ids.index(unk, prompt_len)])[-80:]
                 raise ValueError(
                     f"warm_start: the tokenizer of {source} has no token for a word of the "
                     f"training data (the word after {before!r}); build that policy with a corpus "
@@ -268,6 +317,7 @@ def prepare_training_data(
         seed=config.seed,
         progress=progress,
     )
+    demos += on_policy_demonstrations(config, task_ids, progress=progress)
     trained = tuple(d for d in demos if not d.stalled)
     given = tokenizer is not None
     if not given:

@@ -106,6 +106,14 @@ class DemonstrationSettings:
     #: words that qualify items (:mod:`~resail_pipeline.bootstrap.renaming`): recipes that cannot
     #: be memorised, so the policy learns to read the crafting commands and the guidance
     renamed_copies: int = 0
+    #: episodes per train task rolled out by the ``warm_start`` policy (temperature
+    #: ``on_policy_temperature``, the evaluation's step limit) and relabelled by the planner
+    #: (DAgger): every step trained on the planner's action from the inventory held, so the
+    #: policy learns the way out of the states it reaches itself (its loops and dead ends); the
+    #: failed ones also serve as guidance, as the policy's own failures do at evaluation
+    on_policy_episodes: int = 0
+    #: sampling temperature of those rollouts (the evaluation's, by default)
+    on_policy_temperature: float = 0.4
     #: sequences packed behind one shared prefix (ordinary view + privileged views of a step)
     max_branches: int = 4
     #: use only the first this many train tasks (``None``: all); for quick builds and tests
@@ -123,6 +131,8 @@ class DemonstrationSettings:
             )
         _positive_int("data.max_branches", self.max_branches)
         _non_negative_int("data.renamed_copies", self.renamed_copies)
+        _non_negative_int("data.on_policy_episodes", self.on_policy_episodes)
+        _in_range("data.on_policy_temperature", self.on_policy_temperature, 0.0, 2.0)
         if self.task_limit is not None:
             _positive_int("data.task_limit", self.task_limit)
         if self.stalled_share > 0 and self.episodes_per_task < 2:
@@ -248,6 +258,11 @@ class BootstrapConfig:
         ):
             raise ValueError(
                 f"warm_start: must be a policy directory or null, got {self.warm_start!r}"
+            )
+        if self.data.on_policy_episodes and self.warm_start is None:
+            raise ValueError(
+                "data.on_policy_episodes: on-policy episodes are rolled out by the warm start "
+                "policy; set warm_start (or data.on_policy_episodes: 0)"
             )
         if not self.name or "@" in self.name or "/" in self.name:
             raise ValueError(f"name: must be non-empty without '@' or '/', got {self.name!r}")

@@ -13,6 +13,11 @@ planner's plan from the inventory held at that step. Behaviour cloning trains th
 every step, mistaken or not, on the prompt rendered from the history so far (which contains the
 earlier mistakes and their results).
 
+A *relabelled* episode (:func:`relabel_episodes`, DAgger) executes the actions a policy took in
+one of its own episodes instead: every step is labelled with the planner's action from the
+inventory held there, so the data covers the states the policy reaches (its loops and dead ends)
+and how to go on from them.
+
 A *stalled* demonstration stops following the plan after a given number of steps and only makes
 mistakes until the step limit: its failure, like a weak policy's, ends at the step limit with
 partial progress. Stalled demonstrations give the privileged view the "Failure analysis" summaries
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -50,6 +56,9 @@ PLANNER_ENVS = ("textcraft",)
 
 #: The policy id recorded for planner demonstrations.
 PLANNER_POLICY_ID = "planner"
+
+#: The mistake kind of a relabelled policy step whose action is not the planner's.
+POLICY_MISTAKE = "policy"
 
 
 def demonstration_response(action: str) -> str:
@@ -318,6 +327,10 @@ class Demonstration:
         return Summary(outcome=outcome, text=rules_summary(self.evidence))
 
 
+class SimulationMismatch(RuntimeError):
+    """The environment accepted an action that the planner's simulation of the recipes rejects."""
+
+
 def play(
     env: Environment,
     task_id: int,
@@ -326,6 +339,7 @@ def play(
     mistake_rate: float,
     rng: random.Random,
     stall_after: int | None = None,
+    actions: Sequence[str] | None = None,
 ) -> Demonstration | None:
     """Play one demonstration of ``task_id``; ``None`` if the planner finds no plan for it.
 
@@ -336,6 +350,11 @@ def play(
         mistake_rate: probability of injecting a mistake before each step.
         rng: the random source of mistakes.
         stall_after: make only mistakes after this many steps (a failure at the step limit).
+        actions: execute these actions in order instead of the planner's and the mistakes (a
+            recorded episode of a policy, relabelled: every step still records the planner's
+            action from the inventory held as its expert action; an executed action that is not
+            the expert's is recorded as mistake :data:`POLICY_MISTAKE`). The episode must end
+            (success or step limit) on the last of them.
     """
     initial = env.reset(task_id)
     problem = parse_problem(initial.text)
@@ -351,7 +370,15 @@ def play(
             raise RuntimeError(f"task {task_id}: the planner lost its plan after {steps[-1]}")
         stalled = stall_after is not None and len(steps) >= stall_after
         mistake, action = "", remaining[0]
-        if stalled or rng.random() < mistake_rate:
+        if actions is not None:
+            if len(steps) == len(actions):
+                raise ValueError(
+                    f"actions: task {task_id}: the {len(actions)} recorded actions end before "
+                    "the episode does"
+                )
+            action = actions[len(steps)]
+            mistake = "" if action == remaining[0] else POLICY_MISTAKE
+        elif stalled or rng.random() < mistake_rate:
             ctx = MistakeContext(problem, inventory, tuple(remaining), tuple(accepted))
             mistake, action = draw_mistake(ctx, rng, no_progress=stalled)
         result = env.step(action)
@@ -359,7 +386,7 @@ def play(
         if result.action_valid:
             after = problem.apply(inventory, executed)
             if after is None:
-                raise RuntimeError(
+                raise SimulationMismatch(
                     f"task {task_id}: the environment accepted {executed!r}, the planner's "
                     "simulation rejects it"
                 )
@@ -371,6 +398,11 @@ def play(
             )
         )
         history = history.advance(executed, result)
+        if result.done and actions is not None and len(steps) < len(actions):
+            raise ValueError(
+                f"actions: task {task_id}: the episode ended after {len(steps)} of the "
+                f"{len(actions)} recorded actions (not the episode they were recorded in)"
+            )
         if result.done:
             return Demonstration(
                 task_id=task_id,
@@ -433,4 +465,57 @@ def collect_demonstrations(
                 out.append(demo)
     if skipped:
         logger.info("demonstrations: the planner finds no plan for tasks %s; skipped", skipped)
+    return out
+
+
+def relabel_episodes(
+    env_name: str,
+    episodes: Sequence[tuple[int, Sequence[str]]],
+    *,
+    first_episode: int,
+    progress: bool = True,
+) -> list[Demonstration]:
+    """Recorded policy episodes replayed and relabelled by the planner (DAgger).
+
+    ``episodes`` are ``(task_id, actions)`` pairs, the actions a policy executed in order
+    (``""`` for a response without one). Each is replayed in a fresh episode of the real
+    environment, and every step records the planner's action from the inventory held there as
+    its expert action: the states the policy itself reaches, its loops and dead ends included,
+    labelled with the way on. The ``k``-th episode of a task gets the index
+    ``first_episode + k`` (keep it clear of the planner demonstrations of that task). Tasks the
+    planner cannot solve are skipped.
+    """
+    if env_name not in PLANNER_ENVS:
+        raise ValueError(f"env: {env_name!r} has no planner to relabel with (only {PLANNER_ENVS})")
+    env = make_env(env_name)
+    seen: dict[int, int] = defaultdict(int)
+    out: list[Demonstration] = []
+    mismatched = []
+    for task_id, actions in tqdm(episodes, desc="relabel", unit="episode", disable=not progress):
+        index = first_episode + seen[task_id]
+        seen[task_id] += 1
+        try:
+            demo = play(
+                env,
+                task_id,
+                episode=index,
+                mistake_rate=0.0,
+                rng=random.Random(0),
+                actions=actions,
+            )
+        except SimulationMismatch as err:
+            # a policy can find actions the planner's model of the recipes does not cover;
+            # without an exact inventory there is no exact label, so the episode is left out
+            mismatched.append(task_id)
+            logger.debug("relabel: %s", err)
+            continue
+        if demo is not None:
+            out.append(demo)
+    if mismatched:
+        logger.info(
+            "relabel: %d episode(s) left out, an accepted action the planner cannot simulate "
+            "(tasks %s)",
+            len(mismatched),
+            sorted(set(mismatched))[:10],
+        )
     return out
