@@ -40,7 +40,7 @@ from resail_pipeline.training.data import (
     read_table,
     write_parquet,
 )
-from resail_pipeline.training.engine import build_engine, init_distributed
+from resail_pipeline.training.engine import bf16_native, build_engine, init_distributed
 from resail_pipeline.training.probe import ProbeSet, SensitivityProbe, probe_frame
 from resail_pipeline.training.trainer import Trainer, UpdateRecord
 from resail_pipeline.training.views import ResponseLogits
@@ -84,7 +84,7 @@ def resolve_for_machine(config: TrainConfig) -> TrainConfig:
     cuda = torch.cuda.is_available()
     return config.resolve(
         num_gpus=torch.cuda.device_count() if cuda else 0,
-        bf16_supported=cuda and torch.cuda.is_bf16_supported(),
+        bf16_supported=cuda and bf16_native(torch.device("cuda")),
     )
 
 
