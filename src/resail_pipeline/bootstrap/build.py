@@ -74,8 +74,7 @@ logger = logging.getLogger(__name__)
 
 #: The only split demonstrations are drawn from.
 TRAIN_SPLIT = "train"
-
-#: new tokens per response of the on-policy rollouts (the evaluation command's default; a
+#: New tokens per response of the on-policy rollouts (the evaluation command's default; a
 #: demonstration response is about 13 tokens)
 ON_POLICY_MAX_NEW_TOKENS = 48
 #: The published policy's folder under the output directory.

@@ -483,7 +483,8 @@ def relabel_episodes(
     its expert action: the states the policy itself reaches, its loops and dead ends included,
     labelled with the way on. The ``k``-th episode of a task gets the index
     ``first_episode + k`` (keep it clear of the planner demonstrations of that task). Tasks the
-    planner cannot solve are skipped.
+    planner cannot solve are skipped, and so are episodes with an accepted action the planner's
+    simulation rejects (:class:`SimulationMismatch`: no exact inventory, so no exact label).
     """
     if env_name not in PLANNER_ENVS:
         raise ValueError(f"env: {env_name!r} has no planner to relabel with (only {PLANNER_ENVS})")
