@@ -237,7 +237,8 @@ def test_on_policy_episodes_are_the_warm_starts_own_relabelled(built):
     }
     config = BootstrapConfig.from_dict(params)
     task_ids = [1, 2]
-    demos = build.on_policy_demonstrations(config, task_ids, progress=False)
+    warm_start = load_policy(out / "policy")
+    demos = build.on_policy_demonstrations(config, task_ids, warm_start, progress=False)
     assert [(d.task_id, d.episode) for d in demos] == [(1, 2), (2, 2)]  # after the planner's 0-1
     for demo in demos:
         # the tiny policy's own episodes, to the step limit unless it succeeded
@@ -245,12 +246,19 @@ def test_on_policy_episodes_are_the_warm_starts_own_relabelled(built):
         assert all(s.mistake in ("", "policy") for s in demo.steps)
         assert all(s.expert for s in demo.steps)
     # they join the planner's demonstrations as trained data (and, failed, as guidance)
-    _, tokenizer = load_policy(out / "policy")
-    with_them = build.prepare_training_data(config, tokenizer=tokenizer, progress=False).stats()
+    data = build.prepare_training_data(config, warm_start=warm_start, progress=False)
+    with_them = data.stats()
     assert with_them["trained_demonstrations"] == 2 + 2
     assert with_them["demonstrations"] == 4 + 2
 
 
-def test_without_on_policy_episodes_no_policy_is_loaded():
+def test_without_on_policy_episodes_no_policy_is_needed():
     config = BootstrapConfig.from_dict({**TINY, "warm_start": "no/such/policy"})
-    assert build.on_policy_demonstrations(config, [1, 2], progress=False) == []
+    assert build.on_policy_demonstrations(config, [1, 2], None, progress=False) == []
+
+
+def test_on_policy_episodes_without_the_warm_starts_model_are_refused():
+    params = {**TINY, "warm_start": "p", "data": {**TINY["data"], "on_policy_episodes": 1}}
+    config = BootstrapConfig.from_dict(params)
+    with pytest.raises(ValueError, match=r"data\.on_policy_episodes: 1 episodes per task need"):
+        build.on_policy_demonstrations(config, [1, 2], None, progress=False)

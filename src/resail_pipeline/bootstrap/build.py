@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import Qwen3Config
+from transformers import PreTrainedModel, Qwen3Config
 
 from resail_pipeline.bootstrap.cloning import (
     behaviour_cloning,
@@ -48,6 +48,7 @@ from resail_pipeline.bootstrap.cloning import (
 from resail_pipeline.bootstrap.config import BootstrapConfig, ModelShape
 from resail_pipeline.bootstrap.demonstrations import (
     PLANNER_ENVS,
+    RESPONSE_MAX_NEW_TOKENS,
     Demonstration,
     collect_demonstrations,
     relabel_episodes,
@@ -66,7 +67,7 @@ from resail_pipeline.checkpoints import (
     weights_sha256,
 )
 from resail_pipeline.envs import make_env
-from resail_pipeline.generation import make_generator
+from resail_pipeline.generation.transformers_backend import TransformersGenerator
 from resail_pipeline.modeling import build_qwen3, small_qwen3_config
 from resail_pipeline.rollout import EpisodeSpec, RolloutSettings
 
@@ -74,9 +75,6 @@ logger = logging.getLogger(__name__)
 
 #: The only split demonstrations are drawn from.
 TRAIN_SPLIT = "train"
-#: New tokens per response of the on-policy rollouts (the evaluation command's default; a
-#: demonstration response is about 13 tokens)
-ON_POLICY_MAX_NEW_TOKENS = 48
 #: The published policy's folder under the output directory.
 POLICY_DIR = "policy"
 #: Resumable training states, one folder per recipe, under the output directory.
@@ -241,21 +239,32 @@ def renamed_groups(
 
 
 def on_policy_demonstrations(
-    config: BootstrapConfig, task_ids: Sequence[int], *, progress: bool = True
+    config: BootstrapConfig,
+    task_ids: Sequence[int],
+    warm_start: tuple[PreTrainedModel, Any] | None,
+    *,
+    progress: bool = True,
 ) -> list[Demonstration]:
     """``data.on_policy_episodes`` episodes of every task rolled out by the warm start policy
     and relabelled by the planner (:func:`~.demonstrations.relabel_episodes`); none when 0.
 
-    The ``k``-th episode of a task is decoded with seed ``k`` at ``data.on_policy_temperature``,
-    under the environment's own step limit, as the evaluation runs it.
+    ``warm_start`` is the loaded (model, tokenizer) of ``config.warm_start``, the weights that
+    are then trained. The ``k``-th episode of a task is decoded with seed ``k`` at
+    ``data.on_policy_temperature``, under the environment's own step limit, as the evaluation
+    runs it.
     """
     episodes = config.data.on_policy_episodes
     if not episodes:
         return []
+    if warm_start is None:
+        raise ValueError(
+            f"data.on_policy_episodes: {episodes} episodes per task need the warm start's model"
+        )
+    model, tokenizer = warm_start
     info = read_checkpoint_info(check_checkpoint(config.warm_start))
-    generator = make_generator("transformers", info.path, policy_id=info.policy_id)
+    generator = TransformersGenerator(model, tokenizer, policy_id=info.policy_id)
     settings = RolloutSettings(
-        temperature=config.data.on_policy_temperature, max_new_tokens=ON_POLICY_MAX_NEW_TOKENS
+        temperature=config.data.on_policy_temperature, max_new_tokens=RESPONSE_MAX_NEW_TOKENS
     )
     specs = [
         EpisodeSpec(f"on-policy/{task_id}/{k}", task_id, decoding_seed=k)
@@ -298,12 +307,16 @@ def _check_known_words(rows: Sequence[PackedRow], tokenizer, source: str) -> Non
 
 
 def prepare_training_data(
-    config: BootstrapConfig, *, tokenizer=None, progress: bool = True
+    config: BootstrapConfig,
+    *,
+    warm_start: tuple[PreTrainedModel, Any] | None = None,
+    progress: bool = True,
 ) -> TrainingData:
     """Demonstrations on the train tasks, their summaries, the tokenizer and the packed rows.
 
-    ``tokenizer`` (a warm start's) is used instead of training one; it must know every word of
-    the data.
+    ``warm_start`` is the loaded (model, tokenizer) of ``config.warm_start``: its tokenizer is
+    used instead of training one (it must know every word of the data), and its model rolls out
+    the on-policy episodes.
     """
     data = config.data
     task_ids = make_env(config.env).task_ids(TRAIN_SPLIT)[: data.task_limit]
@@ -316,10 +329,11 @@ def prepare_training_data(
         seed=config.seed,
         progress=progress,
     )
-    demos += on_policy_demonstrations(config, task_ids, progress=progress)
+    demos += on_policy_demonstrations(config, task_ids, warm_start, progress=progress)
     trained = tuple(d for d in demos if not d.stalled)
-    given = tokenizer is not None
-    if not given:
+    if warm_start is not None:
+        tokenizer = warm_start[1]
+    else:
         tokenizer = train_tokenizer(
             config.env,
             demos,
@@ -335,7 +349,7 @@ def prepare_training_data(
     )
     groups += renamed_groups(config, trained, demos)
     rows = tuple(pack_rows(groups, tokenizer, max_branches=data.max_branches))
-    if given:
+    if warm_start is not None:
         _check_known_words(rows, tokenizer, str(config.warm_start))
     return TrainingData(tuple(demos), trained, tokenizer, rows, rows_sha256(rows))
 
@@ -395,7 +409,7 @@ def build_initial_policy(
         _check_shape(model.config, config.model, config.warm_start)
         start = {"path": config.warm_start, "sha256": weights_sha256(config.warm_start)}
         logger.info("bootstrap: continuing %s (sha256 %s)", start["path"], start["sha256"][:12])
-        data = prepare_training_data(config, tokenizer=tokenizer, progress=progress)
+        data = prepare_training_data(config, warm_start=(model, tokenizer), progress=progress)
     else:
         data = prepare_training_data(config, progress=progress)
         tokenizer = data.tokenizer

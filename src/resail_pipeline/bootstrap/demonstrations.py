@@ -51,6 +51,10 @@ logger = logging.getLogger(__name__)
 #: The response a demonstration teaches: empty reasoning, then the action.
 RESPONSE_TEMPLATE = "<thinking></thinking>\n<action>{action}</action>"
 
+#: New tokens a rollout of a built policy allows per response (its on-policy episodes, the
+#: ``evaluate`` command): a response in :data:`RESPONSE_TEMPLATE` is about 13 tokens.
+RESPONSE_MAX_NEW_TOKENS = 48
+
 #: Environments with an exact planner, the only ones demonstrations can be played in.
 PLANNER_ENVS = ("textcraft",)
 
