@@ -257,7 +257,8 @@ def run_episodes(
             ``params.n`` must be 1.
         max_live: at most this many episodes run at once, started in order as others end;
             ``None`` starts them all. The results do not depend on it.
-        progress: show a progress bar over finished episodes.
+        progress: show a progress bar over finished episodes, with the turn and the episodes
+            live (most episodes end together near the step limit, so the count alone stalls).
     """
     if params.n != 1:
         raise ValueError(f"params.n: a rollout takes one response per step, got n={params.n}")
@@ -276,8 +277,11 @@ def run_episodes(
     waiting = iter(episodes)
     live = [begin(spec) for spec in itertools.islice(waiting, max_live)]
     finished: dict[str, Episode] = {}
+    turn = 0
     with tqdm(total=len(episodes), desc="episodes", unit="ep", disable=not progress) as bar:
         while live:
+            turn += 1
+            bar.set_postfix(turn=turn, live=len(live))
             messages = [episode.messages() for episode in live]
             generations = generator.generate(
                 [chat_prompt(generator.tokenizer, shown) for _, shown in messages],
