@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -142,3 +143,6 @@ def test_the_named_configurations_parse_and_the_first_is_the_shipped_one():
     dagger = load_config(SHIPPED.parent / "textcraft-initial-dagger.yml")
     assert dagger.warm_start == copy.warm_start and dagger.model == first.model
     assert dagger.data.on_policy_episodes == 1 and dagger.seed != first.seed
+    alone = load_config(SHIPPED.parent / "textcraft-initial-privileged-only.yml")
+    assert alone.warm_start is None and alone.seed == renamed.seed
+    assert alone.data == dataclasses.replace(renamed.data, ordinary_share=0.0)
