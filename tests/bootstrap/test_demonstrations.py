@@ -112,6 +112,14 @@ def test_collection_is_deterministic_and_per_task(env):
     assert [d.step_rows() for d in both[2:]] == [d.step_rows() for d in alone]
 
 
+def test_drawing_mistakes_without_a_random_source_is_refused(env):
+    with pytest.raises(ValueError, match="rng"):
+        play(env, TASKS[0], episode=0, mistake_rate=0.1)
+    with pytest.raises(ValueError, match="rng"):
+        play(env, TASKS[0], episode=0, stall_after=1)
+    assert play(env, TASKS[0], episode=0).success  # no mistakes, none to draw
+
+
 def test_a_recorded_episode_is_replayed_and_relabelled_by_the_planner(env):
     task = TASKS[2]
     problem = parse_problem(env.reset(task).text)
@@ -119,7 +127,7 @@ def test_a_recorded_episode_is_replayed_and_relabelled_by_the_planner(env):
     # a policy's episode: a looped craft it cannot make yet, an unparsable response, then the plan
     detour = [clean[-1], clean[-1], NO_ACTION]
     recorded = [clean[0], *detour, *clean[1:]]
-    demo = play(env, task, episode=4, mistake_rate=0.0, rng=random.Random(0), actions=recorded)
+    demo = play(env, task, episode=4, actions=recorded)  # a replay draws nothing
     assert [s.action for s in demo.steps] == recorded
     assert demo.success and demo.episode == 4
     inventory: dict[str, int] = {}

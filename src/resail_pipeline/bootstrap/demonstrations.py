@@ -340,8 +340,8 @@ def play(
     task_id: int,
     *,
     episode: int,
-    mistake_rate: float,
-    rng: random.Random,
+    mistake_rate: float = 0.0,
+    rng: random.Random | None = None,
     stall_after: int | None = None,
     actions: Sequence[str] | None = None,
 ) -> Demonstration | None:
@@ -352,7 +352,7 @@ def play(
         task_id: the task.
         episode: the demonstration's index among those of its task.
         mistake_rate: probability of injecting a mistake before each step.
-        rng: the random source of mistakes.
+        rng: the random source of mistakes; needed when there are any to draw.
         stall_after: make only mistakes after this many steps (a failure at the step limit).
         actions: execute these actions in order instead of the planner's and the mistakes (a
             recorded episode of a policy, relabelled: every step still records the planner's
@@ -360,6 +360,8 @@ def play(
             the expert's is recorded as mistake :data:`POLICY_MISTAKE`). The episode must end
             (success or step limit) on the last of them.
     """
+    if actions is None and rng is None and (mistake_rate > 0 or stall_after is not None):
+        raise ValueError("rng: drawing mistakes (mistake_rate > 0 or stall_after) needs one")
     initial = env.reset(task_id)
     problem = parse_problem(initial.text)
     if problem is None or plan(problem) is None:
@@ -382,7 +384,7 @@ def play(
                 )
             action = actions[len(steps)]
             mistake = "" if action == remaining[0] else POLICY_MISTAKE
-        elif stalled or rng.random() < mistake_rate:
+        elif stalled or (rng is not None and rng.random() < mistake_rate):
             ctx = MistakeContext(problem, inventory, tuple(remaining), tuple(accepted))
             mistake, action = draw_mistake(ctx, rng, no_progress=stalled)
         result = env.step(action)
@@ -500,14 +502,7 @@ def relabel_episodes(
         index = first_episode + seen[task_id]
         seen[task_id] += 1
         try:
-            demo = play(
-                env,
-                task_id,
-                episode=index,
-                mistake_rate=0.0,
-                rng=random.Random(0),
-                actions=actions,
-            )
+            demo = play(env, task_id, episode=index, actions=actions)
         except SimulationMismatch as err:
             # a policy can find actions the planner's model of the recipes does not cover;
             # without an exact inventory there is no exact label, so the episode is left out
