@@ -55,6 +55,31 @@ def test_loss_goes_down(tiny_model):
     assert after < 0.2 * before
 
 
+def test_a_prompt_loss_weight_trains_the_prompts_too(tiny_model_config):
+    from resail_pipeline.modeling import build_qwen3
+
+    rows = _rows(tiny_model_config.vocab_size)
+    # the same prompt in every row: predictable once learnt
+    rows = [PackedRow((9, 10, 11, 12, 13, 14), r.branches) for r in rows]
+    plain, dense = build_qwen3(tiny_model_config, seed=0), build_qwen3(tiny_model_config, seed=0)
+    settings = TrainingSettings(**{**SETTINGS.__dict__, "epochs": 16.0})
+    batch = collate(rows, pad_id=0, prompt_targets=True)
+    with torch.no_grad():
+        before = cloning.batch_losses(dense, batch)[1].item()
+    first = behaviour_cloning(
+        plain, rows, settings, pad_id=0, data_sha256="d", seed=0, progress=False
+    )
+    weighted = TrainingSettings(**{**settings.__dict__, "prompt_loss_weight": 1.0})
+    state = behaviour_cloning(
+        dense, rows, weighted, pad_id=0, data_sha256="d", seed=0, progress=False
+    )
+    with torch.no_grad():
+        untrained = cloning.batch_losses(plain, batch)[1].item()
+        trained = cloning.batch_losses(dense, batch)[1].item()
+    assert math.isnan(first.prompt_loss) and state.prompt_loss > 0
+    assert trained < 0.2 * before and trained < 0.2 * untrained
+
+
 def test_an_interrupted_run_resumes_to_the_same_weights(tiny_model_config, tmp_path, monkeypatch):
     from resail_pipeline.modeling import build_qwen3
 

@@ -55,6 +55,7 @@ def test_where_a_policy_is_trained_is_not_part_of_its_recipe():
         ({"training": {"device": "gpu"}}, "training.device: must be one of"),
         ({"training": {"learning_rate": 0}}, r"training.learning_rate: must be in \(0.0"),
         ({"training": {"batch_tokens": 0}}, "training.batch_tokens: must be a positive integer"),
+        ({"training": {"prompt_loss_weight": -0.1}}, r"training\.prompt_loss_weight: must be in"),
         ({"env": "minecraft"}, "env: unknown environment 'minecraft'"),
         ({"name": "a@b"}, "name: must be non-empty"),
         ({"seed": -1}, "seed: must be a non-negative integer"),

@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from resail_pipeline.bootstrap.cloning import batch_loss
+from resail_pipeline.bootstrap.cloning import batch_loss, batch_losses
 from resail_pipeline.bootstrap.demonstrations import collect_demonstrations
 from resail_pipeline.bootstrap.packing import (
     Branch,
@@ -33,18 +33,25 @@ def _rows(vocab: int) -> list[PackedRow]:
     ]
 
 
-def _separate_loss(model, rows: list[PackedRow]) -> torch.Tensor:
-    """The weighted mean response cross-entropy, each sequence run on its own."""
-    total, weight = torch.zeros(()), torch.zeros(())
+def _separate_losses(model, rows: list[PackedRow]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The weighted mean response and prompt cross-entropies, each sequence run on its own."""
+    totals, weights = torch.zeros(2), torch.zeros(2)
     for row in rows:
         for ids, prompt_len, w in row.sequences():
             logits = model(input_ids=torch.tensor([ids])).logits[0]  # (T, V)
             losses = torch.nn.functional.cross_entropy(
-                logits[prompt_len - 1 : -1], torch.tensor(ids[prompt_len:]), reduction="none"
-            )  # (T - prompt_len,)
-            total = total + w * losses.sum()
-            weight = weight + w * len(losses)
-    return total / weight
+                logits[:-1], torch.tensor(ids[1:]), reduction="none"
+            )  # (T - 1,): token t + 1 predicted at t
+            parts = (losses[prompt_len - 1 :], losses[: prompt_len - 1])
+            totals = totals + w * torch.stack([p.sum() for p in parts])
+            weights = weights + w * torch.tensor([float(len(p)) for p in parts])
+    response, prompt = totals / weights
+    return response, prompt
+
+
+def _separate_loss(model, rows: list[PackedRow]) -> torch.Tensor:
+    """The weighted mean response cross-entropy, each sequence run on its own."""
+    return _separate_losses(model, rows)[0]
 
 
 def test_packed_loss_equals_separate_sequences(tiny_model):
@@ -56,6 +63,33 @@ def test_packed_loss_equals_separate_sequences(tiny_model):
         packed = batch_loss(tiny_model, batch)
         separate = _separate_loss(tiny_model, rows)
     assert packed.item() == pytest.approx(separate.item(), rel=1e-5)
+
+
+def test_prompt_targets_add_every_prompt_token_as_separate_sequences_weigh_them(tiny_model):
+    rows = _rows(tiny_model.config.vocab_size)
+    plain = collate(rows, pad_id=0)
+    batch = collate(rows, pad_id=0, prompt_targets=True)
+    assert torch.equal(batch.input_ids, plain.input_ids)
+    # every token but each row's first is a target; the responses' are those of the plain batch
+    assert batch.target.numel() == (9 + 5 + 7 - 1) + (4 + 3 - 1)
+    assert torch.equal(batch.target[batch.response], plain.target)
+    assert torch.equal(batch.weight[batch.response], plain.weight)
+    # a trunk token stands for every branch that repeats it: 3 + 1 occurrences in the first row
+    assert batch.weight[:8].tolist() == [4.0] * 8
+    with torch.no_grad():
+        response, prompt = batch_losses(tiny_model, batch)
+        expected = _separate_losses(tiny_model, rows)
+        objective = batch_loss(tiny_model, batch, prompt_weight=0.5)
+    assert response.item() == pytest.approx(expected[0].item(), rel=1e-5)
+    assert prompt.item() == pytest.approx(expected[1].item(), rel=1e-5)
+    assert objective.item() == pytest.approx(response.item() + 0.5 * prompt.item(), rel=1e-6)
+    with torch.no_grad():
+        assert batch_losses(tiny_model, plain)[1].item() == 0.0  # no prompt targets collated
+
+
+def test_a_row_without_a_trunk_is_refused():
+    with pytest.raises(ValueError, match="trunk"):
+        collate([PackedRow((), (Branch((7, 8), 1, 1.0, False),))], pad_id=0)
 
 
 def test_branches_see_the_trunk_and_themselves_only():

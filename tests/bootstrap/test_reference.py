@@ -146,3 +146,7 @@ def test_the_named_configurations_parse_and_the_first_is_the_shipped_one():
     alone = load_config(SHIPPED.parent / "textcraft-initial-privileged-only.yml")
     assert alone.warm_start is None and alone.seed == renamed.seed
     assert alone.data == dataclasses.replace(renamed.data, ordinary_share=0.0)
+    dense = load_config(SHIPPED.parent / "textcraft-initial-prompt-loss.yml")
+    assert dense.warm_start == copy.warm_start and dense.training.prompt_loss_weight == 1.0
+    assert (dense.seed, dense.data) == (second.seed, second.data)  # the second stage's data
+    assert second.training.prompt_loss_weight == 0.0

@@ -1,8 +1,13 @@
-"""Behaviour cloning on packed rows: loss on response tokens only, resumable, within a time budget.
+"""Behaviour cloning on packed rows: loss on response tokens, resumable, within a time budget.
 
 Each optimiser step takes one batch of rows of similar length (:func:`~.packing.plan_batches`),
 laid out with the tree attention mask (:func:`~.packing.collate`); the loss is the weighted mean
-cross-entropy of the response tokens, logits being computed at those positions only. The training
+cross-entropy of the response tokens, logits being computed at those positions only. With
+``training.prompt_loss_weight`` above 0, the weighted mean next-token cross-entropy of the prompt
+tokens is added with that weight: the prompt repeats its own text (actions of the history copy the
+crafting commands, observations echo actions, a summary's plan echoes both), so predicting it is a
+dense signal for the copying that reading the commands and a plan needs, at the cost of the
+logits only, the forward pass being the same. The
 state (weights, AdamW moments, position in the data, seconds spent) is saved atomically as
 safetensors + JSON every ``checkpoint_every_s`` seconds and when the run stops, and a run given the
 same state directory continues from it.
@@ -51,7 +56,9 @@ class CloningState:
         batch: batches of the current epoch done.
         seconds: training seconds spent, over every resumed run.
         tokens: padded tokens processed.
-        loss: the running mean of the recent batch losses (``nan`` before the first step).
+        loss: the running mean of the recent batches' response losses (``nan`` before the
+            first step).
+        prompt_loss: the same for the prompt losses, when they are trained on.
         finished: the schedule reached its end.
         batches_per_epoch: batches in one pass over the data.
     """
@@ -64,6 +71,7 @@ class CloningState:
     seconds: float = 0.0
     tokens: int = 0
     loss: float = math.nan
+    prompt_loss: float = math.nan
     finished: bool = False
 
     @property
@@ -99,8 +107,11 @@ def learning_rate(settings: TrainingSettings, step: int, progress: float) -> flo
     return floor + 0.5 * (peak - floor) * (1.0 + math.cos(math.pi * min(progress, 1.0)))
 
 
-def batch_loss(model: PreTrainedModel, batch: Batch) -> torch.Tensor:
-    """Weighted mean cross-entropy of the batch's response tokens (a scalar)."""
+def batch_losses(model: PreTrainedModel, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Weighted mean cross-entropy of the batch's response tokens and of its prompt tokens.
+
+    Two scalars; the second is 0 when the batch was collated without prompt targets.
+    """
     dtype = model.get_input_embeddings().weight.dtype
     # the tree mask as additive biases: 0 where a query may attend, the dtype's minimum elsewhere
     bias = torch.zeros(batch.attention_mask.shape, dtype=dtype, device=batch.input_ids.device)
@@ -110,8 +121,23 @@ def batch_loss(model: PreTrainedModel, batch: Batch) -> torch.Tensor:
     ).last_hidden_state  # (B, T, H)
     picked = hidden.reshape(-1, hidden.shape[-1])[batch.source]  # (N, H)
     logits = model.lm_head(picked).float()  # (N, V)
-    losses = F.cross_entropy(logits, batch.target, reduction="none")  # (N,)
-    return (losses * batch.weight).sum() / batch.weight.sum()
+    losses = F.cross_entropy(logits, batch.target, reduction="none") * batch.weight  # (N,)
+
+    def mean(where: torch.Tensor) -> torch.Tensor:
+        total = batch.weight.where(where, 0.0).sum()
+        return losses.where(where, 0.0).sum() / total.clamp(min=torch.finfo(total.dtype).tiny)
+
+    return mean(batch.response), mean(~batch.response)
+
+
+def batch_loss(model: PreTrainedModel, batch: Batch, prompt_weight: float = 0.0) -> torch.Tensor:
+    """The training objective: the response loss plus ``prompt_weight`` x the prompt loss."""
+    response, prompt = batch_losses(model, batch)
+    return response + prompt_weight * prompt if prompt_weight else response
+
+
+def _running_mean(mean: float, value: float) -> float:
+    return value if math.isnan(mean) else 0.98 * mean + 0.02 * value
 
 
 def _save_state(
@@ -230,20 +256,25 @@ def behaviour_cloning(
         if state.batch >= len(batches):
             state.epoch, state.batch = state.epoch + 1, 0
             batches = _epoch_batches(rows, settings.batch_tokens, seed, state.epoch)
-        batch = collate([rows[i] for i in batches[state.batch]], pad_id).to(device)
+        batch = collate(
+            [rows[i] for i in batches[state.batch]],
+            pad_id,
+            prompt_targets=settings.prompt_loss_weight > 0,
+        ).to(device)
         fraction = max(state.step / total_steps, state.seconds / settings.time_budget_s)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(settings, state.step, fraction)
         with autocast(device, precision):
-            loss = batch_loss(model, batch)
-        loss.backward()
+            response, prompt = batch_losses(model, batch)
+        (response + settings.prompt_loss_weight * prompt).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
         now = time.perf_counter()
-        value = float(loss.detach())
-        state.loss = value if math.isnan(state.loss) else 0.98 * state.loss + 0.02 * value
+        state.loss = _running_mean(state.loss, float(response.detach()))
+        if settings.prompt_loss_weight > 0:
+            state.prompt_loss = _running_mean(state.prompt_loss, float(prompt.detach()))
         state.step += 1
         state.batch += 1
         state.tokens += batch.tokens
@@ -255,11 +286,12 @@ def behaviour_cloning(
         )
         if state.step % 50 == 0:
             logger.info(
-                "behaviour cloning: step %d/%d epoch %d loss %.4f lr %.2e %.0f tok/s",
+                "behaviour cloning: step %d/%d epoch %d loss %.4f (prompt %.4f) lr %.2e %.0f tok/s",
                 state.step,
                 total_steps,
                 state.epoch,
                 state.loss,
+                state.prompt_loss,
                 optimizer.param_groups[0]["lr"],
                 state.tokens / max(state.seconds, 1e-9),
             )

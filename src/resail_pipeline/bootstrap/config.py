@@ -176,6 +176,9 @@ class TrainingSettings:
     #: fp32 (bf16 trained 1.5x faster than fp32 on a CPU with AMX, 18x slower on one with
     #: AVX2 only: ``benchmarks/bootstrap_training.py``)
     precision: str = "auto"
+    #: weight of the prompt tokens' next-token loss added to the response loss (0: responses
+    #: only); the prompt repeats its own text, a dense signal for copying (:mod:`~.cloning`)
+    prompt_loss_weight: float = 0.0
     #: CPU threads for torch
     threads: int = 2
     #: where to train, one of :data:`DEVICES`; where a policy is built is not part of its recipe
@@ -196,6 +199,7 @@ class TrainingSettings:
         _in_range("training.beta2", self.beta2, 0.0, 0.99999)
         _in_range("training.grad_clip", self.grad_clip, 0.0, 1e6, open_low=True)
         _positive_int("training.batch_tokens", self.batch_tokens)
+        _in_range("training.prompt_loss_weight", self.prompt_loss_weight, 0.0, 100.0)
         _in_range("training.epochs", self.epochs, 0.0, 1e4, open_low=True)
         _in_range("training.time_budget_s", self.time_budget_s, 0.0, 1e7, open_low=True)
         _in_range("training.checkpoint_every_s", self.checkpoint_every_s, 0.0, 1e7, open_low=True)

@@ -189,8 +189,10 @@ class Batch:
         position_ids: ``(B, T)`` positions: the trunk from 0, each branch from the trunk's end.
         attention_mask: ``(B, 1, T, T)`` boolean, ``True`` where a query may attend to a key.
         source: ``(N,)`` flat indices into ``B * T`` of the hidden states that predict a target.
-        target: ``(N,)`` the response tokens to predict.
-        weight: ``(N,)`` each target's weight (its branch's occurrences).
+        target: ``(N,)`` the tokens to predict: the responses', and the prompts' when collated
+            with ``prompt_targets``.
+        weight: ``(N,)`` each target's weight: the occurrences of the sequences it belongs to.
+        response: ``(N,)`` boolean, ``True`` where the target is a response token.
     """
 
     input_ids: torch.Tensor
@@ -199,6 +201,7 @@ class Batch:
     source: torch.Tensor
     target: torch.Tensor
     weight: torch.Tensor
+    response: torch.Tensor
 
     @property
     def tokens(self) -> int:
@@ -209,8 +212,21 @@ class Batch:
         return Batch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
 
 
-def collate(rows: Sequence[PackedRow], pad_id: int, pad_to_multiple_of: int = 8) -> Batch:
-    """Lay out ``rows`` as one batch with the tree attention mask (see the module docstring)."""
+def collate(
+    rows: Sequence[PackedRow],
+    pad_id: int,
+    pad_to_multiple_of: int = 8,
+    *,
+    prompt_targets: bool = False,
+) -> Batch:
+    """Lay out ``rows`` as one batch with the tree attention mask (see the module docstring).
+
+    The targets are the response tokens; with ``prompt_targets`` also every prompt token after
+    the first, a trunk token weighted by the occurrences of all its row's branches (each
+    separate sequence repeats it), a branch's prompt token by its branch's.
+    """
+    if any(not r.trunk for r in rows):
+        raise ValueError("rows: every packed row needs a trunk (the first token has no predictor)")
     width = max(len(r) for r in rows)
     width = -(-width // pad_to_multiple_of) * pad_to_multiple_of
     count = len(rows)
@@ -220,24 +236,32 @@ def collate(rows: Sequence[PackedRow], pad_id: int, pad_to_multiple_of: int = 8)
     sources: list[int] = []
     targets: list[int] = []
     weights: list[float] = []
+    response: list[bool] = []
     for i, row in enumerate(rows):
         n = len(row.trunk)
         input_ids[i, :n] = torch.tensor(row.trunk, dtype=torch.long)
         position_ids[i, :n] = torch.arange(n)
         segment[i, :n] = 0
+        if prompt_targets:
+            shared = sum(b.weight for b in row.branches)
+            sources += [i * width + j - 1 for j in range(1, n)]
+            targets += row.trunk[1:]
+            weights += [shared] * (n - 1)
+            response += [False] * (n - 1)
         start = n
         for b, branch in enumerate(row.branches, start=1):
             k = len(branch.ids)
             input_ids[i, start : start + k] = torch.tensor(branch.ids, dtype=torch.long)
             position_ids[i, start : start + k] = torch.arange(n, n + k)
             segment[i, start : start + k] = b
-            for j in range(branch.prompt_len, k):
+            for j in range(0 if prompt_targets else branch.prompt_len, k):
                 # the token at branch offset j is predicted by the token before it in the branch,
                 # or by the trunk's last token when it opens the branch
                 before = start + j - 1 if j > 0 else n - 1
                 sources.append(i * width + before)
                 targets.append(branch.ids[j])
                 weights.append(branch.weight)
+                response.append(j >= branch.prompt_len)
             start += k
     index = torch.arange(width)
     causal = index[None, :] <= index[:, None]  # (T, T): key <= query
@@ -252,6 +276,7 @@ def collate(rows: Sequence[PackedRow], pad_id: int, pad_to_multiple_of: int = 8)
         source=torch.tensor(sources, dtype=torch.long),
         target=torch.tensor(targets, dtype=torch.long),
         weight=torch.tensor(weights, dtype=torch.float32),
+        response=torch.tensor(response, dtype=torch.bool),
     )
 
 
