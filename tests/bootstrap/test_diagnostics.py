@@ -20,10 +20,22 @@ def test_both_views_of_every_step_are_scored(tiny_model, tiny_tokenizer, monkeyp
     assert [f.view for f in fits] == ["ordinary", "privileged"]
     assert fits[0].steps == fits[1].steps == len(calls) // 2 > 2
     assert (fits[0].exact, fits[1].exact) == (0.0, 1.0) and fits[0].logp == -1.0
+    assert (fits[0].first_exact, fits[1].first_exact) == (0.0, 1.0)
     ordinary, privileged = calls[0::2], calls[1::2]
     for (plain, response), (guided, same) in zip(ordinary, privileged, strict=True):
         assert guided.startswith(plain) and "Failure analysis:" in guided and response == same
         assert response.endswith(tiny_tokenizer.eos_token) and "<action>" in response
+
+
+def test_first_steps_are_scored_apart(tiny_model, tiny_tokenizer, monkeypatch):
+    def first_step_reader(model, tokenizer, message, response):  # right with no history only
+        return "Prior to this step" not in message, -1.0
+
+    monkeypatch.setattr(diagnostics, "_response_fit", first_step_reader)
+    fits = guidance_use(tiny_model, tiny_tokenizer, "textcraft", [1, 2], progress=False)
+    for fit in fits:
+        assert fit.first_exact == 1.0
+        assert fit.exact == pytest.approx(2 / fit.steps)  # one first step per task
 
 
 def test_a_renamed_check_renames_prompt_response_and_guidance(

@@ -98,10 +98,12 @@ def main(argv: list[str] | None = None) -> None:
         )
         for fit in fits:
             logger.info(
-                "%s view: %d steps, exact action %.3f, mean log-probability %.3f",
+                "%s view: %d steps, exact action %.3f (first steps %.3f), "
+                "mean log-probability %.3f",
                 fit.view,
                 fit.steps,
                 fit.exact,
+                fit.first_exact,
                 fit.logp,
             )
     else:

@@ -6,7 +6,9 @@ asks one narrow question on the planner's own demonstrations: at each step of a 
 (with injected mistakes), how likely is the planner's next action under the policy, in the ordinary
 view and in the privileged view whose insert is the failure analysis of a stalled demonstration
 of the same task, a summary whose corrected plan spells the answer out? A policy that reads the
-plan scores higher in the privileged view; one that ignores it scores the same or lower.
+plan scores higher in the privileged view; one that ignores it scores the same or lower. The first
+steps are also scored apart: there the answer is the plan's first action, a copy that needs no
+tracking of progress through the plan.
 
 With ``renamed``, each task's text goes through a random permutation of item qualifiers
 (:mod:`~.renaming`), so a memorised recipe does not help either view.
@@ -37,12 +39,14 @@ class ViewFit:
         steps: demonstration steps scored.
         exact: share of steps whose whole response is the greedy (argmax) continuation.
         logp: mean log-probability of a step's response (nats, summed over its tokens).
+        first_exact: ``exact`` over the first step of each demonstration alone.
     """
 
     view: str
     steps: int
     exact: float
     logp: float
+    first_exact: float
 
 
 @torch.inference_mode()
@@ -84,6 +88,7 @@ def guidance_use(
     renamings = task_renamings(words, (d.task_id for d in played), f"{seed}/guidance")
     scores: dict[str, list[tuple[bool, float]]] = {view: [] for view in VIEWS}
     steps = [(d, s) for d in played for s in d.steps]
+    first = [s is d.steps[0] for d, s in steps]
     for demo, step in tqdm(steps, desc="guidance use", unit="step", disable=not progress):
         rename = renamings[demo.task_id]
         guide = guides[demo.task_id]
@@ -98,6 +103,7 @@ def guidance_use(
             len(fits),
             sum(ok for ok, _ in fits) / len(fits),
             sum(lp for _, lp in fits) / len(fits),
+            sum(ok for (ok, _), f in zip(fits, first, strict=True) if f) / len(played),
         )
         for view, fits in scores.items()
     ]
