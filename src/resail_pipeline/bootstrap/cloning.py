@@ -133,7 +133,7 @@ def batch_losses(model: PreTrainedModel, batch: Batch) -> tuple[torch.Tensor, to
 def batch_loss(model: PreTrainedModel, batch: Batch, prompt_weight: float = 0.0) -> torch.Tensor:
     """The training objective: the response loss plus ``prompt_weight`` x the prompt loss."""
     response, prompt = batch_losses(model, batch)
-    return response + prompt_weight * prompt if prompt_weight else response
+    return response + prompt_weight * prompt
 
 
 def _running_mean(mean: float, value: float) -> float:
@@ -252,6 +252,7 @@ def behaviour_cloning(
         total=total_steps, initial=state.step, desc="cloning", unit="step", disable=not progress
     )
     batches = _epoch_batches(rows, settings.batch_tokens, seed, state.epoch)
+    prompt_targets = settings.prompt_loss_weight > 0
     while not state.finished:
         if state.batch >= len(batches):
             state.epoch, state.batch = state.epoch + 1, 0
@@ -259,21 +260,22 @@ def behaviour_cloning(
         batch = collate(
             [rows[i] for i in batches[state.batch]],
             pad_id,
-            prompt_targets=settings.prompt_loss_weight > 0,
+            prompt_targets=prompt_targets,
         ).to(device)
         fraction = max(state.step / total_steps, state.seconds / settings.time_budget_s)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(settings, state.step, fraction)
         with autocast(device, precision):
             response, prompt = batch_losses(model, batch)
-        (response + settings.prompt_loss_weight * prompt).backward()
+            loss = response + settings.prompt_loss_weight * prompt  # as batch_loss computes it
+        loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
         now = time.perf_counter()
         state.loss = _running_mean(state.loss, float(response.detach()))
-        if settings.prompt_loss_weight > 0:
+        if prompt_targets:
             state.prompt_loss = _running_mean(state.prompt_loss, float(prompt.detach()))
         state.step += 1
         state.batch += 1
@@ -285,13 +287,14 @@ def behaviour_cloning(
             loss=f"{state.loss:.3f}", tok_s=f"{state.tokens / max(state.seconds, 1e-9):.0f}"
         )
         if state.step % 50 == 0:
+            prompt_note = f" (prompt {state.prompt_loss:.4f})" if prompt_targets else ""
             logger.info(
-                "behaviour cloning: step %d/%d epoch %d loss %.4f (prompt %.4f) lr %.2e %.0f tok/s",
+                "behaviour cloning: step %d/%d epoch %d loss %.4f%s lr %.2e %.0f tok/s",
                 state.step,
                 total_steps,
                 state.epoch,
                 state.loss,
-                state.prompt_loss,
+                prompt_note,
                 optimizer.param_groups[0]["lr"],
                 state.tokens / max(state.seconds, 1e-9),
             )
