@@ -130,10 +130,14 @@ def batch_losses(model: PreTrainedModel, batch: Batch) -> tuple[torch.Tensor, to
     return mean(batch.response), mean(~batch.response)
 
 
-def batch_loss(model: PreTrainedModel, batch: Batch, prompt_weight: float = 0.0) -> torch.Tensor:
+def objective(response: torch.Tensor, prompt: torch.Tensor, prompt_weight: float) -> torch.Tensor:
     """The training objective: the response loss plus ``prompt_weight`` x the prompt loss."""
-    response, prompt = batch_losses(model, batch)
     return response + prompt_weight * prompt
+
+
+def batch_loss(model: PreTrainedModel, batch: Batch, prompt_weight: float = 0.0) -> torch.Tensor:
+    """The :func:`objective` of ``batch``."""
+    return objective(*batch_losses(model, batch), prompt_weight)
 
 
 def _running_mean(mean: float, value: float) -> float:
@@ -267,7 +271,7 @@ def behaviour_cloning(
             group["lr"] = learning_rate(settings, state.step, fraction)
         with autocast(device, precision):
             response, prompt = batch_losses(model, batch)
-            loss = response + settings.prompt_loss_weight * prompt  # as batch_loss computes it
+            loss = objective(response, prompt, settings.prompt_loss_weight)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
         optimizer.step()
