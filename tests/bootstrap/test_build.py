@@ -228,6 +228,37 @@ def test_renamed_copies_add_the_tasks_under_other_item_names():
     assert more.sha256 != base.sha256
 
 
+def test_copying_drills_train_renamed_privileged_views_without_the_commands():
+    base = build.prepare_training_data(BootstrapConfig.from_dict(TINY), progress=False)
+    drilled = {**TINY, "data": {**TINY["data"], "copying_drills": 1}}
+    data = build.prepare_training_data(BootstrapConfig.from_dict(drilled), progress=False)
+    assert data.stats()["trained_steps"] == base.stats()["trained_steps"]
+    new_rows = [r for r in data.rows if r not in set(base.rows)]
+    assert new_rows and len(data.rows) == len(base.rows) + len(new_rows)
+    texts = [data.tokenizer.decode(ids) for r in new_rows for ids, _, _ in r.sequences()]
+    # every drill is a privileged view, with no crafting-command list left in it
+    assert all(b.privileged for r in new_rows for b in r.branches)
+    assert all("A failed trajectory for the current task" in t for t in texts)
+    headers = ("Crafting commands:", "Available crafting commands for this episode:")
+    assert not any(h in t for t in texts for h in headers)
+    assert not any("\ncraft " in t.split("<|im_start|>assistant")[0] for t in texts)
+    # each drill copies the plan its summary hands it: the answer is one of the plan's actions
+    for text in texts:
+        plan = text.split("Corrected plan:")[1].split("\n")[0]
+        action = text.split("<action>")[-1].split("</action>")[0]
+        assert f"`{action}`" in plan
+    # under renamed item words: goals the originals do not have
+    goals = {t.split("Goal: craft ")[1].split(".")[0] for t in texts if "Goal: craft " in t}
+    originals = {
+        t.split("Goal: craft ")[1].split(".")[0]
+        for r in base.rows
+        for t in (data.tokenizer.decode(ids) for ids, _, _ in r.sequences())
+        if "Goal: craft " in t
+    }
+    assert goals and not goals & originals
+    assert data.sha256 != base.sha256
+
+
 def test_on_policy_episodes_are_the_warm_starts_own_relabelled(built):
     _, out, _ = built
     params = {

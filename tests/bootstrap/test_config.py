@@ -41,6 +41,7 @@ def test_where_a_policy_is_trained_is_not_part_of_its_recipe():
         ),
         ({"data": {"episodes_per_task": 1}}, "data.episodes_per_task: stalled"),
         ({"data": {"renamed_copies": -1}}, "data.renamed_copies: must be a non-negative"),
+        ({"data": {"copying_drills": 1.5}}, "data.copying_drills: must be a non-negative"),
         ({"data": {"on_policy_episodes": -1}}, "data.on_policy_episodes: must be a non-negative"),
         (
             {"data": {"on_policy_episodes": 1}},

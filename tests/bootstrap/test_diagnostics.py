@@ -55,6 +55,25 @@ def test_a_renamed_check_renames_prompt_response_and_guidance(
     assert all(changed)
 
 
+def test_without_commands_only_the_plan_tells_the_answer(tiny_model, tiny_tokenizer, monkeypatch):
+    calls = []
+
+    def record(model, tokenizer, message, response):
+        calls.append(message)
+        return False, -1.0
+
+    monkeypatch.setattr(diagnostics, "_response_fit", record)
+    guidance_use(
+        tiny_model, tiny_tokenizer, "textcraft", [1, 2], without_commands=True, progress=False
+    )
+    ordinary, privileged = calls[0::2], calls[1::2]
+    assert ordinary and len(ordinary) == len(privileged)
+    for message in calls:
+        assert "Crafting commands:" not in message
+        assert "Available crafting commands for this episode:" not in message
+    assert all("- Corrected plan: `" in m for m in privileged)
+
+
 def test_real_scores_are_probabilities(tiny_model, tiny_tokenizer):
     fits = guidance_use(tiny_model, tiny_tokenizer, "textcraft", [0], progress=False)
     for fit in fits:

@@ -150,3 +150,8 @@ def test_the_named_configurations_parse_and_the_first_is_the_shipped_one():
     assert dense.warm_start == copy.warm_start and dense.training.prompt_loss_weight == 1.0
     assert (dense.seed, dense.data) == (second.seed, second.data)  # the second stage's data
     assert second.training.prompt_loss_weight == 0.0
+    drills = load_config(SHIPPED.parent / "textcraft-initial-drills.yml")
+    assert drills.warm_start == "data/06_models/bootstrap-prompt-loss/policy"
+    assert drills.data.copying_drills == 2 and drills.training.prompt_loss_weight == 1.0
+    assert drills.model == first.model and drills.seed not in (first.seed, second.seed)
+    assert all(c.data.copying_drills == 0 for c in (first, second, dense))

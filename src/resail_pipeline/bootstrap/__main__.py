@@ -76,6 +76,11 @@ def _parser() -> argparse.ArgumentParser:
     guidance.add_argument(
         "--renamed", action="store_true", help="permute item qualifiers per task (no memorising)"
     )
+    guidance.add_argument(
+        "--without-commands",
+        action="store_true",
+        help="take the crafting commands out of the prompts (the plan is the only source)",
+    )
     guidance.add_argument("--seed", type=int, default=0)
     return parser
 
@@ -94,7 +99,13 @@ def main(argv: list[str] | None = None) -> None:
         model, tokenizer = load_policy(args.policy)
         task_ids = spread(make_env(args.env).task_ids(args.split), args.tasks)
         fits = guidance_use(
-            model.eval(), tokenizer, args.env, task_ids, renamed=args.renamed, seed=args.seed
+            model.eval(),
+            tokenizer,
+            args.env,
+            task_ids,
+            renamed=args.renamed,
+            without_commands=args.without_commands,
+            seed=args.seed,
         )
         for fit in fits:
             logger.info(

@@ -31,7 +31,7 @@ import shlex
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -53,6 +53,7 @@ from resail_pipeline.bootstrap.demonstrations import (
     collect_demonstrations,
     relabel_episodes,
 )
+from resail_pipeline.bootstrap.drills import without_crafting_commands
 from resail_pipeline.bootstrap.packing import PackedRow, StepGroup, group_steps, pack_rows
 from resail_pipeline.bootstrap.renaming import demonstration_qualifiers, task_renamings
 from resail_pipeline.bootstrap.vocabulary import train_tokenizer
@@ -214,26 +215,38 @@ def qwen3_config(shape: ModelShape, tokenizer) -> Qwen3Config:
 
 
 def renamed_groups(
-    config: BootstrapConfig, trained: Sequence[Demonstration], demos: Sequence[Demonstration]
+    config: BootstrapConfig,
+    trained: Sequence[Demonstration],
+    demos: Sequence[Demonstration],
+    *,
+    drills: bool = False,
 ) -> list[StepGroup]:
     """The steps of ``data.renamed_copies`` renamed copies of every task (see
-    :mod:`~resail_pipeline.bootstrap.renaming`); each task and copy draws its own permutation."""
-    copies = config.data.renamed_copies
+    :mod:`~resail_pipeline.bootstrap.renaming`), each task and copy under its own permutation;
+    with ``drills``, those of ``data.copying_drills`` copying drills instead (:mod:`~.drills`):
+    renamed copies in the privileged view alone, the crafting commands taken out."""
+    data = config.data
+    copies, tag = (data.copying_drills, "drill") if drills else (data.renamed_copies, "renamed")
     if not copies:
         return []
     words = demonstration_qualifiers(config.env, demos)
-    logger.info("bootstrap: %d renamed copies over %d qualifier words", copies, len(words))
+    logger.info("bootstrap: %d %s copies over %d qualifier words", copies, tag, len(words))
     groups: list[StepGroup] = []
     for copy in range(copies):
-        key = f"{config.seed}/renamed/{copy}"
+        key = f"{config.seed}/{tag}/{copy}"
         renamings = task_renamings(words, (d.task_id for d in demos), key)
+
+        def rename(task_id: int, renamings=renamings) -> Callable[[str], str]:
+            renaming = renamings[task_id]
+            return (lambda text: without_crafting_commands(renaming(text))) if drills else renaming
+
         groups += group_steps(
             trained,
             demos,
-            privileged_share=config.data.privileged_share,
+            privileged_share=1.0 if drills else data.privileged_share,
             seed=key,
-            rename=renamings.__getitem__,
-            ordinary_share=config.data.ordinary_share,
+            rename=rename,
+            ordinary_share=0.0 if drills else data.ordinary_share,
         )
     return groups
 
@@ -348,6 +361,7 @@ def prepare_training_data(
         ordinary_share=data.ordinary_share,
     )
     groups += renamed_groups(config, trained, demos)
+    groups += renamed_groups(config, trained, demos, drills=True)
     rows = tuple(pack_rows(groups, tokenizer, max_branches=data.max_branches))
     if warm_start is not None:
         _check_known_words(rows, tokenizer, str(config.warm_start))

@@ -106,6 +106,10 @@ class DemonstrationSettings:
     #: words that qualify items (:mod:`~resail_pipeline.bootstrap.renaming`): recipes that cannot
     #: be memorised, so the policy learns to read the crafting commands and the guidance
     renamed_copies: int = 0
+    #: copying drills of every task (:mod:`~resail_pipeline.bootstrap.drills`): renamed copies
+    #: trained in the privileged view alone, with the crafting commands taken out of the message,
+    #: so that the summary's plan is the only route to the expert's action
+    copying_drills: int = 0
     #: episodes per train task rolled out by the ``warm_start`` policy (temperature
     #: ``on_policy_temperature``, the evaluation's step limit) and relabelled by the planner
     #: (DAgger): every step trained on the planner's action from the inventory held, so the
@@ -131,6 +135,7 @@ class DemonstrationSettings:
             )
         _positive_int("data.max_branches", self.max_branches)
         _non_negative_int("data.renamed_copies", self.renamed_copies)
+        _non_negative_int("data.copying_drills", self.copying_drills)
         _non_negative_int("data.on_policy_episodes", self.on_policy_episodes)
         _in_range("data.on_policy_temperature", self.on_policy_temperature, 0.0, 2.0)
         if self.task_limit is not None:

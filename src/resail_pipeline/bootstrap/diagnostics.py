@@ -11,7 +11,9 @@ steps are also scored apart: there the answer is the plan's first action, a copy
 tracking of progress through the plan.
 
 With ``renamed``, each task's text goes through a random permutation of item qualifiers
-(:mod:`~.renaming`), so a memorised recipe does not help either view.
+(:mod:`~.renaming`), so a memorised recipe does not help either view. With ``without_commands``
+as well, the crafting commands are taken out of every message (:mod:`~.drills`): the plan is then
+the only source of the answer, and the privileged view's score is the policy's rate of copying it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 from tqdm.auto import tqdm
 
 from resail_pipeline.bootstrap.demonstrations import collect_demonstrations, demonstration_response
+from resail_pipeline.bootstrap.drills import without_crafting_commands
 from resail_pipeline.bootstrap.renaming import demonstration_qualifiers, task_renamings
 from resail_pipeline.objectives.divergences import token_logprobs
 from resail_pipeline.prompts import Summary, add_privileged, chat_prompt, render_user_message
@@ -65,6 +68,7 @@ def guidance_use(
     task_ids: Sequence[int],
     *,
     renamed: bool = False,
+    without_commands: bool = False,
     mistake_rate: float = 0.15,
     seed: int = 0,
     progress: bool = True,
@@ -93,6 +97,8 @@ def guidance_use(
         rename = renamings[demo.task_id]
         guide = guides[demo.task_id]
         message = rename(render_user_message(step.history))
+        if without_commands:
+            message = without_crafting_commands(message)
         views = (message, add_privileged(message, Summary(guide.outcome, rename(guide.text))))
         response = demonstration_response(rename(step.expert)) + tokenizer.eos_token
         for view, text in zip(VIEWS, views, strict=True):
