@@ -106,7 +106,8 @@ def group_steps(
         privileged_share: probability that an occurrence also yields a privileged sequence.
         seed: seeds the draws.
         rename: task id -> a text transform applied to everything of that task (message,
-            expert action, summaries): a renamed copy (:mod:`~.renaming`).
+            expert action, summaries): a renamed copy (:mod:`~.renaming`), or a copying drill
+            (:mod:`~.drills`).
         ordinary_share: probability that an occurrence is trained in the ordinary view (below 1,
             a draw per occurrence; at 1 none, so the draws of the privileged views are unchanged).
     """
