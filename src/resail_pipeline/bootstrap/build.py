@@ -215,39 +215,40 @@ def qwen3_config(shape: ModelShape, tokenizer) -> Qwen3Config:
 
 
 def renamed_groups(
-    config: BootstrapConfig,
-    trained: Sequence[Demonstration],
-    demos: Sequence[Demonstration],
-    *,
-    drills: bool = False,
+    config: BootstrapConfig, trained: Sequence[Demonstration], demos: Sequence[Demonstration]
 ) -> list[StepGroup]:
     """The steps of ``data.renamed_copies`` renamed copies of every task (see
-    :mod:`~resail_pipeline.bootstrap.renaming`), each task and copy under its own permutation;
-    with ``drills``, those of ``data.copying_drills`` copying drills instead (:mod:`~.drills`):
-    renamed copies in the privileged view alone, the crafting commands taken out."""
+    :mod:`~resail_pipeline.bootstrap.renaming`), then those of ``data.copying_drills`` copying
+    drills (:mod:`~.drills`: renamed copies in the privileged view alone, the crafting commands
+    taken out); each task and copy under its own permutation."""
     data = config.data
-    copies, tag = (data.copying_drills, "drill") if drills else (data.renamed_copies, "renamed")
-    if not copies:
+    kinds = (("renamed", data.renamed_copies), ("drill", data.copying_drills))
+    if not any(n for _, n in kinds):
         return []
     words = demonstration_qualifiers(config.env, demos)
-    logger.info("bootstrap: %d %s copies over %d qualifier words", copies, tag, len(words))
     groups: list[StepGroup] = []
-    for copy in range(copies):
-        key = f"{config.seed}/{tag}/{copy}"
-        renamings = task_renamings(words, (d.task_id for d in demos), key)
+    for tag, copies in kinds:
+        if copies:
+            logger.info("bootstrap: %d %s copies over %d qualifier words", copies, tag, len(words))
+        drills = tag == "drill"
+        for copy in range(copies):
+            key = f"{config.seed}/{tag}/{copy}"
+            renamings = task_renamings(words, (d.task_id for d in demos), key)
 
-        def rename(task_id: int, renamings=renamings) -> Callable[[str], str]:
-            renaming = renamings[task_id]
-            return (lambda text: without_crafting_commands(renaming(text))) if drills else renaming
+            def rename(task_id: int, renamings=renamings, drills=drills) -> Callable[[str], str]:
+                renaming = renamings[task_id]
+                if not drills:
+                    return renaming
+                return lambda text: without_crafting_commands(renaming(text))
 
-        groups += group_steps(
-            trained,
-            demos,
-            privileged_share=1.0 if drills else data.privileged_share,
-            seed=key,
-            rename=rename,
-            ordinary_share=0.0 if drills else data.ordinary_share,
-        )
+            groups += group_steps(
+                trained,
+                demos,
+                privileged_share=1.0 if drills else data.privileged_share,
+                seed=key,
+                rename=rename,
+                ordinary_share=0.0 if drills else data.ordinary_share,
+            )
     return groups
 
 
@@ -361,7 +362,6 @@ def prepare_training_data(
         ordinary_share=data.ordinary_share,
     )
     groups += renamed_groups(config, trained, demos)
-    groups += renamed_groups(config, trained, demos, drills=True)
     rows = tuple(pack_rows(groups, tokenizer, max_branches=data.max_branches))
     if warm_start is not None:
         _check_known_words(rows, tokenizer, str(config.warm_start))
