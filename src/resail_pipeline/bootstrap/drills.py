@@ -16,7 +16,10 @@ import re
 
 from resail_pipeline.prompts import textcraft
 
-_COMMAND_HEADERS = ("Crafting commands:", textcraft.COMMAND_BLOCK.split("\n", 1)[0])
+_COMMAND_HEADERS = (
+    textcraft.OBSERVATION_COMMANDS_HEADER,
+    textcraft.COMMAND_BLOCK.split("\n", 1)[0],
+)
 
 #: A command list: its header, then its lines (every crafting command starts with ``craft ``).
 _COMMAND_LIST = re.compile(

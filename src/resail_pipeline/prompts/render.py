@@ -46,7 +46,9 @@ def _textcraft_without_commands(text: str, commands: tuple[str, ...]) -> str:
     if not commands:
         return text
     kept = [
-        line for line in text.split("\n") if line not in commands and line != "Crafting commands:"
+        line
+        for line in text.split("\n")
+        if line not in commands and line != textcraft.OBSERVATION_COMMANDS_HEADER
     ]
     return "\n".join(kept).strip()
 

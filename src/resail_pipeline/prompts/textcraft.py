@@ -34,6 +34,10 @@ LATER_STEP = (
     "Then choose exactly one action within <action> </action> tags."
 )
 
+#: The header of the crafting-command list in TextCraft's initial observation (as the adapter
+#: writes it); the first step's prompt shows that observation whole.
+OBSERVATION_COMMANDS_HEADER = "Crafting commands:"
+
 #: The conditional command context of the later-step input, when commands are available.
 COMMAND_BLOCK = "Available crafting commands for this episode:\n{commands}\n"
 
