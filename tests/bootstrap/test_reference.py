@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from pathlib import Path
 
 import pytest
 
 from resail_pipeline.bootstrap.build import verify_reference
-from resail_pipeline.bootstrap.reference import evaluate_and_record, markdown_table, ship
-from resail_pipeline.checkpoints import MANIFEST_NAME, load_policy
+from resail_pipeline.bootstrap.reference import (
+    evaluate_and_record,
+    lineage,
+    markdown_table,
+    ship,
+)
+from resail_pipeline.checkpoints import MANIFEST_NAME, CheckpointError, load_policy, weights_sha256
 from resail_pipeline.envs import make_env
 from resail_pipeline.evaluation.evaluate import EvalConfig
 from resail_pipeline.generation.base import SamplingParams
@@ -18,6 +24,8 @@ from resail_pipeline.generation.transformers_backend import TransformersGenerato
 from resail_pipeline.prompts import EpisodeHistory, chat_prompt, parse_action, render_user_message
 
 SHIPPED = Path(__file__).resolve().parents[2] / "reference" / "textcraft-initial"
+#: The first stage of the shipped policy's chain, which the other stages tried continue.
+FIRST_STAGE = SHIPPED.with_name("textcraft-initial-first-stage")
 #: The size limit of a policy shipped in the repository.
 MAX_BYTES = 25 * 1024 * 1024
 
@@ -86,6 +94,50 @@ def test_ship_replaces_the_destination_whole(tiny_checkpoint, tmp_path):
     assert (destination / MANIFEST_NAME).is_file()
 
 
+def _stage(tiny_checkpoint, path: Path, command: str, warm_start: Path | None) -> Path:
+    """A copy of the tiny checkpoint whose manifest says it was built by ``command``."""
+    import shutil
+
+    shutil.copytree(tiny_checkpoint, path)
+    manifest = json.loads((path / MANIFEST_NAME).read_text())
+    manifest["command"] = command
+    manifest["warm_start"] = (
+        None
+        if warm_start is None
+        else {"path": str(warm_start), "sha256": weights_sha256(warm_start)}
+    )
+    (path / MANIFEST_NAME).write_text(json.dumps(manifest))
+    return path
+
+
+def test_ship_keeps_the_manifests_of_the_stages_a_policy_continues(tiny_checkpoint, tmp_path):
+    first = _stage(tiny_checkpoint, tmp_path / "first", "build first", None)
+    second = _stage(tiny_checkpoint, tmp_path / "second", "build second", first)
+    third = _stage(tiny_checkpoint, tmp_path / "third", "build third", second)
+    assert lineage(first) == []
+    shipped = json.loads((ship(third, tmp_path / "shipped") / MANIFEST_NAME).read_text())
+    assert shipped["command"] == "build third"
+    assert [stage["command"] for stage in shipped["lineage"]] == ["build second", "build first"]
+    assert shipped["lineage"][1] == json.loads((first / MANIFEST_NAME).read_text())
+    # a shipped policy keeps its lineage, and a build that continues it extends that lineage
+    assert lineage(tmp_path / "shipped") == shipped["lineage"]
+    fourth = _stage(tiny_checkpoint, tmp_path / "fourth", "build fourth", tmp_path / "shipped")
+    commands = [stage["command"] for stage in lineage(fourth)]
+    assert commands == ["build third", "build second", "build first"]
+    assert "lineage" not in lineage(fourth)[0]
+
+
+def test_ship_refuses_a_stage_whose_weights_changed_before_copying(tiny_checkpoint, tmp_path):
+    first = _stage(tiny_checkpoint, tmp_path / "first", "build first", None)
+    second = _stage(tiny_checkpoint, tmp_path / "second", "build second", first)
+    manifest = json.loads((second / MANIFEST_NAME).read_text())
+    manifest["warm_start"]["sha256"] = "0" * 64  # trained from other weights than first's now
+    (second / MANIFEST_NAME).write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match=f"warm_start: {first} holds weights sha256"):
+        ship(second, tmp_path / "shipped")
+    assert not (tmp_path / "shipped").exists()
+
+
 @pytest.fixture(scope="module")
 def shipped():
     if not SHIPPED.is_dir():
@@ -119,18 +171,38 @@ def test_shipped_policy_acts_validly_on_a_test_task(shipped, tmp_path):
     assert env.step(action).action_valid, action
 
 
-def test_the_named_configurations_parse_and_the_first_is_the_shipped_one():
+def test_the_shipped_policy_is_the_drills_stage_and_keeps_its_chain():
+    """Its manifest and its stages' manifests hold the three named configurations, in order."""
     from resail_pipeline.bootstrap.__main__ import load_config
     from resail_pipeline.bootstrap.config import BootstrapConfig
 
-    first = load_config(SHIPPED.parent / "textcraft-initial.yml")
     manifest = json.loads((SHIPPED / MANIFEST_NAME).read_text())
-    assert BootstrapConfig.from_dict(manifest["configuration"]) == first
+    names = ["textcraft-initial-drills", "textcraft-initial-prompt-loss", "textcraft-initial"]
+    stages = [manifest, *manifest["lineage"]]
+    assert len(stages) == len(names)
+    for stage, name in zip(stages, names, strict=True):
+        # a warm start counts by its weights, not its path (the first stage has moved since)
+        config = dataclasses.replace(load_config(SHIPPED.parent / f"{name}.yml"), warm_start=None)
+        built = BootstrapConfig.from_dict(stage["configuration"])
+        assert dataclasses.replace(built, warm_start=None) == config, name
+        assert f"--params reference/{name}.yml" in stage["command"]
+        assert stage["training_data_sha256"] and stage["training"]["seconds"] > 0
+    for stage, earlier in itertools.pairwise(stages):
+        assert stage["warm_start"]["sha256"] == earlier["sha256"]
+    assert stages[-1].get("warm_start") is None  # built from scratch
+    first_stage = verify_reference(FIRST_STAGE)
+    assert first_stage.sha256 == stages[-1]["sha256"]
+
+
+def test_the_named_configurations_parse_and_continue_the_right_stages():
+    from resail_pipeline.bootstrap.__main__ import load_config
+
+    first = load_config(SHIPPED.parent / "textcraft-initial.yml")
     second = load_config(SHIPPED.parent / "textcraft-initial-stage2.yml")
     assert second.warm_start == "data/06_models/bootstrap-reference/policy"
     assert second.model == first.model and second.data.renamed_copies > 0
     copy = load_config(SHIPPED.parent / "textcraft-initial-copy.yml")
-    assert copy.warm_start == str(SHIPPED.relative_to(SHIPPED.parent.parent))
+    assert copy.warm_start == str(FIRST_STAGE.relative_to(SHIPPED.parent.parent))
     assert copy.data.ordinary_share == 0 and copy.data.privileged_share == 1
     mix = load_config(SHIPPED.parent / "textcraft-initial-copy-mix.yml")
     assert mix.model == first.model and mix.data.ordinary_share == 1

@@ -23,7 +23,13 @@ from typing import Any
 import pandas as pd
 import torch
 
-from resail_pipeline.checkpoints import MANIFEST_NAME, check_checkpoint, read_checkpoint_info
+from resail_pipeline.checkpoints import (
+    MANIFEST_NAME,
+    CheckpointError,
+    check_checkpoint,
+    read_checkpoint_info,
+    weights_sha256,
+)
 from resail_pipeline.envs import make_env
 from resail_pipeline.evaluation.evaluate import (
     VIEW_ORDINARY,
@@ -38,6 +44,9 @@ from resail_pipeline.generation import make_generator
 from resail_pipeline.io import atomic_path
 
 logger = logging.getLogger(__name__)
+
+#: The manifest key under which a shipped policy keeps the manifests of the stages it continues.
+LINEAGE_KEY = "lineage"
 
 
 def dual_view_evaluation(
@@ -150,13 +159,54 @@ def markdown_table(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def lineage(policy: str | Path) -> list[dict[str, Any]]:
+    """The manifests of the builds that ``policy`` continues, nearest first.
+
+    A build with a ``warm_start`` records the path and weights sha256 of the policy it continued;
+    that policy's manifest is read from the path, after checking that the weights there are
+    still the ones trained from, and so on back to a build from scratch (or a bare checkpoint,
+    which has no manifest and so no lineage). A manifest that already holds its lineage (a
+    shipped policy) ends the walk with it.
+    """
+    own = Path(policy) / MANIFEST_NAME
+    manifest = json.loads(own.read_text()) if own.is_file() else {}
+    if LINEAGE_KEY in manifest:
+        return manifest[LINEAGE_KEY]
+    stages: list[dict[str, Any]] = []
+    while (start := manifest.get("warm_start")) is not None:
+        path = check_checkpoint(start["path"])
+        actual = weights_sha256(path)
+        if actual != start["sha256"]:
+            raise CheckpointError(
+                f"warm_start: {path} holds weights sha256 {actual[:12]}, not the "
+                f"{start['sha256'][:12]} that {policy} was trained from; put that policy back "
+                "there to ship with its lineage"
+            )
+        if not (path / MANIFEST_NAME).is_file():
+            raise CheckpointError(f"warm_start: {path / MANIFEST_NAME} is missing")
+        manifest = json.loads((path / MANIFEST_NAME).read_text())
+        stages.append({key: value for key, value in manifest.items() if key != LINEAGE_KEY})
+        if LINEAGE_KEY in manifest:
+            return stages + manifest[LINEAGE_KEY]
+    return stages
+
+
 def ship(policy: str | Path, destination: str | Path) -> Path:
-    """Copy a built policy directory to ``destination`` (atomically, replacing what was there)."""
+    """Copy a built policy directory to ``destination`` (atomically, replacing what was there).
+
+    A policy that continues other builds ships with their manifests (:func:`lineage`) in its
+    own, under ``lineage``: the command, configuration, training data and time of every stage.
+    """
     source = check_checkpoint(policy)
+    stages = lineage(source)  # read before the copy: a stage may live at the destination
     destination = Path(destination)
     with atomic_path(destination) as tmp:
         shutil.copytree(source, tmp)
-    logger.info("shipped %s to %s", source, destination)
+        if stages:
+            manifest = json.loads((tmp / MANIFEST_NAME).read_text())
+            manifest[LINEAGE_KEY] = stages
+            (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    logger.info("shipped %s to %s (%d earlier stages)", source, destination, len(stages))
     return destination
 
 
