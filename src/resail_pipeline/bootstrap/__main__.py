@@ -1,16 +1,17 @@
 """Build, evaluate and ship the initial policy outside Kedro (the same library calls).
 
     # build (or resume, or reuse) the policy of a named configuration into <out>/policy
-    python -m resail_pipeline.bootstrap build --params reference/textcraft-initial.yml \\
-        --out data/06_models/bootstrap-reference
-    # copy it into the repository
-    python -m resail_pipeline.bootstrap ship --policy data/06_models/bootstrap-reference/policy \\
-        --to reference/textcraft-initial
+    python -m resail_pipeline.bootstrap build --params reference/textcraft-initial-drills.yml \\
+        --out data/06_models/bootstrap-drills
     # dual-view evaluation (appendix D.2) on the 100 test tasks x 3 seeds, kept in its manifest
-    python -m resail_pipeline.bootstrap evaluate --policy reference/textcraft-initial
+    python -m resail_pipeline.bootstrap evaluate --policy data/06_models/bootstrap-drills/policy
+    # copy it into the repository, with the manifests of the stages it continues
+    python -m resail_pipeline.bootstrap ship --policy data/06_models/bootstrap-drills/policy \\
+        --to reference/textcraft-initial
     # teacher-forced: does the policy follow a summary's corrected plan? (about a minute)
     python -m resail_pipeline.bootstrap guidance --policy reference/textcraft-initial --split test
 
+``make reference`` runs the whole chain of the shipped policy (README, "The initial policy").
 A parameters file holds one top-level ``bootstrap:`` mapping, as ``parameters_bootstrap.yml`` does.
 """
 
