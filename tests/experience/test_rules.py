@@ -81,6 +81,41 @@ def test_textcraft_failure_with_a_plan():
     )
 
 
+def test_useful_evidence_keeps_only_the_steps_of_the_corrected_plan():
+    """An accepted craft the plan does not need, or a repeat beyond its count, is no progress."""
+    plate = "craft 1 dark oak pressure plate using 2 dark oak planks"
+    looping = dataclasses.replace(
+        TEXTCRAFT_FAILURE,
+        steps=(
+            ("get 1 dark oak logs", True, "Got 1 dark oak logs"),
+            (TEXTCRAFT_PLAN[1], True, "Crafted 4 minecraft:dark_oak_planks"),
+            (plate, True, "Crafted 1 minecraft:dark_oak_pressure_plate"),
+            ("get 1 dark oak logs", True, "Got 1 dark oak logs"),
+            (
+                plate,
+                False,
+                "Could not find enough items to craft minecraft:dark_oak_pressure_plate",
+            ),
+        ),
+    )
+    evidence = evidence_of(looping)
+    text = rules_summary(evidence, fixed_planner)
+    assert fields(text)["Useful evidence"] == (
+        f"`{TEXTCRAFT_PLAN[0]}`, then `{TEXTCRAFT_PLAN[1]}` were accepted and are progress toward "
+        "the goal"
+    )
+    assert validate_summary(text, evidence.outcome, evidence).accepted
+    off_plan = dataclasses.replace(
+        TEXTCRAFT_FAILURE, steps=((plate, True, "Crafted 1 minecraft:dark_oak_pressure_plate"),)
+    )
+    assert fields(rules_summary(evidence_of(off_plan), fixed_planner))["Useful evidence"] == (
+        "no accepted action is a step of the corrected plan, so there is no progress to keep"
+    )
+    # without a plan, every accepted state-changing action is kept
+    no_plan = fields(rules_summary(evidence, lambda _observation: None))
+    assert no_plan["Useful evidence"].count("`") == 2 * 4
+
+
 def test_failure_without_a_plan_says_so():
     evidence = evidence_of(TEXTCRAFT_FAILURE)
     no_plan = fields(rules_summary(evidence, lambda _observation: None))

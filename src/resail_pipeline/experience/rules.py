@@ -21,7 +21,11 @@ Failure ("Failure analysis"):
 
 - Failure diagnosis: the last rejected action and its result; if none was rejected, that all
   accepted actions did not reach the goal; with the end of the episode (step limit, ...).
-- Useful evidence: the contributing accepted actions in order (the partial progress).
+- Useful evidence: the partial progress, told apart from the pattern that failed (appendix G asks
+  for that): with a corrected plan, the contributing accepted actions that are steps of it, in
+  order, each counted as often as the plan has it (an accepted craft of an item the plan does not
+  need is no progress, nor is a repeat beyond the plan's count); without one, every contributing
+  accepted action.
 - Corrected plan: the environment planner's plan from the initial observation (TextCraft: goal and
   crafting commands); where there is no planner, or it finds no plan, the field says so.
 - Avoid: the rejected actions, with how often each was repeated.
@@ -123,6 +127,17 @@ def _contributing(evidence: Evidence, rules: EnvRules) -> list[str]:
     ]
 
 
+def _on_plan(actions: Sequence[str], plan: Sequence[str]) -> list[str]:
+    """``actions`` that are steps of ``plan``, in order, each kept at most as often as in ``plan``."""
+    left = Counter(plan)
+    kept = []
+    for action in actions:
+        if left[action] > 0:
+            left[action] -= 1
+            kept.append(action)
+    return kept
+
+
 def _rejected(evidence: Evidence) -> list[EvidenceRecord]:
     return [r for r in evidence.records if not r.valid]
 
@@ -208,12 +223,17 @@ def _failure_fields(evidence: Evidence, rules: EnvRules, planner: Planner | None
         diagnosis = f"all {len(evidence.records)} actions were accepted but none completed the task"
     diagnosis += f"; {_ending(evidence)} without success"
 
-    useful = (
-        f"{_actions(progress)} were accepted and are progress toward the goal"
-        if progress
-        else "no state-changing action was accepted, so there is no partial progress to keep"
-    )
     plan = planner(evidence.initial_observation) if planner is not None else None
+    if plan:
+        progress = _on_plan(progress, plan)
+    if progress:
+        useful = f"{_actions(progress)} were accepted and are progress toward the goal"
+    elif plan and _contributing(evidence, rules):
+        useful = (
+            "no accepted action is a step of the corrected plan, so there is no progress to keep"
+        )
+    else:
+        useful = "no state-changing action was accepted, so there is no partial progress to keep"
     if plan:
         corrected = _actions(plan)
     elif planner is None:
