@@ -268,7 +268,7 @@ def test_on_policy_episodes_are_the_warm_starts_own_relabelled(built):
     }
     config = BootstrapConfig.from_dict(params)
     task_ids = [1, 2]
-    warm_start = load_policy(out / "policy")
+    warm_start = build.WarmStart.load(out / "policy")
     demos = build.on_policy_demonstrations(config, task_ids, warm_start, progress=False)
     assert [(d.task_id, d.episode) for d in demos] == [(1, 2), (2, 2)]  # after the planner's 0-1
     for demo in demos:

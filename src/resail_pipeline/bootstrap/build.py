@@ -163,6 +163,22 @@ def machine_description(device: torch.device | None = None) -> str:
 
 
 @dataclass(frozen=True)
+class WarmStart:
+    """The built policy that a build continues (``warm_start``), loaded once for the whole build:
+    its weights are trained on, its tokenizer is kept, and its model rolls out the on-policy
+    episodes under its own id."""
+
+    model: PreTrainedModel
+    tokenizer: Any
+    info: CheckpointInfo
+
+    @classmethod
+    def load(cls, path: str | Path) -> WarmStart:
+        model, tokenizer = load_policy(check_checkpoint(path))
+        return cls(model, tokenizer, read_checkpoint_info(path))
+
+
+@dataclass(frozen=True)
 class TrainingData:
     """Everything behaviour cloning is given.
 
@@ -255,15 +271,14 @@ def renamed_groups(
 def on_policy_demonstrations(
     config: BootstrapConfig,
     task_ids: Sequence[int],
-    warm_start: tuple[PreTrainedModel, Any] | None,
+    warm_start: WarmStart | None,
     *,
     progress: bool = True,
 ) -> list[Demonstration]:
     """``data.on_policy_episodes`` episodes of every task rolled out by the warm start policy
     and relabelled by the planner (:func:`~.demonstrations.relabel_episodes`); none when 0.
 
-    ``warm_start`` is the loaded (model, tokenizer) of ``config.warm_start``, the weights that
-    are then trained. The ``k``-th episode of a task is decoded with seed ``k`` at
+    ``warm_start`` is the loaded ``config.warm_start``, whose weights are then trained. The ``k``-th episode of a task is decoded with seed ``k`` at
     ``data.on_policy_temperature``, under the environment's own step limit, as the evaluation
     runs it.
     """
@@ -274,9 +289,8 @@ def on_policy_demonstrations(
         raise ValueError(
             f"data.on_policy_episodes: {episodes} episodes per task need the warm start's model"
         )
-    model, tokenizer = warm_start
-    info = read_checkpoint_info(check_checkpoint(config.warm_start))
-    generator = TransformersGenerator(model, tokenizer, policy_id=info.policy_id)
+    policy_id = warm_start.info.policy_id
+    generator = TransformersGenerator(warm_start.model, warm_start.tokenizer, policy_id=policy_id)
     settings = RolloutSettings(
         temperature=config.data.on_policy_temperature, max_new_tokens=RESPONSE_MAX_NEW_TOKENS
     )
@@ -285,7 +299,7 @@ def on_policy_demonstrations(
         for task_id in task_ids
         for k in range(episodes)
     ]
-    logger.info("bootstrap: rolling out %s on %d episodes", info.policy_id, len(specs))
+    logger.info("bootstrap: rolling out %s on %d episodes", policy_id, len(specs))
     rolled = settings.roll_out(lambda: make_env(config.env), specs, generator, progress=progress)
     demos = relabel_episodes(
         config.env,
@@ -323,12 +337,12 @@ def _check_known_words(rows: Sequence[PackedRow], tokenizer, source: str) -> Non
 def prepare_training_data(
     config: BootstrapConfig,
     *,
-    warm_start: tuple[PreTrainedModel, Any] | None = None,
+    warm_start: WarmStart | None = None,
     progress: bool = True,
 ) -> TrainingData:
     """Demonstrations on the train tasks, their summaries, the tokenizer and the packed rows.
 
-    ``warm_start`` is the loaded (model, tokenizer) of ``config.warm_start``: its tokenizer is
+    ``warm_start`` is the loaded ``config.warm_start``: its tokenizer is
     used instead of training one (it must know every word of the data), and its model rolls out
     the on-policy episodes.
     """
@@ -346,7 +360,7 @@ def prepare_training_data(
     demos += on_policy_demonstrations(config, task_ids, warm_start, progress=progress)
     trained = tuple(d for d in demos if not d.stalled)
     if warm_start is not None:
-        tokenizer = warm_start[1]
+        tokenizer = warm_start.tokenizer
     else:
         tokenizer = train_tokenizer(
             config.env,
@@ -419,11 +433,12 @@ def build_initial_policy(
     started = time.perf_counter()
     start = None
     if config.warm_start is not None:
-        model, tokenizer = load_policy(check_checkpoint(config.warm_start))
-        _check_shape(model.config, config.model, config.warm_start)
-        start = {"path": config.warm_start, "sha256": weights_sha256(config.warm_start)}
+        warm = WarmStart.load(config.warm_start)
+        _check_shape(warm.model.config, config.model, config.warm_start)
+        model, tokenizer = warm.model, warm.tokenizer
+        start = {"path": config.warm_start, "sha256": warm.info.sha256}
         logger.info("bootstrap: continuing %s (sha256 %s)", start["path"], start["sha256"][:12])
-        data = prepare_training_data(config, warm_start=(model, tokenizer), progress=progress)
+        data = prepare_training_data(config, warm_start=warm, progress=progress)
     else:
         data = prepare_training_data(config, progress=progress)
         tokenizer = data.tokenizer
