@@ -128,9 +128,15 @@ def save_policy(
             cycle=cycle,
             sha256=sha,
         )
-        manifest = {**info.to_row(), **(extra or {})}
-        (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        write_manifest(tmp, {**info.to_row(), **(extra or {})})
     return info
+
+
+def write_manifest(directory: str | Path, manifest: dict[str, Any]) -> None:
+    """Write ``manifest`` as the checkpoint's :data:`MANIFEST_NAME`, atomically (the one format:
+    sorted keys, indented, so that a changed manifest reads as a small diff)."""
+    with atomic_path(Path(directory) / MANIFEST_NAME) as tmp:
+        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
 def read_checkpoint_info(path: str | Path, **defaults: Any) -> CheckpointInfo:

@@ -29,6 +29,7 @@ from resail_pipeline.checkpoints import (
     check_checkpoint,
     read_checkpoint_info,
     weights_sha256,
+    write_manifest,
 )
 from resail_pipeline.envs import make_env
 from resail_pipeline.evaluation.evaluate import (
@@ -141,8 +142,7 @@ def record_evaluation(policy: str | Path, record: dict[str, Any]) -> None:
     path = _manifest_path(policy)
     manifest = json.loads(path.read_text())
     manifest["evaluation"] = record
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    write_manifest(path.parent, manifest)
 
 
 def markdown_table(record: dict[str, Any]) -> str:
@@ -204,8 +204,7 @@ def ship(policy: str | Path, destination: str | Path) -> Path:
         shutil.copytree(source, tmp)
         if stages:
             manifest = json.loads((tmp / MANIFEST_NAME).read_text())
-            manifest[LINEAGE_KEY] = stages
-            (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+            write_manifest(tmp, {**manifest, LINEAGE_KEY: stages})
     logger.info("shipped %s to %s (%d earlier stages)", source, destination, len(stages))
     return destination
 
