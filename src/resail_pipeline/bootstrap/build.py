@@ -278,9 +278,9 @@ def on_policy_demonstrations(
     """``data.on_policy_episodes`` episodes of every task rolled out by the warm start policy
     and relabelled by the planner (:func:`~.demonstrations.relabel_episodes`); none when 0.
 
-    ``warm_start`` is the loaded ``config.warm_start``, whose weights are then trained. The ``k``-th episode of a task is decoded with seed ``k`` at
-    ``data.on_policy_temperature``, under the environment's own step limit, as the evaluation
-    runs it.
+    ``warm_start`` is the loaded ``config.warm_start``, whose weights are then trained. The
+    ``k``-th episode of a task is decoded with seed ``k`` at ``data.on_policy_temperature``,
+    under the environment's own step limit, as the evaluation runs it.
     """
     episodes = config.data.on_policy_episodes
     if not episodes:
@@ -342,9 +342,8 @@ def prepare_training_data(
 ) -> TrainingData:
     """Demonstrations on the train tasks, their summaries, the tokenizer and the packed rows.
 
-    ``warm_start`` is the loaded ``config.warm_start``: its tokenizer is
-    used instead of training one (it must know every word of the data), and its model rolls out
-    the on-policy episodes.
+    ``warm_start`` is the loaded ``config.warm_start``: its tokenizer is used instead of training
+    one (it must know every word of the data), and its model rolls out the on-policy episodes.
     """
     data = config.data
     task_ids = make_env(config.env).task_ids(TRAIN_SPLIT)[: data.task_limit]

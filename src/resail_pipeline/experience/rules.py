@@ -212,7 +212,7 @@ def _success_fields(evidence: Evidence, rules: EnvRules) -> list[str]:
 def _failure_fields(evidence: Evidence, rules: EnvRules, planner: Planner | None) -> list[str]:
     """The four "Failure analysis" values, in template order."""
     rejected = _rejected(evidence)
-    progress = _contributing(evidence, rules)
+    contributing = _contributing(evidence, rules)
     if rejected:
         last = rejected[-1]
         what = _q(last.action) if last.action else "a response without a parsable action"
@@ -224,11 +224,10 @@ def _failure_fields(evidence: Evidence, rules: EnvRules, planner: Planner | None
     diagnosis += f"; {_ending(evidence)} without success"
 
     plan = planner(evidence.initial_observation) if planner is not None else None
-    if plan:
-        progress = _on_plan(progress, plan)
+    progress = _on_plan(contributing, plan) if plan else contributing
     if progress:
         useful = f"{_actions(progress)} were accepted and are progress toward the goal"
-    elif plan and _contributing(evidence, rules):
+    elif contributing:  # accepted, and none of it on the plan
         useful = (
             "no accepted action is a step of the corrected plan, so there is no progress to keep"
         )
