@@ -43,6 +43,7 @@ from resail_pipeline.envs.base import (
     Observation,
     StepResult,
 )
+from resail_pipeline.prompts.textcraft import OBSERVATION_COMMANDS_HEADER
 
 logger = logging.getLogger(__name__)
 
@@ -180,7 +181,7 @@ class TextCraftEnv:
         self._done = False
         self.task_id = task_id
         task = f"craft {item_id_to_str(goal)}"
-        text = "Crafting commands:\n{}\n\nGoal: {}.".format("\n".join(commands), task)
+        text = "{}\n{}\n\nGoal: {}.".format(OBSERVATION_COMMANDS_HEADER, "\n".join(commands), task)
         return Observation(text=text, task=task, commands=tuple(commands))
 
     def step(self, action: str | None) -> StepResult:
