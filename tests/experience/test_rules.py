@@ -116,6 +116,36 @@ def test_useful_evidence_keeps_only_the_steps_of_the_corrected_plan():
     assert no_plan["Useful evidence"].count("`") == 2 * 4
 
 
+def test_avoid_does_not_contradict_the_plan():
+    """A rejected step of the plan is named as one to take in its place, not as one to avoid."""
+    button, plate = TEXTCRAFT_PLAN[2], "craft 1 dark oak pressure plate using 2 dark oak planks"
+    missing = "Could not find enough items to craft minecraft:dark_oak_{}"
+    early = (
+        (button, False, missing.format("button")),
+        (plate, False, missing.format("pressure_plate")),
+        (button, False, missing.format("button")),
+        ("get 1 dark oak logs", True, "Got 1 dark oak logs"),
+        (TEXTCRAFT_PLAN[1], True, "Crafted 4 minecraft:dark_oak_planks"),
+    )
+    failure = dataclasses.replace(TEXTCRAFT_FAILURE, steps=early)
+    evidence = evidence_of(failure)
+    text = rules_summary(evidence, fixed_planner)
+    assert fields(text)["Avoid"] == (
+        f"repeating the rejected `{plate}`; "
+        f"`{button}` before the plan steps that precede it (rejected 2 times)"
+    )
+    assert validate_summary(text, evidence.outcome, evidence).accepted
+    success = dataclasses.replace(
+        TEXTCRAFT_SUCCESS, steps=(*early, (button, True, "Crafted 1 minecraft:dark_oak_button"))
+    )
+    evidence = evidence_of(success)
+    text = rules_summary(evidence)
+    assert fields(text)["Avoid"] == (
+        f"the rejected `{plate}`; `{button}` before the plan steps that precede it"
+    )
+    assert validate_summary(text, evidence.outcome, evidence).accepted
+
+
 def test_failure_without_a_plan_says_so():
     evidence = evidence_of(TEXTCRAFT_FAILURE)
     no_plan = fields(rules_summary(evidence, lambda _observation: None))

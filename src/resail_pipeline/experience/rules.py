@@ -15,7 +15,10 @@ Success ("Guidance summary"):
   actions, where recipe quantities matter; by default the actions that followed a rejected one,
   which corrected it, and the final action).
 - Checks: the final action's result, which completed the task, and how many actions were rejected.
-- Avoid: the rejected actions (at most three, each once) and any information-only steps taken.
+- Avoid: the rejected actions (at most three, each once) and any information-only steps taken. A
+  rejected action that the plan itself takes later (rejected before its ingredients were made, say)
+  is named as one to take only after the plan steps that precede it: "avoid X" beside a plan that
+  does X would contradict the plan.
 
 Failure ("Failure analysis"):
 
@@ -28,7 +31,8 @@ Failure ("Failure analysis"):
   accepted action.
 - Corrected plan: the environment planner's plan from the initial observation (TextCraft: goal and
   crafting commands); where there is no planner, or it finds no plan, the field says so.
-- Avoid: the rejected actions, with how often each was repeated.
+- Avoid: the rejected actions, with how often each was repeated; a rejected step of the corrected
+  plan is named as one to take only after the plan steps that precede it, as in a success.
 
 Quoted results are cut to :data:`QUOTE_CHARS`, below the validator's long-copy limit.
 """
@@ -163,14 +167,29 @@ def _ending(evidence: Evidence) -> str:
     return f"the episode ended ({evidence.end_reason or 'no reason recorded'}) after {n} steps"
 
 
-def _rejected_names(rejected: list[EvidenceRecord], with_counts: bool) -> str:
-    """The first :data:`AVOID_ACTIONS` distinct rejected actions ("" = no action parsed)."""
+def _avoid_rejected(rejected: list[EvidenceRecord], plan: Sequence[str], with_counts: bool) -> str:
+    """The "Avoid" clauses on the first :data:`AVOID_ACTIONS` distinct rejected actions.
+
+    A rejected action that is itself a step of ``plan`` is not to be avoided but taken in its
+    place (it was rejected before the steps that precede it had been taken), and is named so:
+    "avoid X" beside a plan that does X would contradict the plan. "" when nothing was rejected.
+    """
     counts = Counter(r.action for r in rejected)
-    names = []
+    off_plan, early = [], []
     for action, count in list(counts.items())[:AVOID_ACTIONS]:
         label = _q(action) if action else "responses without an action"
-        names.append(f"{label} (rejected {count} times)" if with_counts and count > 1 else label)
-    return ", ".join(names)
+        on_plan = bool(action) and action in plan
+        if on_plan:
+            label += " before the plan steps that precede it"
+        if with_counts and count > 1:
+            label += f" (rejected {count} times)"
+        (early if on_plan else off_plan).append(label)
+    clauses = []
+    if off_plan:
+        repeating = "repeating the rejected " if with_counts else "the rejected "
+        clauses.append(repeating + ", ".join(off_plan))
+    clauses += early
+    return "; ".join(clauses)
 
 
 def _information_steps(evidence: Evidence, rules: EnvRules) -> list[str]:
@@ -199,7 +218,7 @@ def _success_fields(evidence: Evidence, rules: EnvRules) -> list[str]:
     )
     avoid_parts = []
     if rejected:
-        avoid_parts.append("the rejected " + _rejected_names(rejected, with_counts=False))
+        avoid_parts.append(_avoid_rejected(rejected, plan, with_counts=False))
     info = _information_steps(evidence, rules)
     if info:
         avoid_parts.append(
@@ -240,7 +259,7 @@ def _failure_fields(evidence: Evidence, rules: EnvRules, planner: Planner | None
     else:
         corrected = "not derivable from the evidence: the planner found no plan for this task"
     if rejected:
-        avoid = "repeating the rejected " + _rejected_names(rejected, with_counts=True)
+        avoid = _avoid_rejected(rejected, plan or (), with_counts=True)
     else:
         avoid = "stopping at the accepted actions above; they did not finish the task"
     return [diagnosis, useful, corrected, avoid]
