@@ -227,3 +227,7 @@ def test_the_named_configurations_parse_and_continue_the_right_stages():
     assert drills.data.copying_drills == 2 and drills.training.prompt_loss_weight == 1.0
     assert drills.model == first.model and drills.seed not in (first.seed, second.seed)
     assert all(c.data.copying_drills == 0 for c in (first, second, dense))
+    more_drills = load_config(SHIPPED.parent / "textcraft-initial-drills-more.yml")
+    assert more_drills.warm_start == "data/06_models/bootstrap-drills/policy"
+    assert more_drills.data == dataclasses.replace(drills.data, copying_drills=4)
+    assert more_drills.seed not in (first.seed, second.seed, drills.seed)  # fresh demonstrations
