@@ -171,8 +171,9 @@ def _avoid_rejected(rejected: list[EvidenceRecord], plan: Sequence[str], with_co
     """The "Avoid" clauses on the first :data:`AVOID_ACTIONS` distinct rejected actions.
 
     A rejected action that is itself a step of ``plan`` is not to be avoided but taken in its
-    place (it was rejected before the steps that precede it had been taken), and is named so:
-    "avoid X" beside a plan that does X would contradict the plan. "" when nothing was rejected.
+    place (it was rejected out of place, say before the steps that make its ingredients), and is
+    named so: "avoid X" beside a plan that does X would contradict the plan. "" when nothing was
+    rejected.
     """
     counts = Counter(r.action for r in rejected)
     off_plan, early = [], []
