@@ -59,7 +59,7 @@ def test_textcraft_success():
         '"Crafted 1 minecraft:dark_oak_button" and completed the task; 1 of 5 actions rejected'
     )
     assert got["Avoid"] == (
-        "the rejected `craft 1 dark oak button using 1 planks`; information-only steps such as "
+        "actions outside the minimal plan (1 rejected); information-only steps such as "
         "`inventory` (1 used), which change nothing"
     )
 
@@ -67,7 +67,7 @@ def test_textcraft_success():
 def test_textcraft_failure_with_a_plan():
     got = fields(rules_summary(evidence_of(TEXTCRAFT_FAILURE), fixed_planner))
     assert got["Failure diagnosis"] == (
-        "the last rejected action was `craft 1 dark oak button using 1 planks`, which returned "
+        "the last rejected action, one outside the corrected plan, returned "
         '"Could not find enough items to craft minecraft:dark_oak_button"; '
         "the episode hit the step limit after 4 steps without success"
     )
@@ -75,6 +75,16 @@ def test_textcraft_failure_with_a_plan():
         "`get 1 dark oak logs` were accepted and are progress toward the goal"
     )
     assert got["Corrected plan"] == ", then ".join(f"`{a}`" for a in TEXTCRAFT_PLAN)
+    # counted, not quoted: the plan says what to do, and a quoted failure invites its repetition
+    assert got["Avoid"] == "actions outside the corrected plan (3 rejected)"
+    assert "1 planks`" not in rules_summary(evidence_of(TEXTCRAFT_FAILURE), fixed_planner)
+
+
+def test_failure_without_a_plan_names_the_rejected_actions():
+    got = fields(rules_summary(evidence_of(TEXTCRAFT_FAILURE), lambda _observation: None))
+    assert got["Failure diagnosis"].startswith(
+        "the last rejected action was `craft 1 dark oak button using 1 planks`, which returned "
+    )
     assert got["Avoid"] == (
         "repeating the rejected `craft 1 dark oak button using 1 planks` (rejected 2 times), "
         "responses without an action"
@@ -130,10 +140,13 @@ def test_avoid_does_not_contradict_the_plan():
     failure = dataclasses.replace(TEXTCRAFT_FAILURE, steps=early)
     evidence = evidence_of(failure)
     text = rules_summary(evidence, fixed_planner)
-    assert fields(text)["Avoid"] == (
-        f"repeating the rejected `{plate}`; "
+    got = fields(text)
+    assert got["Avoid"] == (
+        "actions outside the corrected plan (1 rejected); "
         f"`{button}` before the plan steps that precede it (rejected 2 times)"
     )
+    # the last rejected action is a plan step, so the diagnosis quotes it
+    assert got["Failure diagnosis"].startswith(f"the last rejected action was `{button}`, which ")
     assert validate_summary(text, evidence.outcome, evidence).accepted
     success = dataclasses.replace(
         TEXTCRAFT_SUCCESS, steps=(*early, (button, True, "Crafted 1 minecraft:dark_oak_button"))
@@ -141,7 +154,8 @@ def test_avoid_does_not_contradict_the_plan():
     evidence = evidence_of(success)
     text = rules_summary(evidence)
     assert fields(text)["Avoid"] == (
-        f"the rejected `{plate}`; `{button}` before the plan steps that precede it"
+        f"actions outside the minimal plan (1 rejected); `{button}` before the plan steps that "
+        "precede it"
     )
     assert validate_summary(text, evidence.outcome, evidence).accepted
 

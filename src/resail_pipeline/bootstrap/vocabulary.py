@@ -47,8 +47,9 @@ ITEM_TEXTS: dict[str, Callable[[], list[str]]] = {"textcraft": _textcraft_items}
 def rare_summaries(demo: Demonstration) -> list[Summary]:
     """Rules-based summaries, on ``demo``'s evidence, of the forms demonstrations rarely take.
 
-    A policy's own episodes take them: no accepted action, or no parsable one; nothing rejected;
-    only information actions; the planner finding no plan; an ending other than the step limit.
+    A policy's own episodes take them: no accepted action, or no parsable one (named as such only
+    where there is no plan); nothing rejected; only information actions; the planner finding no
+    plan; an ending other than the step limit.
     Each form's fixed wording then reaches the tokenizer's corpus.
     """
     evidence = demo.evidence
@@ -58,7 +59,7 @@ def rare_summaries(demo: Demonstration) -> list[Summary]:
     accepted = [r for r in evidence.records if r.valid and r.action and r.action not in info]
     looked = [EvidenceRecord(a, observation, True) for a in info[:1]]
     variants = [
-        (OUTCOME_FAILURE, (unparsed,), END_STEP_LIMIT, None),
+        (OUTCOME_FAILURE, (unparsed,), END_STEP_LIMIT, _no_plan),  # without a plan, quoted
         (OUTCOME_FAILURE, (*looked, *accepted[:1]), END_ENV_DONE, None),
         (OUTCOME_FAILURE, evidence.records, "", _no_plan),
         (OUTCOME_SUCCESS, (unparsed,), END_ENV_DONE, None),

@@ -15,7 +15,7 @@ Success ("Guidance summary"):
   actions, where recipe quantities matter; by default the actions that followed a rejected one,
   which corrected it, and the final action).
 - Checks: the final action's result, which completed the task, and how many actions were rejected.
-- Avoid: the rejected actions (at most three, each once) and any information-only steps taken. A
+- Avoid: how many rejected actions fell outside the plan, and any information-only steps taken. A
   rejected action that the plan itself takes later (rejected before its ingredients were made, say)
   is named as one to take only after the plan steps that precede it: "avoid X" beside a plan that
   does X would contradict the plan.
@@ -31,8 +31,14 @@ Failure ("Failure analysis"):
   accepted action.
 - Corrected plan: the environment planner's plan from the initial observation (TextCraft: goal and
   crafting commands); where there is no planner, or it finds no plan, the field says so.
-- Avoid: the rejected actions, with how often each was repeated; a rejected step of the corrected
-  plan is named as one to take only after the plan steps that precede it, as in a success.
+- Avoid: with a corrected plan, how many rejected actions fell outside it; without one, the
+  rejected actions (at most three), with how often each was repeated. A rejected step of the
+  corrected plan is named as one to take only after the plan steps that precede it, as in a success.
+
+Rejected actions outside a plan are counted, not quoted, in both formats (and the diagnosis names
+the last one's result, not its text): the plan already says what to do, and a small policy copies a
+quoted action from its context whatever the words around it say, so a quoted failure invites its
+own repetition.
 
 Quoted results are cut to :data:`QUOTE_CHARS`, below the validator's long-copy limit.
 """
@@ -167,30 +173,41 @@ def _ending(evidence: Evidence) -> str:
     return f"the episode ended ({evidence.end_reason or 'no reason recorded'}) after {n} steps"
 
 
-def _avoid_rejected(rejected: list[EvidenceRecord], plan: Sequence[str], with_counts: bool) -> str:
-    """The "Avoid" clauses on the first :data:`AVOID_ACTIONS` distinct rejected actions.
+def _avoid_rejected(
+    rejected: list[EvidenceRecord], plan: Sequence[str], plan_name: str, with_counts: bool
+) -> str:
+    """The "Avoid" clauses on the rejected actions; "" when nothing was rejected.
 
     A rejected action that is itself a step of ``plan`` is not to be avoided but taken in its
     place (it was rejected out of place, say before the steps that make its ingredients), and is
-    named so: "avoid X" beside a plan that does X would contradict the plan. "" when nothing was
-    rejected.
+    named so: "avoid X" beside a plan that does X would contradict the plan (the first
+    :data:`AVOID_ACTIONS` such steps). With a plan, the rejected actions outside it are counted, not
+    quoted (see the module docstring); without one, the first :data:`AVOID_ACTIONS` distinct
+    rejected actions are named.
     """
     counts = Counter(r.action for r in rejected)
-    off_plan, early = [], []
-    for action, count in list(counts.items())[:AVOID_ACTIONS]:
-        label = _q(action) if action else "responses without an action"
-        on_plan = bool(action) and action in plan
-        if on_plan:
-            label += " before the plan steps that precede it"
-        if with_counts and count > 1:
-            label += f" (rejected {count} times)"
-        (early if on_plan else off_plan).append(label)
+    early = []
+    for action, count in counts.items():
+        if action and action in plan and len(early) < AVOID_ACTIONS:
+            label = f"{_q(action)} before the plan steps that precede it"
+            early.append(
+                label + (f" (rejected {count} times)" if with_counts and count > 1 else "")
+            )
     clauses = []
-    if off_plan:
+    if plan:
+        outside = sum(count for action, count in counts.items() if not action or action not in plan)
+        if outside:
+            clauses.append(f"actions outside the {plan_name} ({outside} rejected)")
+    elif counts:
+        named = []
+        for action, count in list(counts.items())[:AVOID_ACTIONS]:
+            label = _q(action) if action else "responses without an action"
+            named.append(
+                label + (f" (rejected {count} times)" if with_counts and count > 1 else "")
+            )
         repeating = "repeating the rejected " if with_counts else "the rejected "
-        clauses.append(repeating + ", ".join(off_plan))
-    clauses += early
-    return "; ".join(clauses)
+        clauses.append(repeating + ", ".join(named))
+    return "; ".join(clauses + early)
 
 
 def _information_steps(evidence: Evidence, rules: EnvRules) -> list[str]:
@@ -219,7 +236,7 @@ def _success_fields(evidence: Evidence, rules: EnvRules) -> list[str]:
     )
     avoid_parts = []
     if rejected:
-        avoid_parts.append(_avoid_rejected(rejected, plan, with_counts=False))
+        avoid_parts.append(_avoid_rejected(rejected, plan, "minimal plan", with_counts=False))
     info = _information_steps(evidence, rules)
     if info:
         avoid_parts.append(
@@ -233,17 +250,21 @@ def _failure_fields(evidence: Evidence, rules: EnvRules, planner: Planner | None
     """The four "Failure analysis" values, in template order."""
     rejected = _rejected(evidence)
     contributing = _contributing(evidence, rules)
+    plan = planner(evidence.initial_observation) if planner is not None else None
     if rejected:
         last = rejected[-1]
-        what = _q(last.action) if last.action else "a response without a parsable action"
-        diagnosis = (
-            f"the last rejected action was {what}, which returned {_quote(last.observation)}"
-        )
+        result = _quote(last.observation)
+        if plan and last.action not in plan:  # counted, not quoted, as in "Avoid"
+            diagnosis = (
+                f"the last rejected action, one outside the corrected plan, returned {result}"
+            )
+        else:
+            what = _q(last.action) if last.action else "a response without a parsable action"
+            diagnosis = f"the last rejected action was {what}, which returned {result}"
     else:
         diagnosis = f"all {len(evidence.records)} actions were accepted but none completed the task"
     diagnosis += f"; {_ending(evidence)} without success"
 
-    plan = planner(evidence.initial_observation) if planner is not None else None
     progress = _on_plan(contributing, plan) if plan else contributing
     if progress:
         useful = f"{_actions(progress)} were accepted and are progress toward the goal"
@@ -260,7 +281,7 @@ def _failure_fields(evidence: Evidence, rules: EnvRules, planner: Planner | None
     else:
         corrected = "not derivable from the evidence: the planner found no plan for this task"
     if rejected:
-        avoid = _avoid_rejected(rejected, plan or (), with_counts=True)
+        avoid = _avoid_rejected(rejected, plan or (), "corrected plan", with_counts=True)
     else:
         avoid = "stopping at the accepted actions above; they did not finish the task"
     return [diagnosis, useful, corrected, avoid]
