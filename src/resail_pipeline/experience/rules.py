@@ -185,26 +185,25 @@ def _avoid_rejected(
     quoted (see the module docstring); without one, the first :data:`AVOID_ACTIONS` distinct
     rejected actions are named.
     """
+
+    def times(count: int) -> str:
+        return f" (rejected {count} times)" if with_counts and count > 1 else ""
+
     counts = Counter(r.action for r in rejected)
     early = []
     for action, count in counts.items():
         if action and action in plan and len(early) < AVOID_ACTIONS:
-            label = f"{_q(action)} before the plan steps that precede it"
-            early.append(
-                label + (f" (rejected {count} times)" if with_counts and count > 1 else "")
-            )
+            early.append(f"{_q(action)} before the plan steps that precede it{times(count)}")
     clauses = []
     if plan:
         outside = sum(count for action, count in counts.items() if not action or action not in plan)
         if outside:
             clauses.append(f"actions outside the {plan_name} ({outside} rejected)")
     elif counts:
-        named = []
-        for action, count in list(counts.items())[:AVOID_ACTIONS]:
-            label = _q(action) if action else "responses without an action"
-            named.append(
-                label + (f" (rejected {count} times)" if with_counts and count > 1 else "")
-            )
+        named = [
+            (_q(action) if action else "responses without an action") + times(count)
+            for action, count in list(counts.items())[:AVOID_ACTIONS]
+        ]
         repeating = "repeating the rejected " if with_counts else "the rejected "
         clauses.append(repeating + ", ".join(named))
     return "; ".join(clauses + early)
