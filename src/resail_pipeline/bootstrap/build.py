@@ -174,8 +174,9 @@ class WarmStart:
 
     @classmethod
     def load(cls, path: str | Path) -> WarmStart:
-        model, tokenizer = load_policy(check_checkpoint(path))
-        return cls(model, tokenizer, read_checkpoint_info(path))
+        info = read_checkpoint_info(path)  # checks the directory first
+        model, tokenizer = load_policy(info.path)
+        return cls(model, tokenizer, info)
 
 
 @dataclass(frozen=True)
@@ -495,13 +496,13 @@ def verify_reference(path: str | Path) -> CheckpointInfo:
     if not manifest.is_file():
         raise CheckpointError(f"reference policy {path}: {MANIFEST_NAME} is missing")
     expected = json.loads(manifest.read_text()).get("sha256")
-    actual = weights_sha256(path)
-    if expected != actual:
+    info = read_checkpoint_info(path)  # its sha256 is the weights' own, hashed here
+    if info.sha256 != expected:
         raise CheckpointError(
-            f"reference policy {path}: weights sha256 {actual[:12]} does not match the "
+            f"reference policy {path}: weights sha256 {info.sha256[:12]} does not match the "
             f"manifest's {str(expected)[:12]}"
         )
-    return read_checkpoint_info(path)
+    return info
 
 
 def resolve_initial_policy(
@@ -515,7 +516,7 @@ def resolve_initial_policy(
     ``config.reference`` exists, else one built (or reused) under ``out_dir``."""
     if config.checkpoint is not None:
         logger.info("bootstrap: using the configured checkpoint %s", config.checkpoint)
-        return read_checkpoint_info(check_checkpoint(config.checkpoint))
+        return read_checkpoint_info(config.checkpoint)
     if config.reference is not None and Path(config.reference).is_dir():
         logger.info("bootstrap: using the shipped reference policy %s", config.reference)
         return verify_reference(config.reference)
