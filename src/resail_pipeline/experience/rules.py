@@ -190,13 +190,14 @@ def _avoid_rejected(
         return f" (rejected {count} times)" if with_counts and count > 1 else ""
 
     counts = Counter(r.action for r in rejected)
-    early = []
-    for action, count in counts.items():
-        if action and action in plan and len(early) < AVOID_ACTIONS:
-            early.append(f"{_q(action)} before the plan steps that precede it{times(count)}")
+    on_plan = {action: count for action, count in counts.items() if action and action in plan}
+    early = [
+        f"{_q(action)} before the plan steps that precede it{times(count)}"
+        for action, count in list(on_plan.items())[:AVOID_ACTIONS]
+    ]
     clauses = []
     if plan:
-        outside = sum(count for action, count in counts.items() if not action or action not in plan)
+        outside = counts.total() - sum(on_plan.values())
         if outside:
             clauses.append(f"actions outside the {plan_name} ({outside} rejected)")
     elif counts:
