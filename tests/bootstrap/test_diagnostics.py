@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from resail_pipeline.bootstrap import diagnostics
-from resail_pipeline.bootstrap.diagnostics import guidance_use
+from resail_pipeline.bootstrap.diagnostics import MISSES, classify_miss, guidance_use
 
 
 def test_both_views_of_every_step_are_scored(tiny_model, tiny_tokenizer, monkeypatch):
@@ -78,9 +80,57 @@ def test_real_scores_are_probabilities(tiny_model, tiny_tokenizer):
     fits = guidance_use(tiny_model, tiny_tokenizer, "textcraft", [0], progress=False)
     for fit in fits:
         assert 0.0 <= fit.exact <= 1.0 and fit.logp < 0.0 and fit.steps >= 1
+        assert list(fit.misses) == list(MISSES)
+        assert fit.exact + sum(fit.misses.values()) == pytest.approx(1.0)
 
 
-def test_no_solvable_task_is_an_error(tiny_model, tiny_tokenizer, monkeypatch):
-    monkeypatch.setattr(diagnostics, "collect_demonstrations", lambda *a, **k: [])
-    with pytest.raises(ValueError, match="task_ids: the planner solves none"):
-        guidance_use(tiny_model, tiny_tokenizer, "textcraft", [0], progress=False)
+PLAN = [
+    "get 1 oak logs",
+    "craft 4 oak planks using 1 oak logs",
+    "craft 1 oak button using 1 oak planks",
+]
+
+
+@pytest.mark.parametrize(
+    ("action", "tried", "kind"),
+    [
+        ("craft 4 oak planks using 1 oak logs", [], "format"),
+        (None, [], "no_action"),
+        ("craft 8 oak planks using 2 oak logs", [], "quantity"),
+        # taken before: a loop, whether or not the plan has it
+        ("get 1 oak logs", ["get 1 oak logs"], "repeat"),
+        ("get 3 sand", ["get 1 oak logs", "get 3 sand"], "repeat"),
+        ("craft 1 oak button using 1 oak planks", ["get 1 oak logs"], "skip"),
+        ("get 1 oak logs", [], "skip"),
+        ("craft 1 stick using 2 oak planks", ["get 1 oak logs"], "off_plan"),
+        ("get 2 oak logs", ["get 1 oak logs"], "off_plan"),
+    ],
+)
+def test_a_miss_is_classified_by_the_first_kind_that_applies(action, tried, kind):
+    expert = "craft 4 oak planks using 1 oak logs"
+    assert classify_miss(action, expert, PLAN, tried) == kind
+
+
+def test_misses_are_classified_from_the_greedy_action(tiny_model, tiny_tokenizer, monkeypatch):
+    """Fakes of both model calls: every ordinary step is hit, every privileged step missed by
+    taking the episode's first action again (on a first step, an action no plan has)."""
+    greedy_calls = []
+
+    def fit(model, tokenizer, message, response):
+        return "Failure analysis:" not in message, -1.0
+
+    def first_action_again(model, tokenizer, message):
+        greedy_calls.append(message)
+        first = re.search(r"Action 1: '([^']+)'", message)
+        return first[1] if first else "get 1 bedrock"
+
+    monkeypatch.setattr(diagnostics, "_response_fit", fit)
+    monkeypatch.setattr(diagnostics, "_greedy_action", first_action_again)
+    ordinary, privileged = guidance_use(
+        tiny_model, tiny_tokenizer, "textcraft", [1, 2], progress=False
+    )
+    assert ordinary.exact == 1.0 and set(ordinary.misses.values()) == {0.0}
+    assert privileged.exact == 0.0 and len(greedy_calls) == privileged.steps
+    first_steps = 2 / privileged.steps
+    assert privileged.misses["off_plan"] == pytest.approx(first_steps)
+    assert privileged.misses["repeat"] == pytest.approx(1.0 - first_steps)

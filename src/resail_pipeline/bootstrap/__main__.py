@@ -111,12 +111,13 @@ def main(argv: list[str] | None = None) -> None:
         for fit in fits:
             logger.info(
                 "%s view: %d steps, exact action %.3f (first steps %.3f), "
-                "mean log-probability %.3f",
+                "mean log-probability %.3f; missed: %s",
                 fit.view,
                 fit.steps,
                 fit.exact,
                 fit.first_exact,
                 fit.logp,
+                ", ".join(f"{kind} {share:.3f}" for kind, share in fit.misses.items()),
             )
     else:
         config = EvalConfig(

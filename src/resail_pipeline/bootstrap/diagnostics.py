@@ -10,6 +10,12 @@ plan scores higher in the privileged view; one that ignores it scores the same o
 steps are also scored apart: there the answer is the plan's first action, a copy that needs no
 tracking of progress through the plan.
 
+Where a step is missed, the greedy response is decoded and the miss classified (:data:`MISSES`):
+no action, the planner's action with other quantities, an action the episode already took (a
+loop), a step of the task's plan not taken yet (skipping ahead), or anything else (and, rarely,
+the planner's action in a response that does not end after it). Repeats and
+skips are failures to track progress through a plan the policy may well have read.
+
 With ``renamed``, each task's text goes through a random permutation of item qualifiers
 (:mod:`~.renaming`), so a memorised recipe does not help either view. With ``without_commands``
 as well, the crafting commands are taken out of every message (:mod:`~.drills`): the plan is then
@@ -18,19 +24,38 @@ the only source of the answer, and the privileged view's score is the policy's r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections import Counter
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import torch
 from tqdm.auto import tqdm
 
-from resail_pipeline.bootstrap.demonstrations import collect_demonstrations, demonstration_response
+from resail_pipeline.bootstrap.demonstrations import (
+    NO_ACTION,
+    RESPONSE_MAX_NEW_TOKENS,
+    collect_demonstrations,
+    demonstration_response,
+)
 from resail_pipeline.bootstrap.drills import without_crafting_commands
 from resail_pipeline.bootstrap.renaming import demonstration_qualifiers, task_renamings
+from resail_pipeline.envs.planner import plan_from_observation
 from resail_pipeline.objectives.divergences import token_logprobs
-from resail_pipeline.prompts import Summary, add_privileged, chat_prompt, render_user_message
+from resail_pipeline.prompts import (
+    Summary,
+    add_privileged,
+    chat_prompt,
+    parse_action,
+    render_user_message,
+)
 
 VIEWS = ("ordinary", "privileged")
+
+#: The kinds of a missed step, in the order :func:`classify_miss` tests them.
+MISSES = ("format", "no_action", "quantity", "repeat", "skip", "off_plan")
+
+_NUMBER = re.compile(r"\d+")
 
 
 @dataclass(frozen=True)
@@ -43,6 +68,7 @@ class ViewFit:
         exact: share of steps whose whole response is the greedy (argmax) continuation.
         logp: mean log-probability of a step's response (nats, summed over its tokens).
         first_exact: ``exact`` over the first step of each demonstration alone.
+        misses: share of steps missed, by kind (:data:`MISSES`); with ``exact`` they sum to 1.
     """
 
     view: str
@@ -50,6 +76,31 @@ class ViewFit:
     exact: float
     logp: float
     first_exact: float
+    misses: dict[str, float]
+
+
+def classify_miss(
+    action: str | None, expert: str, plan: Sequence[str], tried: Collection[str]
+) -> str:
+    """The kind (:data:`MISSES`) of the greedy ``action`` of a response that missed the planner's.
+
+    ``plan`` is the task's plan from the start, ``tried`` the actions the episode already took.
+    The first kind that applies wins: ``format`` (the expert's action, in a response that is not
+    the expert's: it does not end there), ``no_action`` (no parsable action), ``quantity`` (the
+    expert's action with other numbers), ``repeat`` (in ``tried``), ``skip`` (in ``plan``, so a
+    step not taken yet), ``off_plan``.
+    """
+    if action == expert:
+        return "format"
+    if action is None:
+        return "no_action"
+    if _NUMBER.sub("N", action) == _NUMBER.sub("N", expert):
+        return "quantity"
+    if action in tried:
+        return "repeat"
+    if action in plan:
+        return "skip"
+    return "off_plan"
 
 
 @torch.inference_mode()
@@ -59,6 +110,19 @@ def _response_fit(model, tokenizer, message: str, response: str) -> tuple[bool, 
     logits = model(torch.tensor([prompt + target])).logits[0, len(prompt) - 1 : -1]
     logp = token_logprobs(logits, torch.tensor(target))
     return logits.argmax(-1).tolist() == target, logp.sum().item()
+
+
+@torch.inference_mode()
+def _greedy_action(model, tokenizer, message: str) -> str | None:
+    prompt = tokenizer(chat_prompt(tokenizer, message), add_special_tokens=False).input_ids
+    out = model.generate(
+        torch.tensor([prompt]),
+        attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+        max_new_tokens=RESPONSE_MAX_NEW_TOKENS,
+        do_sample=False,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    return parse_action(tokenizer.decode(out[0, len(prompt) :], skip_special_tokens=True)).action
 
 
 def guidance_use(
@@ -91,6 +155,8 @@ def guidance_use(
     words = demonstration_qualifiers(env, demos) if renamed else ()
     renamings = task_renamings(words, (d.task_id for d in played), f"{seed}/guidance")
     scores: dict[str, list[tuple[bool, float]]] = {view: [] for view in VIEWS}
+    misses: dict[str, Counter[str]] = {view: Counter() for view in VIEWS}
+    plans = {d.task_id: plan_from_observation(d.initial.text) or [] for d in played}
     steps = [(d, s) for d in played for s in d.steps]
     first = [s is d.steps[0] for d, s in steps]
     for demo, step in tqdm(steps, desc="guidance use", unit="step", disable=not progress):
@@ -100,9 +166,16 @@ def guidance_use(
         if without_commands:
             message = without_crafting_commands(message)
         views = (message, add_privileged(message, Summary(guide.outcome, rename(guide.text))))
-        response = demonstration_response(rename(step.expert)) + tokenizer.eos_token
+        expert = rename(step.expert)
+        response = demonstration_response(expert) + tokenizer.eos_token
         for view, text in zip(VIEWS, views, strict=True):
-            scores[view].append(_response_fit(model, tokenizer, text, response))
+            fit = _response_fit(model, tokenizer, text, response)
+            scores[view].append(fit)
+            if not fit[0]:
+                tried = {rename(t.action) for t in step.history.turns} - {NO_ACTION}
+                plan = [rename(a) for a in plans[demo.task_id]]
+                action = _greedy_action(model, tokenizer, text)
+                misses[view][classify_miss(action, expert, plan, tried)] += 1
     return [
         ViewFit(
             view,
@@ -110,6 +183,7 @@ def guidance_use(
             sum(ok for ok, _ in fits) / len(fits),
             sum(lp for _, lp in fits) / len(fits),
             sum(ok for (ok, _), f in zip(fits, first, strict=True) if f) / len(played),
+            {kind: misses[view][kind] / len(fits) for kind in MISSES},
         )
         for view, fits in scores.items()
     ]
