@@ -140,6 +140,19 @@ def test_a_recorded_episode_is_replayed_and_relabelled_by_the_planner(env):
     assert [s.valid for s in demo.steps[1:4]] == [False, False, False]
 
 
+def test_a_craft_the_task_does_not_list_is_relabelled_from_the_environments_inventory(env):
+    task = TASKS[0]  # acacia button: no listed command makes sticks
+    problem = parse_problem(env.reset(task).text)
+    unlisted = "craft 4 stick using 2 acacia planks"  # the game's recipe book has it
+    assert "stick" not in problem.producers
+    recorded = ["get 1 acacia logs", "craft 4 acacia planks using 1 acacia logs", unlisted]
+    recorded.append("craft 1 acacia button using 1 acacia planks")
+    (demo,) = relabel_episodes("textcraft", [(task, recorded)], first_episode=0, progress=False)
+    assert demo.success and [s.valid for s in demo.steps] == [True] * 4
+    assert demo.steps[2].mistake == POLICY_MISTAKE  # not the planner's craft, but accepted
+    assert demo.steps[3].expert == recorded[3]  # planned from the 2 planks (and 4 sticks) held
+
+
 def test_relabelling_refuses_actions_of_another_episode(env):
     clean = plan(parse_problem(env.reset(TASKS[0]).text))
     with pytest.raises(ValueError, match="actions: task 1: the 2 recorded actions end before"):

@@ -98,6 +98,16 @@ def test_valid_and_invalid_actions(env, capsys):
     assert env.step("dance").observation == "Could not execute dance"
 
 
+def test_inventory_names_items_as_the_commands_do(env):
+    env.reset(0)
+    assert env.inventory() == {}
+    env.step("get 2 oak logs")
+    env.step("craft 4 oak planks using 1 oak logs")
+    assert env.inventory() == {"oak logs": 1, "oak planks": 4}
+    env.reset(0)
+    assert env.inventory() == {}
+
+
 def test_invalid_actions_consume_steps_up_to_the_limit(env):
     env.reset(0)
     results = [env.step(None) for _ in range(MAX_STEPS)]

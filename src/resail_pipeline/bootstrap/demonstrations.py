@@ -24,7 +24,8 @@ partial progress. Stalled demonstrations give the privileged view the "Failure a
 that it meets at evaluation time.
 
 Only TextCraft has a planner (:data:`PLANNER_ENVS`); the module is written against its interface
-(``parse_problem``, ``plan``, ``CraftingProblem.apply``).
+(``parse_problem``, ``plan``, ``CraftingProblem.apply``) and an environment that reports the
+items held (:class:`PlannerEnvironment`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Protocol
 
 import pandas as pd
 from tqdm.auto import tqdm
@@ -57,6 +59,15 @@ RESPONSE_MAX_NEW_TOKENS = 48
 
 #: Environments with an exact planner, the only ones demonstrations can be played in.
 PLANNER_ENVS = ("textcraft",)
+
+
+class PlannerEnvironment(Environment, Protocol):
+    """An environment of :data:`PLANNER_ENVS`: it also reports the items held."""
+
+    def inventory(self) -> dict[str, int]:
+        """Item name (as the crafting commands write it) -> count held now."""
+        ...
+
 
 #: The policy id recorded for planner demonstrations.
 PLANNER_POLICY_ID = "planner"
@@ -336,7 +347,7 @@ class SimulationMismatch(RuntimeError):
 
 
 def play(
-    env: Environment,
+    env: PlannerEnvironment,
     task_id: int,
     *,
     episode: int,
@@ -391,6 +402,10 @@ def play(
         executed = action or ""
         if result.action_valid:
             after = problem.apply(inventory, executed)
+            if after is None and actions is not None:
+                # a policy may craft from the game's whole recipe book, beyond the listed commands
+                # the planner simulates: the environment's own inventory keeps the labels exact
+                after = env.inventory()
             if after is None:
                 raise SimulationMismatch(
                     f"task {task_id}: the environment accepted {executed!r}, the planner's "
@@ -487,35 +502,20 @@ def relabel_episodes(
     (``""`` for a response without one). Each is replayed in a fresh episode of the real
     environment, and every step records the planner's action from the inventory held there as
     its expert action: the states the policy itself reaches, its loops and dead ends included,
-    labelled with the way on. The ``k``-th episode of a task gets the index
-    ``first_episode + k`` (keep it clear of the planner demonstrations of that task). Tasks the
-    planner cannot solve are skipped, and so are episodes with an accepted action the planner's
-    simulation rejects (:class:`SimulationMismatch`: no exact inventory, so no exact label).
+    labelled with the way on (after a craft the planner's simulation cannot follow, one from the
+    game's recipe book that the task does not list, from the environment's own inventory). The
+    ``k``-th episode of a task gets the index ``first_episode + k`` (keep it clear of the planner
+    demonstrations of that task). Tasks the planner cannot solve are skipped.
     """
     if env_name not in PLANNER_ENVS:
         raise ValueError(f"env: {env_name!r} has no planner to relabel with (only {PLANNER_ENVS})")
     env = make_env(env_name)
     seen: dict[int, int] = defaultdict(int)
     out: list[Demonstration] = []
-    mismatched = []
     for task_id, actions in tqdm(episodes, desc="relabel", unit="episode", disable=not progress):
         index = first_episode + seen[task_id]
         seen[task_id] += 1
-        try:
-            demo = play(env, task_id, episode=index, actions=actions)
-        except SimulationMismatch as err:
-            # a policy can find actions the planner's model of the recipes does not cover;
-            # without an exact inventory there is no exact label, so the episode is left out
-            mismatched.append(task_id)
-            logger.debug("relabel: %s", err)
-            continue
+        demo = play(env, task_id, episode=index, actions=actions)
         if demo is not None:
             out.append(demo)
-    if mismatched:
-        logger.info(
-            "relabel: %d episode(s) left out, an accepted action the planner cannot simulate "
-            "(tasks %s)",
-            len(mismatched),
-            sorted(set(mismatched))[:10],
-        )
     return out

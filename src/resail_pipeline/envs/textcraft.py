@@ -205,6 +205,10 @@ class TextCraftEnv:
             end_reason=end_reason,
         )
 
+    def inventory(self) -> dict[str, int]:
+        """The items held now, by the names the observations use (``oak planks``)."""
+        return {item_name(item): n for item, n in self._env.inventory.items() if n > 0}
+
     def _execute(self, action: str) -> tuple[str, bool]:
         """The package's ``step``; its stray prints are silenced, and any exception it raises on
         odd text becomes the package's own "Could not execute" feedback."""
