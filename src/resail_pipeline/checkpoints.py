@@ -64,7 +64,9 @@ def load_model(
     return model.to(device)
 
 
-def load_policy(path: str | Path, dtype: torch.dtype | None = None, device: str = "cpu"):
+def load_policy(
+    path: str | Path, dtype: torch.dtype | None = None, device: str | torch.device = "cpu"
+):
     """``(model, tokenizer)`` from a local checkpoint directory."""
     return load_model(path, dtype, device), load_tokenizer(path)
 

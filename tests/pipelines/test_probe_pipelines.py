@@ -4,6 +4,7 @@ reference episodes, and the train pipeline hands it to the trainer and returns `
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,12 @@ from resail_pipeline.evaluation.report import sensitivity_per_update
 from resail_pipeline.pipelines.common import in_cycle
 from resail_pipeline.pipelines.evaluate import initial_policy_pipeline
 from resail_pipeline.pipelines.evaluate import nodes as evaluate_nodes
+from resail_pipeline.pipelines.score import nodes as score_nodes
 from resail_pipeline.pipelines.train import base_pipeline as train_pipeline
 from resail_pipeline.schemas import SCHEMAS, check_columns
 from resail_pipeline.settings import CONFIG_LOADER_ARGS
 from resail_pipeline.training import InputError, ProbeSet
+from resail_pipeline.training.engine import machine_device
 
 CONF = Path(__file__).parents[2] / "conf"
 
@@ -84,6 +87,47 @@ def test_with_the_probe_off_the_probe_set_is_empty_and_no_model_is_loaded(monkey
     check_columns(probe_set, "probe_set")
     with pytest.raises(InputError, match=r"built with train\.probe\.enabled false"):
         ProbeSet.from_frame(probe_set)
+
+
+# ----------------------------------------------------------------------------------------------
+# the scorer and the probe set's support run as the trainer runs its teacher: on the machine's
+# device, in the precision and blocks of train.engine
+
+
+def recording_scorer(calls: dict):
+    """A fake of the library's scoring call: records where the model is and how it is asked."""
+
+    def score(model, tokenizer, *frames, **options):
+        calls.update(options, device=next(model.parameters()).device)
+        return pd.DataFrame()
+
+    return score
+
+
+@pytest.mark.parametrize(("precision", "expected"), [("auto", "fp32"), ("bf16", "bf16")])
+def test_the_scorer_follows_the_trainers_engine(tiny_checkpoint, monkeypatch, precision, expected):
+    calls: dict = {}
+    monkeypatch.setattr(score_nodes, "score_steps", recording_scorer(calls))
+    train = copy.deepcopy(project_config("parameters")["train"])
+    train["engine"].update(precision=precision, chunk_size=64)
+    policy = read_checkpoint_info(tiny_checkpoint).to_frame()
+    unused = pd.DataFrame()
+    score_nodes.score_node(unused, unused, unused, policy, train, {"micro_batch_steps": 4})
+    assert calls["device"] == machine_device()  # the CPU here: auto resolves to fp32 without GPUs
+    assert (calls["precision"], calls["chunk_size"]) == (expected, 64)
+
+
+def test_the_probe_support_follows_the_trainers_engine(tiny_checkpoint, monkeypatch):
+    calls: dict = {}
+    monkeypatch.setattr(evaluate_nodes, "build_probe_set", recording_scorer(calls))
+    train = copy.deepcopy(project_config("parameters")["train"])
+    train["probe"]["enabled"] = True
+    train["engine"].update(precision="bf16", chunk_size=32)
+    checkpoint = read_checkpoint_info(tiny_checkpoint).to_frame()
+    unused = pd.DataFrame()
+    evaluate_nodes.probe_set_node(checkpoint, unused, unused, unused, train)
+    assert calls["device"] == machine_device()
+    assert (calls["precision"], calls["chunk_size"]) == ("bf16", 32)
 
 
 # ----------------------------------------------------------------------------------------------

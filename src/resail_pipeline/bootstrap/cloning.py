@@ -36,7 +36,7 @@ from transformers import PreTrainedModel
 from resail_pipeline.bootstrap.config import TrainingSettings
 from resail_pipeline.bootstrap.packing import Batch, PackedRow, collate, plan_batches
 from resail_pipeline.io import atomic_path
-from resail_pipeline.training.engine import autocast, bf16_native
+from resail_pipeline.training.engine import autocast, bf16_native, machine_device
 
 logger = logging.getLogger(__name__)
 
@@ -81,12 +81,9 @@ class CloningState:
 
 def training_device(setting: str) -> torch.device:
     """The device of ``training.device``: ``auto`` takes CUDA when available; ``cuda`` needs it."""
-    cuda = torch.cuda.is_available()
-    if setting == "cuda" and not cuda:
+    if setting == "cuda" and not torch.cuda.is_available():
         raise ValueError("training.device: 'cuda' was asked for but torch sees no CUDA device")
-    if setting == "cpu" or not cuda:
-        return torch.device("cpu")
-    return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu") if setting == "cpu" else machine_device()
 
 
 def training_precision(setting: str, device: torch.device) -> str:

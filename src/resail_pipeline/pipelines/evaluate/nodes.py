@@ -13,6 +13,8 @@ from resail_pipeline.evaluation.stats import summarize_eval_results
 from resail_pipeline.experience import SummarizeConfig
 from resail_pipeline.pipelines.common import RunConfig, dataclass_from_params, policy_info
 from resail_pipeline.training import TrainConfig, build_probe_set, empty_probe_set
+from resail_pipeline.training.engine import machine_device
+from resail_pipeline.training.run import resolve_for_machine
 
 logger = logging.getLogger(__name__)
 
@@ -87,14 +89,15 @@ def probe_set_node(
     """The PI-sensitivity probe's fixed set (appendix D.3): the steps of the first
     ``train.probe.num_trajectories`` reference trajectories in task order with an accepted
     Experience, their logged responses, and the initial model's ordinary-view top-K support
-    (``train.probe.top_k``) at every response position. With ``train.probe.enabled`` off nothing
-    reads it: it is kept empty, without loading the model."""
-    config = TrainConfig.from_dict(train_params)
+    (``train.probe.top_k``) at every response position, computed on the device and in the
+    precision the trainer runs in. With ``train.probe.enabled`` off nothing reads it: it is kept
+    empty, without loading the model."""
+    config = resolve_for_machine(TrainConfig.from_dict(train_params))
     if not config.probe.enabled:
         logger.info("train.probe.enabled is false: the probe set is left empty")
         return empty_probe_set()
     info = policy_info(checkpoint)
-    model, tokenizer = load_policy(info.path)
+    model, tokenizer = load_policy(info.path, device=machine_device())
     return build_probe_set(
         model,
         tokenizer,
@@ -106,4 +109,5 @@ def probe_set_node(
         top_k=config.probe.top_k,
         micro_batch_steps=config.probe.micro_batch_steps,
         chunk_size=config.engine.chunk_size,
+        precision=config.engine.precision,
     )

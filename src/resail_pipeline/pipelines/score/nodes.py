@@ -9,6 +9,8 @@ import pandas as pd
 from resail_pipeline.checkpoints import load_policy
 from resail_pipeline.pipelines.common import RunConfig, policy_info
 from resail_pipeline.training import TrainConfig, sample_responses, score_steps, usable_steps
+from resail_pipeline.training.engine import machine_device
+from resail_pipeline.training.run import resolve_for_machine
 
 
 def respond_node(
@@ -38,10 +40,10 @@ def score_node(
     score_params: dict[str, Any],
 ) -> pd.DataFrame:
     """The frozen cycle-start teacher's PI sensitivity of every step over its cached response (the
-    function the trainer scores with online)."""
-    config = TrainConfig.from_dict(train_params)
+    function the trainer scores with online, on the device and in the precision it trains in)."""
+    config = resolve_for_machine(TrainConfig.from_dict(train_params))
     info = policy_info(policy)
-    model, tokenizer = load_policy(info.path)
+    model, tokenizer = load_policy(info.path, device=machine_device())
     return score_steps(
         model,
         tokenizer,
@@ -52,4 +54,6 @@ def score_node(
         top_k=config.resail.top_k,
         micro_batch_steps=int(score_params["micro_batch_steps"]),
         max_response_tokens=config.responses.max_tokens,
+        chunk_size=config.engine.chunk_size,
+        precision=config.engine.precision,
     )
