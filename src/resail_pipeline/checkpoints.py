@@ -52,22 +52,33 @@ def load_tokenizer(path: str | Path) -> Any:
     return tokenizer
 
 
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``device`` as a torch device; ``auto`` is the first CUDA device when torch sees one, else the
+    CPU (where the trainer's rank 0 runs)."""
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+    return torch.device(device)
+
+
 def load_model(
     path: str | Path, dtype: torch.dtype | None = None, device: str | torch.device = "cpu"
 ) -> PreTrainedModel:
+    """The causal LM of a local checkpoint directory, on ``device`` (see :func:`resolve_device`)."""
     model = AutoModelForCausalLM.from_pretrained(
         str(check_checkpoint(path)),
         trust_remote_code=False,
         use_safetensors=True,
         dtype=dtype or torch.float32,
     )
-    return model.to(device)
+    return model.to(resolve_device(device))
 
 
 def load_policy(
     path: str | Path, dtype: torch.dtype | None = None, device: str | torch.device = "cpu"
 ):
-    """``(model, tokenizer)`` from a local checkpoint directory."""
+    """``(model, tokenizer)`` from a local checkpoint directory, the model on ``device``."""
     return load_model(path, dtype, device), load_tokenizer(path)
 
 

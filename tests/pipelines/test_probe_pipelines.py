@@ -14,7 +14,7 @@ from kedro.config import OmegaConfigLoader
 from kedro.io import DataCatalog, DatasetError, MemoryDataset
 from kedro.runner import SequentialRunner
 
-from resail_pipeline.checkpoints import read_checkpoint_info
+from resail_pipeline.checkpoints import read_checkpoint_info, resolve_device
 from resail_pipeline.evaluation.report import sensitivity_per_update
 from resail_pipeline.pipelines.common import in_cycle
 from resail_pipeline.pipelines.evaluate import initial_policy_pipeline
@@ -24,7 +24,6 @@ from resail_pipeline.pipelines.train import base_pipeline as train_pipeline
 from resail_pipeline.schemas import SCHEMAS, check_columns
 from resail_pipeline.settings import CONFIG_LOADER_ARGS
 from resail_pipeline.training import InputError, ProbeSet
-from resail_pipeline.training.engine import machine_device
 
 CONF = Path(__file__).parents[2] / "conf"
 
@@ -113,7 +112,9 @@ def test_the_scorer_follows_the_trainers_engine(tiny_checkpoint, monkeypatch, pr
     policy = read_checkpoint_info(tiny_checkpoint).to_frame()
     unused = pd.DataFrame()
     score_nodes.score_node(unused, unused, unused, policy, train, {"micro_batch_steps": 4})
-    assert calls["device"] == machine_device()  # the CPU here: auto resolves to fp32 without GPUs
+    assert calls["device"] == resolve_device(
+        "auto"
+    )  # the CPU here: auto resolves to fp32 without GPUs
     assert (calls["precision"], calls["chunk_size"]) == (expected, 64)
 
 
@@ -126,7 +127,7 @@ def test_the_probe_support_follows_the_trainers_engine(tiny_checkpoint, monkeypa
     checkpoint = read_checkpoint_info(tiny_checkpoint).to_frame()
     unused = pd.DataFrame()
     evaluate_nodes.probe_set_node(checkpoint, unused, unused, unused, train)
-    assert calls["device"] == machine_device()
+    assert calls["device"] == resolve_device("auto")
     assert (calls["precision"], calls["chunk_size"]) == ("bf16", 32)
 
 

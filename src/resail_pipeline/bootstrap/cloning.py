@@ -35,8 +35,9 @@ from transformers import PreTrainedModel
 
 from resail_pipeline.bootstrap.config import TrainingSettings
 from resail_pipeline.bootstrap.packing import Batch, PackedRow, collate, plan_batches
+from resail_pipeline.checkpoints import resolve_device
 from resail_pipeline.io import atomic_path
-from resail_pipeline.training.engine import autocast, bf16_native, machine_device
+from resail_pipeline.training.engine import autocast, bf16_native
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ def training_device(setting: str) -> torch.device:
     """The device of ``training.device``: ``auto`` takes CUDA when available; ``cuda`` needs it."""
     if setting == "cuda" and not torch.cuda.is_available():
         raise ValueError("training.device: 'cuda' was asked for but torch sees no CUDA device")
-    return torch.device("cpu") if setting == "cpu" else machine_device()
+    return resolve_device(setting if setting == "cpu" else "auto")
 
 
 def training_precision(setting: str, device: torch.device) -> str:

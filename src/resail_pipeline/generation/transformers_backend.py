@@ -140,11 +140,12 @@ class TransformersGenerator:
         path: str | Path,
         *,
         dtype: torch.dtype | None = None,
-        device: str = "cpu",
+        device: str = "auto",
         policy_id: str | None = None,
         **options: Any,
     ) -> TransformersGenerator:
-        """Load a local checkpoint; ``policy_id`` defaults to the one its manifest records."""
+        """Load a local checkpoint on ``device`` (``auto``: the first GPU if there is one, else the
+        CPU; ``run.generation.device``); ``policy_id`` defaults to the one its manifest records."""
         model, tokenizer = load_policy(path, dtype=dtype, device=device)
         if policy_id is None:
             policy_id = read_checkpoint_info(path).policy_id

@@ -63,14 +63,6 @@ def bf16_native(device: torch.device) -> bool:
     return False
 
 
-def machine_device() -> torch.device:
-    """The first CUDA device when torch sees one, else the CPU: where a model used outside the
-    trainer's processes (the scorer, the probe set's support) runs, as the trainer's rank 0 does."""
-    if torch.cuda.is_available():
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
     """bf16 autocast on ``device`` for ``precision == "bf16"``, else nothing."""
     if precision == "bf16":

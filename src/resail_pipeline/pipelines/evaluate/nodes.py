@@ -13,7 +13,6 @@ from resail_pipeline.evaluation.stats import summarize_eval_results
 from resail_pipeline.experience import SummarizeConfig
 from resail_pipeline.pipelines.common import RunConfig, dataclass_from_params, policy_info
 from resail_pipeline.training import TrainConfig, build_probe_set, empty_probe_set
-from resail_pipeline.training.engine import machine_device
 from resail_pipeline.training.run import resolve_for_machine
 
 logger = logging.getLogger(__name__)
@@ -97,7 +96,7 @@ def probe_set_node(
         logger.info("train.probe.enabled is false: the probe set is left empty")
         return empty_probe_set()
     info = policy_info(checkpoint)
-    model, tokenizer = load_policy(info.path, device=machine_device())
+    model, tokenizer = load_policy(info.path, device="auto")
     return build_probe_set(
         model,
         tokenizer,

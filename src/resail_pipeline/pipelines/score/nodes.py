@@ -9,7 +9,6 @@ import pandas as pd
 from resail_pipeline.checkpoints import load_policy
 from resail_pipeline.pipelines.common import RunConfig, policy_info
 from resail_pipeline.training import TrainConfig, sample_responses, score_steps, usable_steps
-from resail_pipeline.training.engine import machine_device
 from resail_pipeline.training.run import resolve_for_machine
 
 
@@ -43,7 +42,7 @@ def score_node(
     function the trainer scores with online, on the device and in the precision it trains in)."""
     config = resolve_for_machine(TrainConfig.from_dict(train_params))
     info = policy_info(policy)
-    model, tokenizer = load_policy(info.path, device=machine_device())
+    model, tokenizer = load_policy(info.path, device="auto")
     return score_steps(
         model,
         tokenizer,
