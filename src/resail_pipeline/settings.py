@@ -1,8 +1,8 @@
 """Project settings (Kedro defaults unless stated)."""
 
-from resail_pipeline.hooks import NodeTimingHook
+from resail_pipeline.hooks import DeviceMemoryHook, NodeTimingHook
 
-HOOKS = (NodeTimingHook(),)
+HOOKS = (NodeTimingHook(), DeviceMemoryHook())
 
 CONFIG_LOADER_ARGS = {
     "base_env": "base",
