@@ -13,8 +13,8 @@ tracking of progress through the plan.
 Where a step is missed, the greedy response is decoded and the miss classified (:data:`MISSES`):
 no action, the planner's action with other quantities, an action the episode already took (a
 loop), a step of the task's plan not taken yet (skipping ahead), or anything else (and, rarely,
-the planner's action in a response that does not end after it). Repeats and
-skips are failures to track progress through a plan the policy may well have read.
+the planner's action in a response that does not end after it). Repeats and skips are failures
+to track progress through a plan the policy may well have read.
 
 With ``renamed``, each task's text goes through a random permutation of item qualifiers
 (:mod:`~.renaming`), so a memorised recipe does not help either view. With ``without_commands``
