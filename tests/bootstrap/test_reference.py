@@ -231,3 +231,7 @@ def test_the_named_configurations_parse_and_continue_the_right_stages():
     assert more_drills.warm_start == "data/06_models/bootstrap-drills/policy"
     assert more_drills.data == dataclasses.replace(drills.data, copying_drills=4)
     assert more_drills.seed not in (first.seed, second.seed, drills.seed)  # fresh demonstrations
+    mistakes = load_config(SHIPPED.parent / "textcraft-initial-mistakes.yml")
+    assert mistakes.warm_start == str(SHIPPED.relative_to(SHIPPED.parent.parent))
+    assert mistakes.data == dataclasses.replace(drills.data, mistake_rate=0.3)
+    assert mistakes.seed not in (first.seed, second.seed, drills.seed, more_drills.seed)
