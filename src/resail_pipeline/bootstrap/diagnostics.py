@@ -156,7 +156,10 @@ def guidance_use(
     renamings = task_renamings(words, (d.task_id for d in played), f"{seed}/guidance")
     scores: dict[str, list[tuple[bool, float]]] = {view: [] for view in VIEWS}
     misses: dict[str, Counter[str]] = {view: Counter() for view in VIEWS}
-    plans = {d.task_id: plan_from_observation(d.initial.text) or [] for d in played}
+    plans = {  # each task's plan from the start, renamed as its prompts are
+        d.task_id: [renamings[d.task_id](a) for a in plan_from_observation(d.initial.text) or []]
+        for d in played
+    }
     steps = [(d, s) for d in played for s in d.steps]
     first = [s is d.steps[0] for d, s in steps]
     for demo, step in tqdm(steps, desc="guidance use", unit="step", disable=not progress):
@@ -173,9 +176,8 @@ def guidance_use(
             scores[view].append(fit)
             if not fit[0]:
                 tried = {rename(t.action) for t in step.history.turns} - {NO_ACTION}
-                plan = [rename(a) for a in plans[demo.task_id]]
                 action = _greedy_action(model, tokenizer, text)
-                misses[view][classify_miss(action, expert, plan, tried)] += 1
+                misses[view][classify_miss(action, expert, plans[demo.task_id], tried)] += 1
     return [
         ViewFit(
             view,

@@ -91,10 +91,11 @@ def probe_set_node(
     (``train.probe.top_k``) at every response position, computed on the device and in the
     precision the trainer runs in. With ``train.probe.enabled`` off nothing reads it: it is kept
     empty, without loading the model."""
-    config = resolve_for_machine(TrainConfig.from_dict(train_params))
+    config = TrainConfig.from_dict(train_params)
     if not config.probe.enabled:
         logger.info("train.probe.enabled is false: the probe set is left empty")
         return empty_probe_set()
+    config = resolve_for_machine(config)
     info = policy_info(checkpoint)
     model, tokenizer = load_policy(info.path, device="auto")
     return build_probe_set(
