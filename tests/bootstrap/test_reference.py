@@ -235,3 +235,7 @@ def test_the_named_configurations_parse_and_continue_the_right_stages():
     assert mistakes.warm_start == str(SHIPPED.relative_to(SHIPPED.parent.parent))
     assert mistakes.data == dataclasses.replace(drills.data, mistake_rate=0.3)
     assert mistakes.seed not in (first.seed, second.seed, drills.seed, more_drills.seed)
+    longer = load_config(SHIPPED.parent / "textcraft-initial-mistakes-longer.yml")
+    assert longer.warm_start == "data/06_models/bootstrap-mistakes/policy"
+    assert longer.data == mistakes.data and longer.model == first.model
+    assert longer.seed not in (first.seed, second.seed, drills.seed, mistakes.seed)
