@@ -283,6 +283,38 @@ def test_on_policy_episodes_are_the_warm_starts_own_relabelled(built):
     assert with_them["demonstrations"] == 4 + 2
 
 
+def test_privileged_on_policy_episodes_read_the_summary_of_the_first(built, monkeypatch):
+    _, out, _ = built
+    params = {
+        **TINY,
+        "warm_start": str(out / "policy"),
+        "data": {**TINY["data"], "on_policy_episodes": 1, "on_policy_privileged": 1},
+    }
+    config = BootstrapConfig.from_dict(params)
+    warm_start = build.WarmStart.load(out / "policy")
+    prompts: list[str] = []
+
+    class RecordingGenerator(build.TransformersGenerator):
+        def generate(self, batch, sampling, seeds=None):
+            prompts.extend(batch)
+            return super().generate(batch, sampling, seeds)
+
+    monkeypatch.setattr(build, "TransformersGenerator", RecordingGenerator)
+    demos = build.on_policy_demonstrations(config, [1, 2], warm_start, progress=False)
+    # the ordinary episodes after the planner's 0-1, then the privileged ones after those
+    assert [(d.task_id, d.episode) for d in demos] == [(1, 2), (2, 2), (1, 3), (2, 3)]
+    ordinary, privileged = demos[:2], demos[2:]
+    assert all(s.expert and s.mistake in ("", "policy") for d in demos for s in d.steps)
+    # every privileged step was generated with the summary of its task's ordinary episode
+    for first in ordinary:
+        text = first.summary.text
+        with_it = [p for p in prompts if text in p]
+        assert len(with_it) == len(privileged[ordinary.index(first)].steps)
+    assert sum(1 for p in prompts if "Failure analysis:" in p or "Guidance summary:" in p) == sum(
+        len(d.steps) for d in privileged
+    )
+
+
 def test_without_on_policy_episodes_no_policy_is_needed():
     config = BootstrapConfig.from_dict({**TINY, "warm_start": "no/such/policy"})
     assert build.on_policy_demonstrations(config, [1, 2], None, progress=False) == []

@@ -47,6 +47,11 @@ def test_where_a_policy_is_trained_is_not_part_of_its_recipe():
             {"data": {"on_policy_episodes": 1}},
             "data.on_policy_episodes: on-policy episodes are rolled out by the warm start",
         ),
+        ({"data": {"on_policy_privileged": -1}}, "data.on_policy_privileged: must be a non-"),
+        (
+            {"warm_start": "p", "data": {"on_policy_privileged": 1}},
+            "data.on_policy_privileged: privileged rollouts take their summary from the task's",
+        ),
         (
             {"warm_start": "p", "data": {"on_policy_episodes": 1, "on_policy_temperature": -1}},
             r"data.on_policy_temperature: must be in \[0.0, 2.0\]",

@@ -80,6 +80,8 @@ TRAIN_SPLIT = "train"
 POLICY_DIR = "policy"
 #: Resumable training states, one folder per recipe, under the output directory.
 WORK_DIR = "work"
+#: Prompts per forward pass of the on-policy rollouts (the ``evaluate`` command's default).
+ROLLOUT_BATCH = 32
 #: The modules whose code shapes a built policy (part of the cache key): the build itself, the
 #: environment and its planner, the prompts, the rules-based summaries and the model builders.
 _SOURCES = (
@@ -277,13 +279,18 @@ def on_policy_demonstrations(
     progress: bool = True,
 ) -> list[Demonstration]:
     """``data.on_policy_episodes`` episodes of every task rolled out by the warm start policy
-    and relabelled by the planner (:func:`~.demonstrations.relabel_episodes`); none when 0.
+    and relabelled by the planner (:func:`~.demonstrations.relabel_episodes`), then
+    ``data.on_policy_privileged`` more in the privileged view; none when both are 0.
 
     ``warm_start`` is the loaded ``config.warm_start``, whose weights are then trained. The
     ``k``-th episode of a task is decoded with seed ``k`` at ``data.on_policy_temperature``,
-    under the environment's own step limit, as the evaluation runs it.
+    under the environment's own step limit, as the evaluation runs it. Every step of a
+    privileged episode is generated with the rules-based summary of the task's first ordinary
+    episode (its ``summary``), as the appendix-D.2 evaluation inserts the summary of the policy's
+    own reference episode; its seeds and indices follow the ordinary episodes'.
     """
-    episodes = config.data.on_policy_episodes
+    data = config.data
+    episodes = data.on_policy_episodes
     if not episodes:
         return []
     if warm_start is None:
@@ -291,30 +298,59 @@ def on_policy_demonstrations(
             f"data.on_policy_episodes: {episodes} episodes per task need the warm start's model"
         )
     policy_id = warm_start.info.policy_id
-    generator = TransformersGenerator(warm_start.model, warm_start.tokenizer, policy_id=policy_id)
+    generator = TransformersGenerator(
+        warm_start.model, warm_start.tokenizer, policy_id=policy_id, batch_size=ROLLOUT_BATCH
+    )
     settings = RolloutSettings(
-        temperature=config.data.on_policy_temperature, max_new_tokens=RESPONSE_MAX_NEW_TOKENS
+        temperature=data.on_policy_temperature, max_new_tokens=RESPONSE_MAX_NEW_TOKENS
     )
-    specs = [
-        EpisodeSpec(f"on-policy/{task_id}/{k}", task_id, decoding_seed=k)
-        for task_id in task_ids
-        for k in range(episodes)
-    ]
-    logger.info("bootstrap: rolling out %s on %d episodes", policy_id, len(specs))
-    rolled = settings.roll_out(lambda: make_env(config.env), specs, generator, progress=progress)
-    demos = relabel_episodes(
-        config.env,
-        [(e.spec.task_id, [s.action for s in e.steps]) for e in rolled],
-        first_episode=config.data.episodes_per_task,
-        progress=progress,
+
+    def roll_out(specs: list[EpisodeSpec], first_episode: int, view: str) -> list[Demonstration]:
+        logger.info("bootstrap: rolling out %s on %d %s episodes", policy_id, len(specs), view)
+        rolled = settings.roll_out(
+            lambda: make_env(config.env), specs, generator, progress=progress
+        )
+        demos = relabel_episodes(
+            config.env,
+            [(e.spec.task_id, [s.action for s in e.steps]) for e in rolled],
+            first_episode=first_episode,
+            progress=progress,
+        )
+        logger.info(
+            "bootstrap: %d %s on-policy episodes relabelled (%d successful), %d steps",
+            len(demos),
+            view,
+            sum(d.success for d in demos),
+            sum(len(d.steps) for d in demos),
+        )
+        return demos
+
+    ordinary = roll_out(
+        [
+            EpisodeSpec(f"on-policy/{task_id}/{k}", task_id, decoding_seed=k)
+            for task_id in task_ids
+            for k in range(episodes)
+        ],
+        data.episodes_per_task,
+        "ordinary",
     )
-    logger.info(
-        "bootstrap: %d on-policy episodes relabelled (%d successful), %d steps",
-        len(demos),
-        sum(d.success for d in demos),
-        sum(len(d.steps) for d in demos),
+    if not data.on_policy_privileged:
+        return ordinary
+    first = data.episodes_per_task
+    summaries = {d.task_id: d.summary for d in ordinary if d.episode == first}
+    privileged = roll_out(
+        [
+            EpisodeSpec(
+                f"on-policy/{task_id}/{k}", task_id, decoding_seed=k, summary=summaries[task_id]
+            )
+            for task_id in task_ids
+            if task_id in summaries
+            for k in range(episodes, episodes + data.on_policy_privileged)
+        ],
+        first + episodes,
+        "privileged",
     )
-    return demos
+    return ordinary + privileged
 
 
 def _check_known_words(rows: Sequence[PackedRow], tokenizer, source: str) -> None:

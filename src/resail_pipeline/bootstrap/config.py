@@ -116,6 +116,13 @@ class DemonstrationSettings:
     #: policy learns the way out of the states it reaches itself (its loops and dead ends); the
     #: failed ones also serve as guidance, as the policy's own failures do at evaluation
     on_policy_episodes: int = 0
+    #: episodes per train task rolled out by the ``warm_start`` policy in the privileged view and
+    #: relabelled the same way: every step generated with the rules-based summary of the task's
+    #: first on-policy episode, as the appendix-D.2 evaluation inserts the summary of the policy's
+    #: own reference episode, so the policy learns the way back to the plan from the states it
+    #: reaches while following one (a step taken before it is due, a step repeated); needs
+    #: ``on_policy_episodes`` >= 1
+    on_policy_privileged: int = 0
     #: sampling temperature of those rollouts (the evaluation's, by default)
     on_policy_temperature: float = 0.4
     #: sequences packed behind one shared prefix (ordinary view + privileged views of a step)
@@ -137,6 +144,12 @@ class DemonstrationSettings:
         _non_negative_int("data.renamed_copies", self.renamed_copies)
         _non_negative_int("data.copying_drills", self.copying_drills)
         _non_negative_int("data.on_policy_episodes", self.on_policy_episodes)
+        _non_negative_int("data.on_policy_privileged", self.on_policy_privileged)
+        if self.on_policy_privileged and not self.on_policy_episodes:
+            raise ValueError(
+                "data.on_policy_privileged: privileged rollouts take their summary from the "
+                "task's first on-policy episode; set data.on_policy_episodes >= 1"
+            )
         _in_range("data.on_policy_temperature", self.on_policy_temperature, 0.0, 2.0)
         if self.task_limit is not None:
             _positive_int("data.task_limit", self.task_limit)
