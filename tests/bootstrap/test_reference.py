@@ -239,3 +239,10 @@ def test_the_named_configurations_parse_and_continue_the_right_stages():
     assert longer.warm_start == "data/06_models/bootstrap-mistakes/policy"
     assert longer.data == mistakes.data and longer.model == first.model
     assert longer.seed not in (first.seed, second.seed, drills.seed, mistakes.seed)
+    own = load_config(SHIPPED.parent / "textcraft-initial-privileged-dagger.yml")
+    assert own.model == first.model and own.training == mistakes.training
+    assert own.data == dataclasses.replace(
+        mistakes.data, on_policy_episodes=1, on_policy_privileged=1
+    )
+    seeds = (first.seed, second.seed, drills.seed, more_drills.seed, mistakes.seed, longer.seed)
+    assert own.seed not in seeds  # fresh demonstrations
