@@ -69,6 +69,53 @@ def test_a_policy_without_a_manifest_is_refused_before_any_rollout(
         evaluate_and_record(bare, config, reference_seed=1000, command="test")
 
 
+def test_results_keep_the_episodes_and_the_experience_as_parquet(
+    tiny_checkpoint, tmp_path, monkeypatch
+):
+    import pandas as pd
+
+    from resail_pipeline.bootstrap import reference
+
+    episodes = pd.DataFrame(
+        {
+            "policy_id": ["p"] * 4,
+            "cycle": [0] * 4,
+            "method": ["react"] * 4,
+            "env": ["textcraft"] * 4,
+            "split": ["test"] * 4,
+            "view": ["ordinary", "ordinary", "privileged", "privileged"],
+            "decoding_seed": [0] * 4,
+            "task_id": [3, 7, 3, 7],
+            "success": [True, False, False, False],
+            "num_steps": [5, 30, 30, 30],
+        }
+    )
+    experience = pd.DataFrame(
+        {"traj_id": ["r/3", "r/7"], "outcome": ["success", "failure"], "task_id": [3, 7]}
+    )
+
+    def fake_evaluation(policy, config, *, reference_seed, batch_size):
+        from resail_pipeline.evaluation.stats import summarize_eval_results
+
+        return summarize_eval_results(episodes), episodes, experience
+
+    monkeypatch.setattr(reference, "dual_view_evaluation", fake_evaluation)
+    policy = ship(tiny_checkpoint, tmp_path / "policy")
+    config = EvalConfig(num_tasks=2, decoding_seeds=(0,), max_new_tokens=4)
+    out = tmp_path / "results"
+    record = evaluate_and_record(policy, config, reference_seed=1000, command="t", results=out)
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "eval_results.parquet"), episodes)
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "experience.parquet"), experience)
+    assert [row["mean"] for row in record["table"]] == [0.5, 0.0]
+    # a file where the directory should go is refused before any rollout
+    monkeypatch.setattr(reference, "dual_view_evaluation", None)
+    (tmp_path / "taken").write_text("")
+    with pytest.raises(NotADirectoryError, match=r"results: .*taken exists and is not a directory"):
+        evaluate_and_record(
+            policy, config, reference_seed=1000, command="t", results=tmp_path / "taken"
+        )
+
+
 def test_markdown_table_gives_percent_per_seed_and_mean_sd():
     record = {
         "protocol": {"decoding_seeds": [0, 1, 2]},

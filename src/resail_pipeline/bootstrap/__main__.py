@@ -5,6 +5,8 @@
         --out data/06_models/bootstrap-drills
     # dual-view evaluation (appendix D.2) on the 100 test tasks x 3 seeds, kept in its manifest
     python -m resail_pipeline.bootstrap evaluate --policy data/06_models/bootstrap-drills/policy
+    # ... keeping every episode and the fixed Experience as Parquet in <dir>
+    python -m resail_pipeline.bootstrap evaluate --policy <policy> --results <dir>
     # copy it into the repository, with the manifests of the stages it continues
     python -m resail_pipeline.bootstrap ship --policy data/06_models/bootstrap-drills/policy \\
         --to reference/textcraft-initial
@@ -67,6 +69,9 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--temperature", type=float, default=0.4)
     evaluate.add_argument("--max-new-tokens", type=int, default=RESPONSE_MAX_NEW_TOKENS)
     evaluate.add_argument("--batch-size", type=int, default=32)
+    evaluate.add_argument(
+        "--results", default=None, help="directory for the episodes and Experience, as Parquet"
+    )
     guidance = commands.add_parser(
         "guidance", help="teacher-forced fit of the planner's actions, ordinary vs privileged view"
     )
@@ -132,6 +137,7 @@ def main(argv: list[str] | None = None) -> None:
             reference_seed=args.reference_seed,
             command=command,
             batch_size=args.batch_size,
+            results=args.results,
         )
 
 

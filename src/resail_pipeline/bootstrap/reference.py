@@ -216,13 +216,27 @@ def evaluate_and_record(
     reference_seed: int,
     command: str,
     batch_size: int = 32,
+    results: str | Path | None = None,
 ) -> dict[str, Any]:
-    """:func:`dual_view_evaluation` of ``policy``, recorded in its manifest; returns the record."""
+    """:func:`dual_view_evaluation` of ``policy``, recorded in its manifest; returns the record.
+
+    With ``results``, that directory also receives the episodes behind the table, as Parquet:
+    ``eval_results.parquet`` (one row per episode: view, decoding seed, task, success, steps) and
+    ``experience.parquet`` (the fixed summary of each task, with its reference episode's outcome),
+    for breakdowns the table does not give (say, by the outcome of the reference episode).
+    """
     _manifest_path(policy)  # where the result goes, checked before half an hour of rollouts
+    if results is not None and Path(results).exists() and not Path(results).is_dir():
+        raise NotADirectoryError(f"results: {results} exists and is not a directory")
     started = time.perf_counter()
-    eval_summary, _, experience = dual_view_evaluation(
+    eval_summary, eval_results, experience = dual_view_evaluation(
         policy, config, reference_seed=reference_seed, batch_size=batch_size
     )
+    if results is not None:
+        for name, frame in (("eval_results", eval_results), ("experience", experience)):
+            with atomic_path(Path(results) / f"{name}.parquet") as tmp:
+                frame.to_parquet(tmp, index=False)
+        logger.info("evaluation episodes and Experience written to %s", results)
     record = evaluation_record(
         eval_summary,
         experience,
