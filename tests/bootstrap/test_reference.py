@@ -107,6 +107,15 @@ def test_results_keep_the_episodes_and_the_experience_as_parquet(
     pd.testing.assert_frame_equal(pd.read_parquet(out / "eval_results.parquet"), episodes)
     pd.testing.assert_frame_equal(pd.read_parquet(out / "experience.parquet"), experience)
     assert [row["mean"] for row in record["table"]] == [0.5, 0.0]
+    assert record["by_reference_outcome"] == [
+        {"outcome": o, "view": v, "tasks": 1, "episodes": 1, "successes": n, "mean": float(n)}
+        for o, v, n in [
+            ("failure", "ordinary", 0),
+            ("failure", "privileged", 0),
+            ("success", "ordinary", 1),
+            ("success", "privileged", 0),
+        ]
+    ]
     # a file where the directory should go is refused before any rollout
     monkeypatch.setattr(reference, "dual_view_evaluation", None)
     (tmp_path / "taken").write_text("")
@@ -114,6 +123,17 @@ def test_results_keep_the_episodes_and_the_experience_as_parquet(
         evaluate_and_record(
             policy, config, reference_seed=1000, command="t", results=tmp_path / "taken"
         )
+
+
+def test_by_reference_outcome_refuses_a_task_without_a_summary():
+    import pandas as pd
+
+    from resail_pipeline.bootstrap.reference import by_reference_outcome
+
+    episodes = pd.DataFrame({"task_id": [3, 9], "view": ["ordinary"] * 2, "success": [1, 0]})
+    experience = pd.DataFrame({"task_id": [3], "outcome": ["failure"]})
+    with pytest.raises(ValueError, match=r"experience: no summary for the evaluated tasks \[9\]"):
+        by_reference_outcome(episodes, experience)
 
 
 def test_markdown_table_gives_percent_per_seed_and_mean_sd():

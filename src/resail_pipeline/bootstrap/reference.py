@@ -87,6 +87,7 @@ def dual_view_evaluation(
 
 def evaluation_record(
     eval_summary: pd.DataFrame,
+    eval_results: pd.DataFrame,
     experience: pd.DataFrame,
     config: EvalConfig,
     *,
@@ -94,7 +95,8 @@ def evaluation_record(
     seconds: float,
     command: str,
 ) -> dict[str, Any]:
-    """What the manifest keeps of an evaluation: the protocol, the table, where and how long."""
+    """What the manifest keeps of an evaluation: the protocol, the table (and the same apart by
+    the reference episode's outcome, :func:`by_reference_outcome`), where and how long."""
     rows = [
         {
             "view": row["view"],
@@ -120,10 +122,40 @@ def evaluation_record(
             "experience_outcomes": experience["outcome"].value_counts().to_dict(),
         },
         "table": rows,
+        "by_reference_outcome": by_reference_outcome(eval_results, experience),
         "seconds": round(seconds, 1),
         "machine": f"{platform.processor() or platform.machine()}, "
         f"{torch.get_num_threads()} torch threads",
     }
+
+
+def by_reference_outcome(
+    eval_results: pd.DataFrame, experience: pd.DataFrame
+) -> list[dict[str, Any]]:
+    """Success per view, apart for the tasks whose reference episode succeeded and failed.
+
+    The two kinds of fixed summary differ in what they give: a success summary replays the
+    policy's own plan, a failure analysis the planner's corrected one. One row per (outcome, view):
+    ``tasks``, ``episodes``, ``successes`` and their ``mean``.
+    """
+    outcomes = experience.set_index("task_id")["outcome"]
+    episodes = eval_results.assign(outcome=eval_results["task_id"].map(outcomes))
+    if episodes["outcome"].isna().any():
+        missing = sorted(
+            int(t) for t in episodes.loc[episodes["outcome"].isna(), "task_id"].unique()
+        )
+        raise ValueError(f"experience: no summary for the evaluated tasks {missing}")
+    return [
+        {
+            "outcome": outcome,
+            "view": view,
+            "tasks": int(group["task_id"].nunique()),
+            "episodes": len(group),
+            "successes": int(group["success"].sum()),
+            "mean": round(float(group["success"].mean()), 4),
+        }
+        for (outcome, view), group in episodes.groupby(["outcome", "view"], sort=True)
+    ]
 
 
 def _manifest_path(policy: str | Path) -> Path:
@@ -239,6 +271,7 @@ def evaluate_and_record(
         logger.info("evaluation episodes and Experience written to %s", results)
     record = evaluation_record(
         eval_summary,
+        eval_results,
         experience,
         config,
         reference_seed=reference_seed,
@@ -246,5 +279,15 @@ def evaluate_and_record(
         command=command,
     )
     logger.info("evaluation of %s:\n%s", policy, markdown_table(record))
+    for row in record["by_reference_outcome"]:
+        logger.info(
+            "tasks whose reference episode ended in %s (%d): %s view %d of %d episodes (%.1f%%)",
+            row["outcome"],
+            row["tasks"],
+            row["view"],
+            row["successes"],
+            row["episodes"],
+            100 * row["mean"],
+        )
     record_evaluation(policy, record)
     return record
