@@ -29,7 +29,7 @@ import yaml
 
 from resail_pipeline.bootstrap.build import build_initial_policy
 from resail_pipeline.bootstrap.config import BootstrapConfig
-from resail_pipeline.bootstrap.demonstrations import RESPONSE_MAX_NEW_TOKENS
+from resail_pipeline.bootstrap.demonstrations import RESPONSE_BATCH, RESPONSE_MAX_NEW_TOKENS
 from resail_pipeline.bootstrap.diagnostics import guidance_use
 from resail_pipeline.bootstrap.reference import evaluate_and_record, ship
 from resail_pipeline.checkpoints import load_policy
@@ -68,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--reference-seed", type=int, default=1000)
     evaluate.add_argument("--temperature", type=float, default=0.4)
     evaluate.add_argument("--max-new-tokens", type=int, default=RESPONSE_MAX_NEW_TOKENS)
-    evaluate.add_argument("--batch-size", type=int, default=32)
+    evaluate.add_argument("--batch-size", type=int, default=RESPONSE_BATCH)
     evaluate.add_argument(
         "--results", default=None, help="directory for the episodes and Experience, as Parquet"
     )

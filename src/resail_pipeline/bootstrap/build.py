@@ -48,6 +48,7 @@ from resail_pipeline.bootstrap.cloning import (
 from resail_pipeline.bootstrap.config import BootstrapConfig, ModelShape
 from resail_pipeline.bootstrap.demonstrations import (
     PLANNER_ENVS,
+    RESPONSE_BATCH,
     RESPONSE_MAX_NEW_TOKENS,
     Demonstration,
     collect_demonstrations,
@@ -80,8 +81,6 @@ TRAIN_SPLIT = "train"
 POLICY_DIR = "policy"
 #: Resumable training states, one folder per recipe, under the output directory.
 WORK_DIR = "work"
-#: Prompts per forward pass of the on-policy rollouts (the ``evaluate`` command's default).
-ROLLOUT_BATCH = 32
 #: The modules whose code shapes a built policy (part of the cache key): the build itself, the
 #: environment and its planner, the prompts, the rules-based summaries and the model builders.
 _SOURCES = (
@@ -299,7 +298,7 @@ def on_policy_demonstrations(
         )
     policy_id = warm_start.info.policy_id
     generator = TransformersGenerator(
-        warm_start.model, warm_start.tokenizer, policy_id=policy_id, batch_size=ROLLOUT_BATCH
+        warm_start.model, warm_start.tokenizer, policy_id=policy_id, batch_size=RESPONSE_BATCH
     )
     settings = RolloutSettings(
         temperature=data.on_policy_temperature, max_new_tokens=RESPONSE_MAX_NEW_TOKENS
@@ -325,18 +324,18 @@ def on_policy_demonstrations(
         )
         return demos
 
+    first = data.episodes_per_task  # the index of a task's first on-policy episode
     ordinary = roll_out(
         [
             EpisodeSpec(f"on-policy/{task_id}/{k}", task_id, decoding_seed=k)
             for task_id in task_ids
             for k in range(episodes)
         ],
-        data.episodes_per_task,
+        first,
         "ordinary",
     )
     if not data.on_policy_privileged:
         return ordinary
-    first = data.episodes_per_task
     summaries = {d.task_id: d.summary for d in ordinary if d.episode == first}
     privileged = roll_out(
         [

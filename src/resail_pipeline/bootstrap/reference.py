@@ -23,6 +23,7 @@ from typing import Any
 import pandas as pd
 import torch
 
+from resail_pipeline.bootstrap.demonstrations import RESPONSE_BATCH
 from resail_pipeline.checkpoints import (
     MANIFEST_NAME,
     CheckpointError,
@@ -56,7 +57,7 @@ def dual_view_evaluation(
     *,
     reference_seed: int,
     env: str = "textcraft",
-    batch_size: int = 32,
+    batch_size: int = RESPONSE_BATCH,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Evaluate ``policy`` in both views with a fixed Experience of its own reference episodes.
 
@@ -247,7 +248,7 @@ def evaluate_and_record(
     *,
     reference_seed: int,
     command: str,
-    batch_size: int = 32,
+    batch_size: int = RESPONSE_BATCH,
     results: str | Path | None = None,
 ) -> dict[str, Any]:
     """:func:`dual_view_evaluation` of ``policy``, recorded in its manifest; returns the record.
@@ -258,7 +259,8 @@ def evaluate_and_record(
     for breakdowns the table does not give (say, by the outcome of the reference episode).
     """
     _manifest_path(policy)  # where the result goes, checked before half an hour of rollouts
-    if results is not None and Path(results).exists() and not Path(results).is_dir():
+    results = None if results is None else Path(results)
+    if results is not None and results.exists() and not results.is_dir():
         raise NotADirectoryError(f"results: {results} exists and is not a directory")
     started = time.perf_counter()
     eval_summary, eval_results, experience = dual_view_evaluation(
@@ -266,7 +268,7 @@ def evaluate_and_record(
     )
     if results is not None:
         for name, frame in (("eval_results", eval_results), ("experience", experience)):
-            with atomic_path(Path(results) / f"{name}.parquet") as tmp:
+            with atomic_path(results / f"{name}.parquet") as tmp:
                 frame.to_parquet(tmp, index=False)
         logger.info("evaluation episodes and Experience written to %s", results)
     record = evaluation_record(
