@@ -16,6 +16,7 @@ from resail_pipeline.bootstrap.build import (
 )
 from resail_pipeline.bootstrap.cloning import training_precision
 from resail_pipeline.bootstrap.config import BootstrapConfig
+from resail_pipeline.bootstrap.demonstrations import demonstration_response
 from resail_pipeline.checkpoints import MANIFEST_NAME, CheckpointError, load_policy
 from resail_pipeline.prompts import EpisodeHistory, chat_prompt, render_user_message
 
@@ -313,6 +314,49 @@ def test_privileged_on_policy_episodes_read_the_summary_of_the_first(built, monk
     assert sum(1 for p in prompts if "Failure analysis:" in p or "Guidance summary:" in p) == sum(
         len(d.steps) for d in privileged
     )
+    # and each records it, to be trained with it
+    assert [d.guide for d in ordinary] == [None, None]
+    assert [d.guide for d in privileged] == [d.summary for d in ordinary]
+
+
+def test_privileged_as_rolled_out_trains_those_episodes_with_their_own_summary(built, monkeypatch):
+    _, out, _ = built
+    on_policy = {"on_policy_episodes": 1, "on_policy_privileged": 1}
+    params = {**TINY, "warm_start": str(out / "policy"), "data": {**TINY["data"], **on_policy}}
+    warm_start = build.WarmStart.load(out / "policy")
+    packed: list = []
+
+    def recording_pack_rows(groups, tokenizer, *, max_branches):
+        packed[:] = groups
+        return real_pack_rows(groups, tokenizer, max_branches=max_branches)
+
+    real_pack_rows = build.pack_rows
+    monkeypatch.setattr(build, "pack_rows", recording_pack_rows)
+    like_planner = build.prepare_training_data(
+        BootstrapConfig.from_dict(params), warm_start=warm_start, progress=False
+    )
+    params["data"]["on_policy_training"] = "privileged_as_rolled_out"
+    data = build.prepare_training_data(
+        BootstrapConfig.from_dict(params), warm_start=warm_start, progress=False
+    )
+    ordinary = [d for d in data.demonstrations if d.episode == 2]
+    privileged = [d for d in data.demonstrations if d.episode == 3]
+    assert len(ordinary) == len(privileged) == 2
+    # the ordinary episodes supply the summaries only; the privileged ones are trained
+    trained = {d.traj_id for d in data.trained}
+    assert trained >= {d.traj_id for d in privileged}
+    assert not trained & {d.traj_id for d in ordinary}
+    assert len(like_planner.trained) == len(data.trained) + 2
+    # every privileged step in the privileged view alone, with the summary it was generated with
+    groups = {(g.message, g.response): g for g in packed if g.ordinary == 0}
+    for demo in privileged:
+        for step in demo.steps:
+            group = groups[(render_user_message(step.history), demonstration_response(step.expert))]
+            assert group.summaries[demo.guide] >= 1
+    guides = {d.guide for d in privileged}
+    guided = sum(g.summaries[s] for g in packed if g.ordinary == 0 for s in guides)
+    assert guided == sum(len(d.steps) for d in privileged)
+    assert data.sha256 != like_planner.sha256
 
 
 def test_without_on_policy_episodes_no_policy_is_needed():

@@ -53,6 +53,17 @@ def test_where_a_policy_is_trained_is_not_part_of_its_recipe():
             "data.on_policy_privileged: privileged rollouts take their summary from the task's",
         ),
         (
+            {"warm_start": "p", "data": {"on_policy_episodes": 1, "on_policy_training": "all"}},
+            "data.on_policy_training: must be one of",
+        ),
+        (
+            {
+                "warm_start": "p",
+                "data": {"on_policy_episodes": 1, "on_policy_training": "privileged_as_rolled_out"},
+            },
+            "data.on_policy_training: privileged_as_rolled_out trains the privileged on-policy",
+        ),
+        (
             {"warm_start": "p", "data": {"on_policy_episodes": 1, "on_policy_temperature": -1}},
             r"data.on_policy_temperature: must be in \[0.0, 2.0\]",
         ),

@@ -14,6 +14,7 @@ from resail_pipeline.bootstrap.packing import (
     PackedRow,
     collate,
     group_steps,
+    guided_groups,
     pack_rows,
     plan_batches,
 )
@@ -208,3 +209,28 @@ def test_a_renamed_copy_renames_prompt_response_and_guidance_alike():
             Summary(s.outcome, rename(s.text)): n for s, n in a.summaries.items()
         }
     assert f"craft {other}" in renamed[0].message and f"craft {goal}" not in renamed[0].message
+
+
+def test_guided_episodes_are_trained_with_their_own_summary_alone():
+    import dataclasses
+
+    demos, tokenizer, trained = _demonstrations([1, 2])
+    guides = {1: demos[0].summary, 2: demos[-1].summary}
+    guided = [dataclasses.replace(d, guide=guides[d.task_id]) for d in trained]
+    groups = guided_groups(guided + guided[:1])  # the first episode twice: its steps count twice
+    assert all(g.ordinary == 0 for g in groups)
+    assert all(sum(g.summaries.values()) == g.count for g in groups)
+    total = sum(len(d.steps) for d in guided) + len(guided[0].steps)
+    assert sum(g.count for g in groups) == total
+    for demo in guided:
+        for step in demo.steps:
+            message = render_user_message(step.history)
+            assert any(g.message == message and g.summaries[demo.guide] for g in groups)
+    # one summary per group: the same step reached under another summary is another group
+    assert all(len(g.summaries) == 1 for g in groups)
+    assert {next(iter(g.summaries)) for g in groups} == set(guides.values())
+    rows = pack_rows(groups, tokenizer, max_branches=4)
+    assert all(b.privileged for r in rows for b in r.branches)
+    assert sum(b.weight for r in rows for b in r.branches) == total
+    with pytest.raises(ValueError, match=r"guide: episode 0/textcraft/train/1/\d+ was not"):
+        guided_groups(trained[:1])

@@ -55,7 +55,13 @@ from resail_pipeline.bootstrap.demonstrations import (
     relabel_episodes,
 )
 from resail_pipeline.bootstrap.drills import without_crafting_commands
-from resail_pipeline.bootstrap.packing import PackedRow, StepGroup, group_steps, pack_rows
+from resail_pipeline.bootstrap.packing import (
+    PackedRow,
+    StepGroup,
+    group_steps,
+    guided_groups,
+    pack_rows,
+)
 from resail_pipeline.bootstrap.renaming import demonstration_qualifiers, task_renamings
 from resail_pipeline.bootstrap.vocabulary import train_tokenizer
 from resail_pipeline.checkpoints import (
@@ -349,7 +355,7 @@ def on_policy_demonstrations(
         first + episodes,
         "privileged",
     )
-    return ordinary + privileged
+    return ordinary + [dataclasses.replace(d, guide=summaries[d.task_id]) for d in privileged]
 
 
 def _check_known_words(rows: Sequence[PackedRow], tokenizer, source: str) -> None:
@@ -383,7 +389,7 @@ def prepare_training_data(
     """
     data = config.data
     task_ids = make_env(config.env).task_ids(TRAIN_SPLIT)[: data.task_limit]
-    demos = collect_demonstrations(
+    planner = collect_demonstrations(
         config.env,
         task_ids,
         episodes_per_task=data.episodes_per_task,
@@ -392,8 +398,10 @@ def prepare_training_data(
         seed=config.seed,
         progress=progress,
     )
-    demos += on_policy_demonstrations(config, task_ids, warm_start, progress=progress)
-    trained = tuple(d for d in demos if not d.stalled)
+    on_policy = on_policy_demonstrations(config, task_ids, warm_start, progress=progress)
+    demos = planner + on_policy
+    as_rolled_out = data.on_policy_training == "privileged_as_rolled_out"
+    trained = tuple(d for d in (planner if as_rolled_out else demos) if not d.stalled)
     if warm_start is not None:
         tokenizer = warm_start.tokenizer
     else:
@@ -411,6 +419,10 @@ def prepare_training_data(
         ordinary_share=data.ordinary_share,
     )
     groups += renamed_groups(config, trained, demos)
+    if as_rolled_out:
+        guided = [d for d in on_policy if d.guide is not None]
+        groups += guided_groups(guided)
+        trained += tuple(guided)
     rows = tuple(pack_rows(groups, tokenizer, max_branches=data.max_branches))
     if warm_start is not None:
         _check_known_words(rows, tokenizer, str(config.warm_start))

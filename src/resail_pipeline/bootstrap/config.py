@@ -18,6 +18,8 @@ from resail_pipeline.envs import check_env_name
 PRECISIONS = ("auto", "fp32", "bf16")
 #: where behaviour cloning runs: ``auto`` is the first CUDA device when there is one, else the CPU
 DEVICES = ("auto", "cpu", "cuda")
+#: how on-policy episodes are trained (``data.on_policy_training``)
+ON_POLICY_TRAINING = ("like_planner", "privileged_as_rolled_out")
 
 
 def _positive_int(name: str, value: Any) -> None:
@@ -123,6 +125,14 @@ class DemonstrationSettings:
     #: reaches while following one (a step taken before it is due, a step repeated); needs
     #: ``on_policy_episodes`` >= 1
     on_policy_privileged: int = 0
+    #: how the on-policy steps are trained, one of :data:`ON_POLICY_TRAINING`. ``like_planner``:
+    #: every step like a planner step (the ordinary view, the privileged view with drawn
+    #: summaries, renamed copies and drills). ``privileged_as_rolled_out``: only the privileged
+    #: episodes' steps, each in the privileged view alone with the summary it was generated with
+    #: (the evaluation's pairing of states and summary: DAgger in the view that reads the plan);
+    #: the ordinary episodes then supply those summaries and guidance, and are not trained on.
+    #: Needs ``on_policy_privileged`` >= 1
+    on_policy_training: str = "like_planner"
     #: sampling temperature of those rollouts (the evaluation's, by default)
     on_policy_temperature: float = 0.4
     #: sequences packed behind one shared prefix (ordinary view + privileged views of a step)
@@ -149,6 +159,16 @@ class DemonstrationSettings:
             raise ValueError(
                 "data.on_policy_privileged: privileged rollouts take their summary from the "
                 "task's first on-policy episode; set data.on_policy_episodes >= 1"
+            )
+        if self.on_policy_training not in ON_POLICY_TRAINING:
+            raise ValueError(
+                f"data.on_policy_training: must be one of {ON_POLICY_TRAINING}, "
+                f"got {self.on_policy_training!r}"
+            )
+        if self.on_policy_training == "privileged_as_rolled_out" and not self.on_policy_privileged:
+            raise ValueError(
+                "data.on_policy_training: privileged_as_rolled_out trains the privileged on-policy "
+                "episodes only; set data.on_policy_privileged >= 1"
             )
         _in_range("data.on_policy_temperature", self.on_policy_temperature, 0.0, 2.0)
         if self.task_limit is not None:

@@ -278,6 +278,8 @@ class Demonstration:
         success: the goal was crafted.
         end_reason: why the episode ended (``END_*``).
         stalled: the episode stopped following the plan at some point (see the module docstring).
+        guide: the summary every step of the episode was generated with (a policy's episode
+            rolled out in the privileged view), ``None`` for an episode played without one.
     """
 
     task_id: int
@@ -288,6 +290,7 @@ class Demonstration:
     success: bool
     end_reason: str
     stalled: bool = False
+    guide: Summary | None = None
 
     @property
     def traj_id(self) -> str:

@@ -137,6 +137,28 @@ def group_steps(
     return list(groups.values())
 
 
+def guided_groups(demos: Sequence[Demonstration]) -> list[StepGroup]:
+    """The steps of episodes generated in the privileged view, as they were generated: every
+    occurrence in the privileged view alone, with the summary of its episode (``guide``).
+
+    Raises:
+        ValueError: naming the first episode that has no guide.
+    """
+    groups: dict[tuple[str, str, Summary], StepGroup] = {}
+    for demo in demos:
+        if demo.guide is None:
+            raise ValueError(f"guide: episode {demo.traj_id} was not generated with a summary")
+        for step in demo.steps:
+            message, expert = render_user_message(step.history), step.expert
+            key = (message, expert, demo.guide)
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = StepGroup(message, demonstration_response(expert))
+            group.count += 1
+            group.summaries[demo.guide] += 1
+    return list(groups.values())
+
+
 def _common_prefix(sequences: Sequence[Sequence[int]]) -> int:
     """Length of the longest prefix shared by every sequence (the whole sequence if only one)."""
     first = sequences[0]
