@@ -313,3 +313,10 @@ def test_the_named_configurations_parse_and_continue_the_right_stages():
     )
     seeds = (first.seed, second.seed, drills.seed, more_drills.seed, mistakes.seed, longer.seed)
     assert own.seed not in seeds  # fresh demonstrations
+    # the same episodes, trained as they were rolled out; fresh planner demonstrations
+    as_rolled_out = load_config(SHIPPED.parent / "textcraft-initial-privileged-as-rolled-out.yml")
+    assert as_rolled_out.warm_start == own.warm_start and as_rolled_out.training == own.training
+    assert as_rolled_out.data == dataclasses.replace(
+        own.data, on_policy_training="privileged_as_rolled_out"
+    )
+    assert as_rolled_out.seed not in (*seeds, own.seed)
