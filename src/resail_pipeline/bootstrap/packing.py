@@ -3,7 +3,9 @@
 Each demonstrated step is trained in the ordinary view, ``chat_prompt(tok, render_user_message(h))``
 followed by the expert response, and, for a share of its occurrences, in the privileged view, where
 the user message ends with the rules-based summary of *another* demonstration of the same task.
-(A curriculum may keep only a share of the ordinary occurrences, down to none: ``ordinary_share``.)
+(A curriculum may keep only a share of the ordinary occurrences, down to none: ``ordinary_share``.
+The steps of a policy's episode rolled out in the privileged view may instead be trained as they
+were generated, in that view alone with the episode's own summary: :func:`guided_groups`.)
 Both views of a step share the whole ordinary user message as a token prefix, and identical steps
 (the first steps of a task's demonstrations, before any mistake) occur many times.
 
