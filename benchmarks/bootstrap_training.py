@@ -31,10 +31,10 @@ from resail_pipeline.bootstrap.config import BootstrapConfig
 from resail_pipeline.bootstrap.demonstrations import collect_demonstrations
 from resail_pipeline.bootstrap.packing import Branch, PackedRow, collate, group_steps, pack_rows
 from resail_pipeline.bootstrap.vocabulary import environment_corpus, train_tokenizer
+from resail_pipeline.checkpoints import bf16_native
 from resail_pipeline.envs import make_env
 from resail_pipeline.modeling import build_qwen3, build_word_tokenizer
 from resail_pipeline.prompts import chat_prompt, render_user_message
-from resail_pipeline.training.engine import bf16_native
 
 
 def unpacked(rows: list[PackedRow]) -> list[PackedRow]:

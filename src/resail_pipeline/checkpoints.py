@@ -62,6 +62,21 @@ def resolve_device(device: str | torch.device) -> torch.device:
     return torch.device(device)
 
 
+def bf16_native(device: torch.device) -> bool:
+    """Whether ``device`` computes bf16 matrix products natively: a CUDA device with bf16 support,
+    or a CPU whose oneDNN has bf16 kernels (AVX-512 or AMX). Elsewhere bf16 autocast is emulated,
+    and far slower than fp32 (18x on a 2-core AVX2 machine: ``benchmarks/bootstrap_training.py``).
+    """
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        try:
+            return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        except (AttributeError, RuntimeError):  # a torch build without oneDNN
+            return False
+    return False
+
+
 def load_model(
     path: str | Path, dtype: torch.dtype | None = None, device: str | torch.device = "cpu"
 ) -> PreTrainedModel:

@@ -35,9 +35,9 @@ from transformers import PreTrainedModel
 
 from resail_pipeline.bootstrap.config import TrainingSettings
 from resail_pipeline.bootstrap.packing import Batch, PackedRow, collate, plan_batches
-from resail_pipeline.checkpoints import resolve_device
+from resail_pipeline.checkpoints import bf16_native, resolve_device
 from resail_pipeline.io import atomic_path
-from resail_pipeline.training.engine import autocast, bf16_native
+from resail_pipeline.training.engine import autocast
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def training_device(setting: str) -> torch.device:
 
 def training_precision(setting: str, device: torch.device) -> str:
     """The precision of ``training.precision`` on ``device``: ``auto`` takes bf16 autocast where
-    the device computes bf16 natively (:func:`~resail_pipeline.training.engine.bf16_native`), fp32
+    the device computes bf16 natively (:func:`~resail_pipeline.checkpoints.bf16_native`), fp32
     elsewhere; ``fp32`` and ``bf16`` are kept."""
     if setting == "auto":
         return "bf16" if bf16_native(device) else "fp32"

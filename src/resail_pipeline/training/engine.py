@@ -39,28 +39,12 @@ __all__ = [
     "Engine",
     "TorchEngine",
     "autocast",
-    "bf16_native",
     "build_engine",
     "deepspeed_config",
     "init_distributed",
 ]
 
 logger = logging.getLogger(__name__)
-
-
-def bf16_native(device: torch.device) -> bool:
-    """Whether ``device`` computes bf16 matrix products natively: a CUDA device with bf16 support,
-    or a CPU whose oneDNN has bf16 kernels (AVX-512 or AMX). Elsewhere bf16 autocast is emulated,
-    and far slower than fp32 (18x on a 2-core AVX2 machine: ``benchmarks/bootstrap_training.py``).
-    """
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    if device.type == "cpu":
-        try:
-            return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-        except (AttributeError, RuntimeError):  # a torch build without oneDNN
-            return False
-    return False
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:

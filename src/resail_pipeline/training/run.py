@@ -24,6 +24,7 @@ from transformers import AutoConfig
 
 from resail_pipeline.checkpoints import (
     CheckpointInfo,
+    bf16_native,
     load_model,
     load_tokenizer,
     read_checkpoint_info,
@@ -40,7 +41,7 @@ from resail_pipeline.training.data import (
     read_table,
     write_parquet,
 )
-from resail_pipeline.training.engine import bf16_native, build_engine, init_distributed
+from resail_pipeline.training.engine import build_engine, init_distributed
 from resail_pipeline.training.probe import ProbeSet, SensitivityProbe, probe_frame
 from resail_pipeline.training.trainer import Trainer, UpdateRecord
 from resail_pipeline.training.views import ResponseLogits
