@@ -226,6 +226,23 @@ def test_rollout_is_deterministic_and_independent_of_the_batch(
     assert [s.response for s in reseeded[0].steps] != [s.response for s in first[0].steps]
 
 
+def test_prefix_reuse_plays_the_same_episodes(tiny_model, tiny_tokenizer):
+    """Greedy episodes of one task under several seeds and both views share most of their
+    prompts; encoding those prefixes once changes no action."""
+    summary = Summary("failure", "Failure analysis:\n- Corrected plan: `get 1 oak logs`")
+    batch = specs([4, 4, 3, 4], seed=2) + specs([4, 3], seed=9, summary=summary)
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=6)
+    played = {}
+    for reuse in (False, True):
+        generator = TransformersGenerator(
+            tiny_model, tiny_tokenizer, policy_id="tiny@0", prefix_reuse=reuse, progress=False
+        )
+        played[reuse] = run_episodes(EnvFactory(), batch, generator, greedy, progress=False)
+        played[reuse, "encoded"] = generator.stats.encoded_tokens
+    assert played[True] == played[False]
+    assert played[True, "encoded"] < played[False, "encoded"]
+
+
 def test_a_cap_on_live_episodes_changes_nothing_but_the_calls(generator):
     batch = specs([3, 1, 4, 2], seed=5)
     together = run_episodes(EnvFactory(), batch, generator, PARAMS, progress=False)

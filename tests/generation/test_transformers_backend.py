@@ -133,18 +133,18 @@ def test_sampled_output_does_not_depend_on_grouping(tiny_model, tiny_tokenizer, 
 
 def test_generation_stops_at_eos_per_row(tiny_model, tiny_tokenizer, prompts):
     eos = tiny_tokenizer.eos_token_id
-    calls = []
+    decode_steps = []
 
-    def eos_for_row_0_at_step_2(module, inputs, output):
-        calls.append(output.shape)
-        if len(calls) == 3:  # prefill, step 1, then the forward that yields token index 2
-            output = output.clone()
-            output[0, -1, eos] = 1e4
+    def eos_for_row_0_at_step_2(module, args, kwargs, output):
+        if kwargs["input_ids"].shape[1] == 1:  # a decode step (prompts are encoded in >= 16)
+            decode_steps.append(output.logits.shape)
+            if len(decode_steps) == 2:  # the forward that yields token index 2
+                output.logits[0, -1, eos] = 1e4
         return output
 
-    handle = tiny_model.lm_head.register_forward_hook(eos_for_row_0_at_step_2)
+    handle = tiny_model.register_forward_hook(eos_for_row_0_at_step_2, with_kwargs=True)
     try:
-        # One micro-batch, longest prompt first: row 0 is the longest prompt.
+        # One decode batch, longest prompt first: row 0 is the longest prompt.
         out = make(tiny_model, tiny_tokenizer, batch_size=2).generate(prompts[3:5], GREEDY)
     finally:
         handle.remove()
@@ -254,3 +254,154 @@ def test_from_checkpoint_and_the_registry_load_the_saved_policy(
 def test_unknown_backend_is_named(tiny_checkpoint):
     with pytest.raises(ValueError, match="backend: unknown generation backend 'sglang'"):
         make_generator("sglang", tiny_checkpoint)
+
+
+# Raw prompts (no chat template) that share prefixes at the token level: two endings of one
+# history, a prompt that is a prefix of another, a duplicate, and one that shares nothing.
+HISTORY = (
+    "You are an expert agent operating in TextCraft, a text-only Minecraft crafting environment. "
+    "Your current observation is: Crafting commands: craft 4 oak planks using 1 oak logs"
+)
+SHARED_PROMPTS = [
+    HISTORY + " Inventory: [oak planks] (4)",
+    HISTORY + " get 1 oak logs",
+    HISTORY,
+    HISTORY + " get 1 oak logs",
+    "Goal: craft wooden pickaxe.",
+    HISTORY + " Inventory: [oak planks] (4) Crafted 4 minecraft:oak_planks",
+]
+
+
+def test_prefix_reuse_gives_the_greedy_tokens_and_logprobs_of_whole_prompts(
+    tiny_model, tiny_tokenizer
+):
+    params = SamplingParams(temperature=0.0, max_new_tokens=8)
+    reuse = make(tiny_model, tiny_tokenizer, batch_size=3, prefill_tokens=64, prefix_reuse=True)
+    whole = make(tiny_model, tiny_tokenizer, batch_size=3, prefill_tokens=64)
+    shared, alone = reuse.generate(SHARED_PROMPTS, params), whole.generate(SHARED_PROMPTS, params)
+    for prompt, a, b in zip(SHARED_PROMPTS, shared, alone, strict=True):
+        assert a.token_ids == b.token_ids
+        torch.testing.assert_close(
+            torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4, rtol=0
+        )
+        reference = full_forward_logprobs(tiny_model, tiny_tokenizer, prompt, a.token_ids)
+        assert a.token_ids == tuple(reference.argmax(dim=-1).tolist())
+    assert shared[1] == shared[3]  # the duplicate
+    # The history is encoded once; without reuse only the duplicate is saved.
+    lengths = [len(ids) for ids in tiny_tokenizer(SHARED_PROMPTS)["input_ids"]]
+    history = len(tiny_tokenizer(HISTORY)["input_ids"])
+    assert whole.stats.prompt_tokens == reuse.stats.prompt_tokens == sum(lengths)
+    assert whole.stats.encoded_tokens == sum(lengths) - lengths[3]
+    assert reuse.stats.encoded_tokens <= whole.stats.encoded_tokens - 2 * (history - 1)
+
+
+def test_a_prompt_that_shares_little_is_encoded_whole(tiny_model, tiny_tokenizer):
+    """A shared prefix under a quarter of a prompt is not worth a masked forward."""
+    generator = make(tiny_model, tiny_tokenizer, prefix_reuse=True)
+    long_tail = " ".join(["oak planks"] * 40)
+    prompts = ["Goal: craft " + long_tail, "Goal: craft wooden " + long_tail]
+    generator.generate(prompts, GREEDY)
+    assert generator.stats.encoded_tokens == generator.stats.prompt_tokens
+
+
+def test_samples_and_duplicates_share_their_prompt(tiny_model, tiny_tokenizer):
+    params = SamplingParams(temperature=1.0, max_new_tokens=6, n=2, seed=4)
+    generator = make(tiny_model, tiny_tokenizer, batch_size=4)
+    out = generator.generate([SHARED_PROMPTS[1], SHARED_PROMPTS[1]], params, seeds=[11, 11])
+    assert out[:2] == out[2:] and out[0] != out[1]
+    assert generator.stats.encoded_tokens == len(tiny_tokenizer(SHARED_PROMPTS[1])["input_ids"])
+
+
+def test_prefix_cache_between_calls_serves_prompts_that_extend_earlier_ones(
+    tiny_model, tiny_tokenizer
+):
+    params = SamplingParams(temperature=0.0, max_new_tokens=6)
+    cached = make(tiny_model, tiny_tokenizer, prefix_reuse=True, prefix_cache_tokens=10_000)
+    cached.generate(SHARED_PROMPTS[:3], params)
+    assert cached.tree.cached_tokens > 0
+    first = cached.stats.encoded_tokens
+    later = [SHARED_PROMPTS[0] + " get 1 oak logs", HISTORY + " Goal: craft wooden pickaxe."]
+    out = cached.generate(later, params)
+    fresh = make(tiny_model, tiny_tokenizer).generate(later, params)
+    for a, b in zip(out, fresh, strict=True):
+        assert a.token_ids == b.token_ids
+        torch.testing.assert_close(
+            torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4, rtol=0
+        )
+    # only what the earlier prompts' keys did not cover is encoded again
+    new_tokens = len(tiny_tokenizer(" get 1 oak logs")["input_ids"]) + len(
+        tiny_tokenizer(" Goal: craft wooden pickaxe.")["input_ids"]
+    )
+    assert cached.stats.encoded_tokens - first <= new_tokens + 2
+    assert cached.tree.cached_tokens <= 10_000
+
+
+def test_the_cache_is_dropped_when_the_weights_change(tiny_model, tiny_tokenizer):
+    params = SamplingParams(temperature=0.0, max_new_tokens=6)
+    cached = make(tiny_model, tiny_tokenizer, prefix_reuse=True, prefix_cache_tokens=10_000)
+    cached.generate(SHARED_PROMPTS[:2], params)
+    with torch.no_grad():
+        tiny_model.model.layers[0].mlp.up_proj.weight.mul_(1.5)  # an optimiser step, in place
+    encoded = cached.stats.encoded_tokens
+    out = cached.generate(SHARED_PROMPTS[:2], params)
+    assert cached.stats.encoded_tokens - encoded == encoded  # nothing served from the cache
+    fresh = make(tiny_model, tiny_tokenizer).generate(SHARED_PROMPTS[:2], params)
+    assert [g.token_ids for g in out] == [g.token_ids for g in fresh]
+    torch.testing.assert_close(
+        torch.tensor([lp for g in out for lp in g.logprobs]),
+        torch.tensor([lp for g in fresh for lp in g.logprobs]),
+        atol=1e-4,
+        rtol=0,
+    )
+
+
+def test_small_prefill_forwards_give_the_same_output(tiny_model, tiny_tokenizer, prompts):
+    params = SamplingParams(temperature=0.0, max_new_tokens=6)
+    wide = make(tiny_model, tiny_tokenizer, batch_size=8).generate(prompts, params)
+    narrow = make(tiny_model, tiny_tokenizer, batch_size=8, prefill_tokens=1, pad_to_multiple_of=1)
+    assert [g.token_ids for g in narrow.generate(prompts, params)] == [g.token_ids for g in wide]
+
+
+@pytest.mark.parametrize(
+    ("lengths", "budget"),
+    [([40, 38, 20, 5, 3, 1], 64), ([200, 10, 10], 64), ([16] * 10, 48), ([7], 1)],
+)
+def test_prefill_forwards_cover_every_row_once_within_the_budget(
+    tiny_model, tiny_tokenizer, lengths, budget
+):
+    generator = make(tiny_model, tiny_tokenizer, prefill_tokens=budget, pad_to_multiple_of=8)
+    chunks = generator._prefill_chunks(lengths)
+    assert [r for chunk in chunks for r in chunk] == list(range(len(lengths)))
+    for chunk in chunks:
+        padded = -(-lengths[chunk[0]] // 8) * 8
+        assert len(chunk) == 1 or padded * len(chunk) <= budget
+
+
+def test_dtype_auto_follows_the_device(monkeypatch):
+    from resail_pipeline.generation import transformers_backend
+
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(transformers_backend, "bf16_native", lambda device: True)
+    assert transformers_backend.resolve_dtype("auto", cpu) is torch.bfloat16
+    assert transformers_backend.resolve_dtype(None, cpu) is torch.bfloat16
+    monkeypatch.setattr(transformers_backend, "bf16_native", lambda device: False)
+    assert transformers_backend.resolve_dtype("auto", cpu) is torch.float32
+    assert transformers_backend.resolve_dtype("bfloat16", cpu) is torch.bfloat16
+    assert transformers_backend.resolve_dtype(torch.float16, cpu) is torch.float16
+    with pytest.raises(ValueError, match="dtype: must be one of"):
+        transformers_backend.resolve_dtype("fp8", cpu)
+
+
+def test_options_are_checked(tiny_model, tiny_tokenizer):
+    with pytest.raises(ValueError, match="prefill_tokens"):
+        make(tiny_model, tiny_tokenizer, prefill_tokens=0)
+    with pytest.raises(ValueError, match="max_tokens"):
+        make(tiny_model, tiny_tokenizer, prefix_reuse=True, prefix_cache_tokens=-5)
+    with pytest.raises(ValueError, match="prefix_cache_tokens"):
+        make(tiny_model, tiny_tokenizer, prefix_cache_tokens=100)
+    tiny_model.config.layer_types = ["sliding_attention", "full_attention"]
+    try:
+        with pytest.raises(ValueError, match="sliding_attention"):
+            make(tiny_model, tiny_tokenizer)
+    finally:
+        tiny_model.config.layer_types = ["full_attention", "full_attention"]

@@ -1,44 +1,90 @@
-"""Batched sampling from a live transformers model: left padding, KV cache, fp32 log-probs.
+"""Batched sampling from a live transformers model: one encoding per distinct prompt, an
+in-place KV cache, fp32 log-probs.
 
 The trainer wraps its current student in a :class:`TransformersGenerator` to sample fresh
 responses between updates; pipelines build one from a checkpoint with
 :meth:`TransformersGenerator.from_checkpoint`.
 
+How a call runs:
+
+- **Distinct prompts.** Identical prompts (the episodes of one task under several seeds, as long
+  as they have taken the same actions) and the ``n`` samples of a prompt are encoded once and
+  share that cache.
+- **Prefill.** Prompts are sorted by length and cut into decode batches of ``batch_size`` rows
+  (prompt x sample). A batch's prompts are encoded in forwards of at most ``prefill_tokens``
+  padded tokens (a few thousand tokens' activations stay in a CPU's caches), rows of similar
+  length together; a forward whose rows start from nothing is right-padded, so that attention is
+  causal with no mask and skips the masked half of the scores. Every row's cache sits in one
+  preallocated, zero-initialised buffer, followed by room for the tokens it generates.
+- **Decode.** One token per row per forward, written into the buffer in place (no copy of the
+  cache per token); rows that end stay until a quarter of the batch has ended, then leave it
+  together.
+- **Prefix reuse** (``prefix_reuse``, off by default). The distinct prompts also go into a radix
+  tree of token ids (:mod:`.prefix_tree`); a prefix that several of them share is encoded once,
+  level by level from the root, and a prompt that it covers for at least a quarter encodes only
+  its tail on top of it, through a padding mask. Nothing is assumed about how prompts relate:
+  common prefixes are found from the token ids. With ``prefix_cache_tokens`` above 0 the tree also
+  keeps that many tokens' cache between calls (least recently used out), for prompts that extend
+  earlier ones, and drops it whenever the model's weights change. On TextCraft's appendix-G
+  prompts it saves no time: the step count comes before the history, so consecutive turns of an
+  episode share only their first 8 tokens, and the episodes of a turn share about a tenth of their
+  tokens, which is what the extra forwards and masked attention cost (README, "Generation").
+
 What is guaranteed:
 
 - The same prompts, params and seeds give identical outputs on the same hardware, dtype and
-  ``batch_size``.
+  options, from the same cache state (a fresh generator, or the same sequence of calls).
 - Every response draws its uniforms from its own stream (:func:`~.base.response_seeds`), so the
-  random choices do not depend on which other prompts share the call or the micro-batch. Under
-  another grouping the batched kernels return the same log-probs up to rounding (about 1e-6 in
-  fp32 on CPU), so a sampled token can differ only where its uniform falls within that rounding
-  of a boundary of the cumulative distribution: rare for a trained policy, a few times per
-  thousand tokens for a random model's near-uniform one. Greedy ties are as rare.
-
-Cost and memory: prompts are sorted by length and cut into micro-batches of ``batch_size`` rows
-(a prompt's ``n`` samples share one prefill), each left-padded to a multiple of
-``pad_to_multiple_of`` tokens so that few distinct prefill shapes occur; only the last position's
-logits are computed at prefill, and a row that ends leaves the batch and its cache.
+  random choices do not depend on which other prompts share the call. A prompt's cache, however,
+  is computed in forwards shaped by its neighbours (which rows are padded together, which prefixes
+  are shared), and batched kernels agree across shapes only up to rounding (about 1e-6 in fp32 on
+  CPU): a sampled token can differ only where its uniform falls within that rounding of a
+  boundary of the cumulative distribution, and a greedy choice only at a near-tie.
 """
 
 from __future__ import annotations
 
+import inspect
+import itertools
 import logging
 import math
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
+from transformers.cache_utils import Cache, DynamicLayer
 
-from resail_pipeline.checkpoints import load_policy, read_checkpoint_info
+from resail_pipeline.checkpoints import (
+    bf16_native,
+    load_policy,
+    read_checkpoint_info,
+    resolve_device,
+)
 from resail_pipeline.generation.base import Generation, SamplingParams, response_seeds
+from resail_pipeline.generation.prefix_tree import Node, PrefixTree
 
 logger = logging.getLogger(__name__)
+
+#: Free columns a decode batch starts with; the buffer doubles when they run out.
+_FIRST_DECODE_COLUMNS = 64
+
+#: What one more forward costs, in padded tokens, when prefill rows are cut into forwards.
+_FORWARD_COST_TOKENS = 128
+
+#: The least share of a prompt that a shared prefix must cover for the prompt to be encoded on
+#: top of it. A prompt encoded after a prefix attends through a padding mask; one encoded whole
+#: attends causally with no mask, which skips the masked half of the scores (about 40% less
+#: attention time on CPU) and so costs about 12% less per token.
+_MIN_REUSED_SHARE = 0.25
+
+#: ``dtype`` option values (``auto``: bf16 where the device computes it natively, else fp32).
+DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 @contextmanager
@@ -91,20 +137,145 @@ def choose_tokens(
     return (picks if index is None else index.gather(-1, picks)).squeeze(-1)
 
 
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    """The dtype a generator loads its model in: a torch dtype as given, or one of :data:`DTYPES`
+    (``auto`` and ``None``: bf16 where ``device`` computes it natively, else fp32)."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype is not None and dtype not in DTYPES:
+        raise ValueError(f"dtype: must be one of {sorted(DTYPES)}, got {dtype!r}")
+    chosen = DTYPES[dtype or "auto"]
+    if chosen is None:
+        return torch.bfloat16 if bf16_native(device) else torch.float32
+    return chosen
+
+
+@dataclass(frozen=True)
+class _CacheShape:
+    """What a cache buffer holds per token: layers x key/value x kv_heads x head_dim."""
+
+    layers: int
+    heads: int
+    head_dim: int
+    dtype: torch.dtype
+    device: torch.device
+
+
+class _BufferLayer(DynamicLayer):
+    """One layer's cache as a view of a preallocated buffer that forwards fill in place."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int) -> None:
+        super().__init__()
+        self._keys, self._values = keys, values  # (R, H, C, D)
+        self.length = length
+        self.device = keys.device
+        self.is_initialized = True
+        self.keys, self.values = keys[:, :, :length], values[:, :, :length]
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        pass  # allocated by the buffer
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        end = self.length + key_states.shape[-2]
+        self._keys[:, :, self.length : end] = key_states
+        self._values[:, :, self.length : end] = value_states
+        self.length = end
+        self.keys, self.values = self._keys[:, :, :end], self._values[:, :, :end]
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+
+class _KVBuffer:
+    """The cache of a batch of rows: ``data`` is ``(layers, 2, R, kv_heads, capacity, head_dim)``
+    (keys then values), zero where nothing was written, so that masked columns are finite;
+    ``mask`` is ``(R, capacity)``, 1 where a column holds a row's token."""
+
+    def __init__(self, data: torch.Tensor, mask: torch.Tensor) -> None:
+        self.data, self.mask = data, mask
+
+    @classmethod
+    def empty(cls, shape: _CacheShape, rows: int, capacity: int) -> _KVBuffer:
+        data = torch.zeros(
+            (shape.layers, 2, rows, shape.heads, capacity, shape.head_dim),
+            dtype=shape.dtype,
+            device=shape.device,
+        )
+        return cls(data, torch.zeros((rows, capacity), dtype=torch.long, device=shape.device))
+
+    @property
+    def capacity(self) -> int:
+        return self.data.shape[4]
+
+    def cache(self, rows: slice, start: int, length: int) -> Cache:
+        """A transformers cache over ``rows`` and the columns from ``start`` on, whose first
+        ``length`` of those columns are the past (the columns before ``start`` are padding)."""
+        layers = [
+            _BufferLayer(kv[0, rows, :, start:], kv[1, rows, :, start:], length) for kv in self.data
+        ]
+        return Cache(layers=layers)
+
+    def select(self, rows: torch.Tensor) -> _KVBuffer:
+        return _KVBuffer(self.data.index_select(2, rows), self.mask.index_select(0, rows))
+
+    def reserve(self, capacity: int) -> None:
+        """Grow to at least ``capacity`` columns (doubling, so that growth is amortised)."""
+        if capacity <= self.capacity:
+            return
+        grown = max(capacity, 2 * self.capacity)
+        data = self.data.new_zeros((*self.data.shape[:4], grown, self.data.shape[5]))
+        data[:, :, :, :, : self.capacity] = self.data
+        mask = self.mask.new_zeros((self.mask.shape[0], grown))
+        mask[:, : self.capacity] = self.mask
+        self.data, self.mask = data, mask
+
+
+@dataclass
+class GenerationStats:
+    """What a generator has done since it was built."""
+
+    calls: int = 0
+    #: tokens of every prompt of every call
+    prompt_tokens: int = 0
+    #: prompt tokens a forward encoded (the rest came from identical prompts or shared prefixes)
+    encoded_tokens: int = 0
+    generated_tokens: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Prefilled:
+    """Rows encoded up to their last prompt token: the buffer (columns ``start`` to ``width``
+    filled), each row's next position, and the ``(R, V)`` fp32 logits that predict its first
+    new token."""
+
+    buffer: _KVBuffer
+    start: int  # the first column any row uses
+    width: int
+    positions: torch.Tensor  # (R,)
+    logits: torch.Tensor  # (R, V)
+
+
 class TransformersGenerator:
     """The :class:`~.base.Generator` over a transformers causal LM, on CPU or GPU.
 
     Args:
-        model: a causal LM; used as is (device, dtype), in eval mode during a call and left in
-            the train/eval state it had.
+        model: a causal LM whose layers all use full attention; used as is (device, dtype), in
+            eval mode during a call and left in the train/eval state it had.
         tokenizer: its tokenizer; ``eos_token`` (``<|im_end|>`` for Qwen3 chat models) ends a
-            response. Its own padding side is not used: prompts are always left-padded.
+            response. Its own padding side is not used.
         policy_id: recorded with every response.
-        batch_size: rows (prompt x sample) per forward pass; a prompt's ``n`` samples are never
-            split, so a micro-batch holds ``max(1, batch_size // n)`` prompts.
-        pad_to_multiple_of: prompt lengths in a micro-batch are padded up to a multiple of it,
-            bounding the number of distinct shapes.
-        progress: show a progress bar over micro-batches when a call has more than one.
+        batch_size: rows (prompt x sample) decoded together; a prompt's rows are never split.
+        pad_to_multiple_of: a forward's tails are padded up to a multiple of it, bounding the
+            number of distinct shapes.
+        prefill_tokens: padded tokens per prefill forward at most (one prompt's tail exceeds it
+            alone); activations of a few thousand tokens stay in the CPU's caches.
+        prefix_reuse: encode each prefix that several prompts share once (see the module notes).
+        prefix_cache_tokens: cached tokens kept between calls for later prompts (0: none).
+        progress: show a progress bar over decode batches when a call has more than one.
     """
 
     def __init__(
@@ -113,40 +284,61 @@ class TransformersGenerator:
         tokenizer: Any,
         *,
         policy_id: str,
-        batch_size: int = 8,
-        pad_to_multiple_of: int = 32,
+        batch_size: int = 64,
+        pad_to_multiple_of: int = 16,
+        prefill_tokens: int = 4096,
+        prefix_reuse: bool = False,
+        prefix_cache_tokens: int = 0,
         progress: bool = True,
     ) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size: must be >= 1, got {batch_size}")
-        if pad_to_multiple_of < 1:
-            raise ValueError(f"pad_to_multiple_of: must be >= 1, got {pad_to_multiple_of}")
+        for name, value in (
+            ("batch_size", batch_size),
+            ("pad_to_multiple_of", pad_to_multiple_of),
+            ("prefill_tokens", prefill_tokens),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: must be a positive integer, got {value!r}")
+        if prefix_cache_tokens and not prefix_reuse:
+            raise ValueError("prefix_cache_tokens: keeps prefixes for prefix_reuse, which is off")
         if tokenizer.eos_token_id is None:
             raise ValueError("tokenizer: has no eos_token, so a response could never end")
+        config = model.config.get_text_config(decoder=True)
+        other = sorted(set(getattr(config, "layer_types", None) or ()) - {"full_attention"})
+        if other:
+            raise ValueError(f"model: layer types {other} are not supported, only full attention")
         self.model = model
         self.tokenizer = tokenizer
         self.policy_id = policy_id
         self.batch_size = batch_size
         self.pad_to_multiple_of = pad_to_multiple_of
+        self.prefill_tokens = prefill_tokens
+        self.prefix_reuse = prefix_reuse
         self.progress = progress
         self.eos_id: int = tokenizer.eos_token_id
         self.pad_id: int = (
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
         )
+        self.tree = PrefixTree(max_tokens=prefix_cache_tokens)
+        self.stats = GenerationStats()
+        self._weights: tuple | None = None
+        parameters = inspect.signature(model.forward).parameters
+        self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
 
     @classmethod
     def from_checkpoint(
         cls,
         path: str | Path,
         *,
-        dtype: torch.dtype | None = None,
+        dtype: str | torch.dtype | None = "auto",
         device: str = "auto",
         policy_id: str | None = None,
         **options: Any,
     ) -> TransformersGenerator:
         """Load a local checkpoint on ``device`` (``auto``: the first GPU if there is one, else the
-        CPU; ``run.generation.device``); ``policy_id`` defaults to the one its manifest records."""
-        model, tokenizer = load_policy(path, dtype=dtype, device=device)
+        CPU; ``run.generation.device``) in ``dtype`` (:func:`resolve_dtype`; ``auto``: bf16 where
+        the device computes it natively); ``policy_id`` defaults to the one its manifest records."""
+        resolved = resolve_device(device)
+        model, tokenizer = load_policy(path, dtype=resolve_dtype(dtype, resolved), device=resolved)
         if policy_id is None:
             policy_id = read_checkpoint_info(path).policy_id
         return cls(model, tokenizer, policy_id=policy_id, **options)
@@ -160,32 +352,58 @@ class TransformersGenerator:
         """``len(prompts) * params.n`` generations, prompt-major; see the module notes."""
         stream_seeds = response_seeds(len(prompts), params, seeds)
         encoded = self._encode(prompts, params)
-        # Longest first, so that the largest shapes come first and memory peaks early; a
-        # prompt's n samples share its micro-batch and its prefill.
-        order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
-        per_chunk = max(1, self.batch_size // params.n)
-        chunks = [order[i : i + per_chunk] for i in range(0, len(order), per_chunk)]
+        if not encoded:
+            return []
+        # Distinct prompts, each with the rows (prompt x sample) it serves.
+        rows_of: dict[tuple[int, ...], list[int]] = {}
+        for i, ids in enumerate(encoded):
+            rows_of.setdefault(tuple(ids), []).extend(range(i * params.n, (i + 1) * params.n))
+        distinct = sorted(rows_of, key=lambda ids: -len(ids))  # the largest shapes first
+        batches: list[list[tuple[int, ...]]] = [[]]
+        for ids in distinct:
+            rows = sum(len(rows_of[p]) for p in batches[-1])
+            if batches[-1] and rows + len(rows_of[ids]) > self.batch_size:
+                batches.append([])
+            batches[-1].append(ids)
+
         by_row: dict[int, Generation] = {}
         start = time.perf_counter()
         bar = tqdm(
-            chunks, desc="generate", leave=False, disable=not self.progress or len(chunks) < 2
+            batches, desc="generate", leave=False, disable=not self.progress or len(batches) < 2
         )
         with eval_mode(self.model), torch.inference_mode():
-            for chunk in bar:
-                rows = [i * params.n + j for i in chunk for j in range(params.n)]
-                generated = self._generate_chunk(
-                    [encoded[i] for i in chunk], [stream_seeds[r] for r in rows], params
+            plan, encoded_tokens = self._plan(distinct)
+            for batch in bar:
+                batch.sort(key=lambda ids: plan[ids][0].depth - len(ids))  # longest tail first
+                tails = [list(ids[plan[ids][0].depth :]) for ids in batch]
+                encoded_tokens += sum(map(len, tails))
+                rows = [r for ids in batch for r in rows_of[ids]]
+                prefilled = self._prefill(
+                    [plan[ids][0] for ids in batch],
+                    tails,
+                    extra=min(params.max_new_tokens, _FIRST_DECODE_COLUMNS),
+                    keep=[plan[ids] for ids in batch] if self.tree.max_tokens else None,
+                    repeats=[len(rows_of[ids]) for ids in batch],
                 )
+                generated = self._decode(prefilled, [stream_seeds[r] for r in rows], params)
                 by_row.update(zip(rows, generated, strict=True))
+            self.tree.finish_call()
         results = [by_row[r] for r in range(len(stream_seeds))]
-        tokens = sum(len(g.token_ids) for g in results)
         seconds = time.perf_counter() - start
+        prompt_tokens = sum(map(len, encoded))
+        generated_tokens = sum(len(g.token_ids) for g in results)
+        self.stats.calls += 1
+        self.stats.prompt_tokens += prompt_tokens
+        self.stats.encoded_tokens += encoded_tokens
+        self.stats.generated_tokens += generated_tokens
+        self.stats.seconds += seconds
         logger.debug(
-            "generated %d responses, %d tokens in %.2f s (%.0f tokens/s)",
+            "generated %d responses, %d tokens in %.2f s; encoded %d of %d prompt tokens",
             len(results),
-            tokens,
+            generated_tokens,
             seconds,
-            tokens / max(seconds, 1e-9),
+            encoded_tokens,
+            prompt_tokens,
         )
         return results
 
@@ -205,11 +423,190 @@ class TransformersGenerator:
                 )
         return encoded
 
-    def _generate_chunk(
-        self, prompts: list[list[int]], seeds: list[int], params: SamplingParams
+    def _cache_shape(self) -> _CacheShape:
+        config = self.model.config.get_text_config(decoder=True)
+        heads = config.num_attention_heads
+        parameter = next(self.model.parameters())
+        return _CacheShape(
+            layers=config.num_hidden_layers,
+            heads=getattr(config, "num_key_value_heads", None) or heads,
+            head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
+            dtype=parameter.dtype,
+            device=parameter.device,
+        )
+
+    def _plan(
+        self, prompts: list[tuple[int, ...]]
+    ) -> tuple[dict[tuple[int, ...], tuple[Node, Node]], int]:
+        """Each distinct prompt's ``(base, end)``: the tree node its tail is encoded from (the
+        root: the whole prompt) and the node where its key ends. Shared prefixes that have no
+        cache yet are encoded here; also returns how many tokens that took."""
+        weights = tuple((p.data_ptr(), p._version, p.dtype) for p in self.model.parameters())
+        if weights != self._weights:  # a cache is only valid for the weights that computed it
+            self.tree.clear()
+            self._weights = weights
+        root = self.tree.root
+        if not self.prefix_reuse:
+            return {ids: (root, root) for ids in prompts}, 0
+        # The last token of a prompt is always encoded with its tail: its logits start the reply.
+        ends = {ids: self.tree.insert(ids[:-1]) for ids in prompts}
+        # A prompt whose shared prefix is short is encoded whole: with nothing before it, its
+        # forward needs no mask and attention skips the masked half (see _MIN_REUSED_SHARE).
+        # Leaving may shorten the shared prefixes of the others, so repeat until none leaves.
+        reusing = dict(ends)
+        while short := [
+            ids
+            for ids, end in reusing.items()
+            if PrefixTree.base(end).depth < _MIN_REUSED_SHARE * len(ids)
+        ]:
+            for ids in short:
+                PrefixTree.release(reusing.pop(ids))
+        encoded = 0
+        for level in self.tree.pending():
+            level.sort(key=lambda node: -len(node.tokens))
+            for i in range(0, len(level), self.batch_size):
+                nodes = level[i : i + self.batch_size]
+                encoded += sum(len(node.tokens) for node in nodes)
+                self._prefill(
+                    [node.parent or root for node in nodes],
+                    [list(node.tokens) for node in nodes],
+                    extra=0,
+                    keep=[(node.parent or root, node) for node in nodes],
+                )
+        bases = {ids: PrefixTree.base(end) if ids in reusing else root for ids, end in ends.items()}
+        return {ids: (bases[ids], end) for ids, end in ends.items()}, encoded
+
+    def _prefill(
+        self,
+        bases: list[Node],
+        tails: list[list[int]],
+        *,
+        extra: int,
+        keep: list[tuple[Node, Node]] | None = None,
+        repeats: list[int] | None = None,
+    ) -> _Prefilled:
+        """Encode each tail after its base's cached path, in forwards of at most
+        ``prefill_tokens`` padded tokens; rows come longest tail first.
+
+        The rows of one forward have their tails left-padded to one width and right-aligned at
+        the buffer's last filled column, each base just before that width, so a row's columns
+        are padding, its base, padding up to the forward's width, its tail; ``extra`` free
+        columns follow. With ``keep``, row ``i``'s new cache fills the tree nodes from below
+        ``keep[i][0]`` down to ``keep[i][1]`` (a tail's last token, outside the key, is not
+        kept); with ``repeats``, row ``i`` of the result is repeated ``repeats[i]`` times.
+        """
+        if any(len(a) < len(b) for a, b in itertools.pairwise(tails)):
+            raise ValueError("tails: must come longest first")
+        shape = self._cache_shape()
+        multiple = self.pad_to_multiple_of
+        chunks = [
+            (rows, math.ceil(len(tails[rows[0]]) / multiple) * multiple)
+            for rows in self._prefill_chunks([len(tail) for tail in tails])
+        ]
+        width = max(chunk_width + max(bases[r].depth for r in rows) for rows, chunk_width in chunks)
+        buffer = _KVBuffer.empty(shape, len(tails), width + extra)
+        logits, starts = [], []
+        first = [0] * len(tails)  # the column of each row's first tail token
+        for rows, chunk_width in chunks:
+            past = width - chunk_width  # columns before this forward's tails
+            depths = [bases[r].depth for r in rows]
+            lengths = [len(tails[r]) for r in rows]
+            input_ids = torch.full((len(rows), chunk_width), self.pad_id, dtype=torch.long)
+            span = slice(rows[0], rows[-1] + 1)
+            if not any(depths):
+                # Nothing before the tails: right-pad them, so that attention is causal with no
+                # mask (the padding comes after every real token), and read each row's logits
+                # at its last real token.
+                for i, (r, n) in enumerate(zip(rows, lengths, strict=True)):
+                    input_ids[i, :n] = torch.tensor(tails[r])
+                    buffer.mask[r, past : past + n] = 1
+                    first[r] = past
+                starts.append(past)
+                logits.append(
+                    self._forward(
+                        input_ids.to(shape.device),
+                        None,
+                        None,
+                        buffer.cache(span, past, 0),
+                        last=torch.tensor(lengths, device=shape.device) - 1,
+                    )
+                )
+                continue
+            # Bases before the tails: left-pad the tails against the buffer's last filled column,
+            # each base just before the forward's width, padding masked out.
+            start = past - max(depths)  # before it, only padding
+            starts.append(start)
+            positions = torch.zeros((len(rows), chunk_width), dtype=torch.long)
+            for i, (r, depth, n) in enumerate(zip(rows, depths, lengths, strict=True)):
+                if depth:
+                    buffer.data[:, :, r, :, past - depth : past] = bases[r].path_kv()
+                    buffer.mask[r, past - depth : past] = 1
+                buffer.mask[r, width - n : width] = 1
+                first[r] = width - n
+                input_ids[i, chunk_width - n :] = torch.tensor(tails[r])
+                positions[i, chunk_width - n :] = torch.arange(depth, depth + n)
+            logits.append(
+                self._forward(
+                    input_ids.to(shape.device),
+                    buffer.mask[span, start:width],
+                    positions.to(shape.device),
+                    buffer.cache(span, start, past - start),
+                )
+            )
+
+        for row, (base, end) in enumerate(keep or ()):
+            if end.depth > base.depth:
+                columns = slice(first[row], first[row] + end.depth - base.depth)
+                self.tree.store(base, end, buffer.data[:, :, row, :, columns])
+        positions = torch.tensor(
+            [base.depth + len(tail) for base, tail in zip(bases, tails, strict=True)],
+            device=shape.device,
+        )
+        prefilled = _Prefilled(buffer, min(starts), width, positions, torch.cat(logits))
+        if repeats is None or all(k == 1 for k in repeats):
+            return prefilled
+        index = torch.repeat_interleave(
+            torch.arange(len(tails), device=shape.device),
+            torch.tensor(repeats, device=shape.device),
+        )
+        return _Prefilled(
+            buffer.select(index),
+            prefilled.start,
+            width,
+            prefilled.positions[index],
+            prefilled.logits[index],
+        )
+
+    def _prefill_chunks(self, lengths: list[int]) -> list[list[int]]:
+        """Rows (longest first) cut into consecutive forwards of at most ``prefill_tokens`` padded
+        tokens (a row longer than that goes alone), cut where padding would cost more than
+        another forward: the partition that minimises padded tokens plus
+        :data:`_FORWARD_COST_TOKENS` per forward (dynamic programming over the cut points)."""
+        multiple = self.pad_to_multiple_of
+        padded = [math.ceil(n / multiple) * multiple for n in lengths]
+        # best[i]: the cost of rows i.. ; cut[i]: where the first forward from row i ends
+        best = [0.0] * (len(padded) + 1)
+        cut = [0] * len(padded)
+        for i in range(len(padded) - 1, -1, -1):
+            best[i] = math.inf
+            for j in range(i + 1, len(padded) + 1):
+                tokens = padded[i] * (j - i)  # rows come longest first: row i sets the width
+                if j > i + 1 and tokens > self.prefill_tokens:
+                    break
+                cost = _FORWARD_COST_TOKENS + tokens + best[j]
+                if cost < best[i]:
+                    best[i], cut[i] = cost, j
+        chunks, i = [], 0
+        while i < len(padded):
+            chunks.append(list(range(i, cut[i])))
+            i = cut[i]
+        return chunks
+
+    def _decode(
+        self, prefilled: _Prefilled, seeds: list[int], params: SamplingParams
     ) -> list[Generation]:
-        """Decode one micro-batch of prompts, ``params.n`` rows each, one token per step."""
-        cache, logits, mask, position = self._prefill(prompts, params.n)
+        """Decode the prefilled rows, one token per step, each with its own uniform stream."""
+        buffer, logits, position = prefilled.buffer, prefilled.logits, prefilled.positions
         batch, steps, device = len(seeds), params.max_new_tokens, logits.device
         uniforms = None
         if params.temperature > 0:
@@ -226,30 +623,44 @@ class TransformersGenerator:
         logprobs = torch.zeros((batch, steps), dtype=torch.float32, device=device)  # (B, N)
         lengths = torch.zeros(batch, dtype=torch.long, device=device)  # (B,)
         finished = torch.zeros(batch, dtype=torch.bool, device=device)  # (B,)
-        active = torch.arange(batch, device=device)  # (A,) the rows still decoding
+        # The buffer's rows: which row of the batch each is, and whether it is still decoding. A
+        # row that ends stays (its outputs unused) until a quarter of the rows have ended, then
+        # they all leave the buffer at once: one copy of the cache, not one per ending.
+        active = torch.arange(batch, device=device)  # (A,)
+        alive = torch.ones(batch, dtype=torch.bool, device=device)  # (A,)
+        start, width = prefilled.start, prefilled.width
         for k in range(steps):
             draws = None if uniforms is None else uniforms[active, k]  # (A,)
             chosen = choose_tokens(logits, params, draws)  # (A,)
-            tokens[active, k] = chosen
+            rows = active[alive]  # (L,) the live rows of the batch
+            tokens[rows, k] = chosen[alive]
             chosen_logits = logits.gather(-1, chosen[:, None])[:, 0]  # (A,)
-            logprobs[active, k] = chosen_logits - logits.logsumexp(dim=-1)
-            lengths[active] = k + 1
-            ended = chosen == self.eos_id  # (A,)
+            logprobs[rows, k] = (chosen_logits - logits.logsumexp(dim=-1))[alive]
+            lengths[rows] = k + 1
+            ended = alive & (chosen == self.eos_id)  # (A,)
             finished[active[ended]] = True
-            if k == steps - 1 or bool(ended.all()):
+            alive &= ~ended
+            if k == steps - 1 or not bool(alive.any()):
                 break
-            if bool(ended.any()):  # rows that ended leave the batch and the cache
-                keep = (~ended).nonzero().squeeze(-1)  # (A',)
-                cache.batch_select_indices(keep)
-                active, chosen, mask, position = (
+            if 4 * int((~alive).sum()) >= len(alive):
+                keep = alive.nonzero().squeeze(-1)  # (A',)
+                buffer = buffer.select(keep)
+                active, alive, chosen, position = (
                     active[keep],
+                    alive[keep],
                     chosen[keep],
-                    mask[keep],
                     position[keep],
                 )
-            mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=-1)  # (A, W + k + 1)
-            position = position + 1  # (A, 1)
-            logits = self._next_logits(chosen[:, None], mask, position, cache)  # (A, V)
+            buffer.reserve(width + 1)
+            buffer.mask[:, width] = 1
+            logits = self._forward(
+                chosen[:, None],
+                buffer.mask[:, start : width + 1],
+                position[:, None],
+                buffer.cache(slice(None), start, width - start),
+            )  # (A, V)
+            width += 1
+            position = position + 1
 
         generations = []
         for b in range(batch):
@@ -265,49 +676,27 @@ class TransformersGenerator:
             )
         return generations
 
-    def _prefill(
-        self, prompts: list[list[int]], n: int
-    ) -> tuple[DynamicCache, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Run the left-padded prompts once and repeat the result for their ``n`` samples.
-
-        Returns:
-            the cache, the ``(B, V)`` next-token logits, the ``(B, W)`` attention mask and the
-            ``(B, 1)`` position of each row's last token, ``B = len(prompts) * n``.
-        """
-        device = next(self.model.parameters()).device
-        multiple = self.pad_to_multiple_of
-        width = math.ceil(max(map(len, prompts)) / multiple) * multiple
-        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)  # (P, W)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)  # (P, W)
-        for i, ids in enumerate(prompts):
-            input_ids[i, width - len(ids) :] = torch.tensor(ids)
-            mask[i, width - len(ids) :] = 1
-        input_ids, mask = input_ids.to(device), mask.to(device)
-        positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)  # (P, W)
-        cache = DynamicCache(config=self.model.config)
-        logits = self._next_logits(input_ids, mask, positions, cache)  # (P, V)
-        position = positions[:, -1:]  # (P, 1)
-        if n > 1:
-            cache.batch_repeat_interleave(n)
-            logits = logits.repeat_interleave(n, dim=0)  # (B, V)
-            mask = mask.repeat_interleave(n, dim=0)  # (B, W)
-            position = position.repeat_interleave(n, dim=0)  # (B, 1)
-        return cache, logits, mask, position
-
-    def _next_logits(
+    def _forward(
         self,
         input_ids: torch.Tensor,
-        mask: torch.Tensor,
-        positions: torch.Tensor,
-        cache: DynamicCache,
+        mask: torch.Tensor | None,
+        positions: torch.Tensor | None,
+        cache: Cache,
+        last: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """``(B, V)`` fp32 logits at the last position, extending ``cache`` with ``input_ids``."""
+        """``(B, V)`` fp32 logits at each row's last position (``last``, ``(B,)``: at those),
+        filling ``cache`` with ``input_ids``."""
+        keep: int | torch.Tensor = 1
+        if last is not None:
+            keep, index = torch.unique(last, return_inverse=True)  # (K,), (B,)
         out = self.model(
             input_ids=input_ids,
             attention_mask=mask,
             position_ids=positions,
-            past_key_values=cache,
             use_cache=True,
-            logits_to_keep=1,
+            logits_to_keep=keep,
+            **{self._cache_argument: cache},
         )
-        return out.logits[:, -1].float()  # (B, V)
+        if last is None:
+            return out.logits[:, -1].float()  # (B, V)
+        return out.logits[torch.arange(len(index)), index].float()  # (B, V)
