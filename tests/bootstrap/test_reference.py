@@ -35,7 +35,13 @@ def test_evaluation_is_recorded_in_the_manifest(tiny_checkpoint, tmp_path):
     """Both views of two test tasks under two seeds (the tiny random model runs 30 steps each)."""
     policy = ship(tiny_checkpoint, tmp_path / "policy")
     config = EvalConfig(num_tasks=2, decoding_seeds=(0, 1), max_new_tokens=4)
-    record = evaluate_and_record(policy, config, reference_seed=1000, command="test", batch_size=8)
+    record = evaluate_and_record(
+        policy,
+        config,
+        reference_seed=1000,
+        command="test",
+        generation={"batch_size": 8, "dtype": "float32"},
+    )
     manifest = json.loads((policy / MANIFEST_NAME).read_text())
     assert manifest["evaluation"] == record
     assert [row["view"] for row in record["table"]] == ["ordinary", "privileged"]
@@ -44,6 +50,7 @@ def test_evaluation_is_recorded_in_the_manifest(tiny_checkpoint, tmp_path):
         assert 0.0 <= row["mean"] <= 1.0
     # the tiny random model never succeeds: every Experience is a failure analysis
     assert record["protocol"]["experience_outcomes"] == {"failure": 2}
+    assert record["protocol"]["dtype"] == "float32"
     assert verify_reference(policy).sha256 == manifest["sha256"]
     table = markdown_table(record)
     assert table.splitlines()[0] == "| view | seed 0 | seed 1 | mean (SD) |"
@@ -94,7 +101,7 @@ def test_results_keep_the_episodes_and_the_experience_as_parquet(
         {"traj_id": ["r/3", "r/7"], "outcome": ["success", "failure"], "task_id": [3, 7]}
     )
 
-    def fake_evaluation(policy, config, *, reference_seed, batch_size):
+    def fake_evaluation(policy, config, *, reference_seed, generation):
         from resail_pipeline.evaluation.stats import summarize_eval_results
 
         return summarize_eval_results(episodes), episodes, experience

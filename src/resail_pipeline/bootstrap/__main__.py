@@ -29,12 +29,13 @@ import yaml
 
 from resail_pipeline.bootstrap.build import build_initial_policy
 from resail_pipeline.bootstrap.config import BootstrapConfig
-from resail_pipeline.bootstrap.demonstrations import RESPONSE_BATCH, RESPONSE_MAX_NEW_TOKENS
+from resail_pipeline.bootstrap.demonstrations import RESPONSE_MAX_NEW_TOKENS
 from resail_pipeline.bootstrap.diagnostics import guidance_use
 from resail_pipeline.bootstrap.reference import evaluate_and_record, ship
 from resail_pipeline.checkpoints import load_policy
 from resail_pipeline.envs import make_env
 from resail_pipeline.evaluation.evaluate import EvalConfig, spread
+from resail_pipeline.generation.transformers_backend import DTYPES
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +69,18 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--reference-seed", type=int, default=1000)
     evaluate.add_argument("--temperature", type=float, default=0.4)
     evaluate.add_argument("--max-new-tokens", type=int, default=RESPONSE_MAX_NEW_TOKENS)
-    evaluate.add_argument("--batch-size", type=int, default=RESPONSE_BATCH)
+    evaluate.add_argument(
+        "--dtype",
+        choices=sorted(DTYPES),
+        default="auto",
+        help="generation precision (auto: bf16 where the machine computes it natively)",
+    )
+    evaluate.add_argument(
+        "--batch-size", type=int, default=None, help="rows decoded together (the generator's 64)"
+    )
+    evaluate.add_argument(
+        "--prefix-reuse", action="store_true", help="encode prefixes the prompts share once"
+    )
     evaluate.add_argument(
         "--results", default=None, help="directory for the episodes and Experience, as Parquet"
     )
@@ -136,7 +148,11 @@ def main(argv: list[str] | None = None) -> None:
             config,
             reference_seed=args.reference_seed,
             command=command,
-            batch_size=args.batch_size,
+            generation={
+                "dtype": args.dtype,
+                "prefix_reuse": args.prefix_reuse,
+                **({} if args.batch_size is None else {"batch_size": args.batch_size}),
+            },
             results=args.results,
         )
 

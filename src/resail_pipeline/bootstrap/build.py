@@ -48,7 +48,6 @@ from resail_pipeline.bootstrap.cloning import (
 from resail_pipeline.bootstrap.config import BootstrapConfig, ModelShape
 from resail_pipeline.bootstrap.demonstrations import (
     PLANNER_ENVS,
-    RESPONSE_BATCH,
     RESPONSE_MAX_NEW_TOKENS,
     Demonstration,
     collect_demonstrations,
@@ -303,9 +302,7 @@ def on_policy_demonstrations(
             f"data.on_policy_episodes: {episodes} episodes per task need the warm start's model"
         )
     policy_id = warm_start.info.policy_id
-    generator = TransformersGenerator(
-        warm_start.model, warm_start.tokenizer, policy_id=policy_id, batch_size=RESPONSE_BATCH
-    )
+    generator = TransformersGenerator(warm_start.model, warm_start.tokenizer, policy_id=policy_id)
     settings = RolloutSettings(
         temperature=data.on_policy_temperature, max_new_tokens=RESPONSE_MAX_NEW_TOKENS
     )

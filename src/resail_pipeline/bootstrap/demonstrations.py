@@ -56,8 +56,6 @@ RESPONSE_TEMPLATE = "<thinking></thinking>\n<action>{action}</action>"
 #: New tokens a rollout of a built policy allows per response (its on-policy episodes, the
 #: ``evaluate`` command): a response in :data:`RESPONSE_TEMPLATE` is about 13 tokens.
 RESPONSE_MAX_NEW_TOKENS = 48
-#: Prompts per forward pass of those rollouts.
-RESPONSE_BATCH = 32
 
 #: Environments with an exact planner, the only ones demonstrations can be played in.
 PLANNER_ENVS = ("textcraft",)

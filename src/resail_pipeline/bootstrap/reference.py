@@ -23,12 +23,12 @@ from typing import Any
 import pandas as pd
 import torch
 
-from resail_pipeline.bootstrap.demonstrations import RESPONSE_BATCH
 from resail_pipeline.checkpoints import (
     MANIFEST_NAME,
     CheckpointError,
     check_checkpoint,
     read_checkpoint_info,
+    resolve_device,
     weights_sha256,
     write_manifest,
 )
@@ -43,6 +43,7 @@ from resail_pipeline.evaluation.evaluate import (
 from resail_pipeline.evaluation.stats import summarize_eval_results
 from resail_pipeline.experience import SummarizeConfig
 from resail_pipeline.generation import make_generator
+from resail_pipeline.generation.transformers_backend import resolve_dtype
 from resail_pipeline.io import atomic_path
 
 logger = logging.getLogger(__name__)
@@ -57,17 +58,19 @@ def dual_view_evaluation(
     *,
     reference_seed: int,
     env: str = "textcraft",
-    batch_size: int = RESPONSE_BATCH,
+    generation: dict[str, Any] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Evaluate ``policy`` in both views with a fixed Experience of its own reference episodes.
 
+    ``generation`` holds options of the transformers generator (``dtype``, ``batch_size``, ...).
     Returns ``(eval_summary, eval_results, experience)``: one summary row per view, one result
     row per episode, and the fixed Experience (one rules-based summary per test task).
     """
     info = read_checkpoint_info(check_checkpoint(policy))
     generator = make_generator(
-        "transformers", info.path, policy_id=info.policy_id, batch_size=batch_size
+        "transformers", info.path, policy_id=info.policy_id, **(generation or {})
     )
+    logger.info("generating in %s", generator.model.dtype)
 
     def environment():
         return make_env(env)
@@ -95,9 +98,11 @@ def evaluation_record(
     reference_seed: int,
     seconds: float,
     command: str,
+    dtype: str,
 ) -> dict[str, Any]:
-    """What the manifest keeps of an evaluation: the protocol, the table (and the same apart by
-    the reference episode's outcome, :func:`by_reference_outcome`), where and how long."""
+    """What the manifest keeps of an evaluation: the protocol (with the precision the policy
+    generated in), the table (and the same apart by the reference episode's outcome,
+    :func:`by_reference_outcome`), where and how long."""
     rows = [
         {
             "view": row["view"],
@@ -118,6 +123,7 @@ def evaluation_record(
             "top_k": config.top_k,
             "max_new_tokens": config.max_new_tokens,
             "reference_seed": reference_seed,
+            "dtype": dtype,
             "experience": "rules-based summaries of one ordinary-view reference episode per "
             "test task (successful and failed kept)",
             "experience_outcomes": experience["outcome"].value_counts().to_dict(),
@@ -242,16 +248,23 @@ def ship(policy: str | Path, destination: str | Path) -> Path:
     return destination
 
 
+def generation_dtype(generation: dict[str, Any]) -> torch.dtype:
+    """The dtype a transformers generator built with the options ``generation`` runs in."""
+    device = resolve_device(generation.get("device", "auto"))
+    return resolve_dtype(generation.get("dtype", "auto"), device)
+
+
 def evaluate_and_record(
     policy: str | Path,
     config: EvalConfig,
     *,
     reference_seed: int,
     command: str,
-    batch_size: int = RESPONSE_BATCH,
+    generation: dict[str, Any] | None = None,
     results: str | Path | None = None,
 ) -> dict[str, Any]:
-    """:func:`dual_view_evaluation` of ``policy``, recorded in its manifest; returns the record.
+    """:func:`dual_view_evaluation` of ``policy`` (``generation``: the generator's options),
+    recorded in its manifest; returns the record.
 
     With ``results``, that directory also receives the episodes behind the table, as Parquet:
     ``eval_results.parquet`` (one row per episode: view, decoding seed, task, success, steps) and
@@ -264,7 +277,7 @@ def evaluate_and_record(
         raise NotADirectoryError(f"results: {results} exists and is not a directory")
     started = time.perf_counter()
     eval_summary, eval_results, experience = dual_view_evaluation(
-        policy, config, reference_seed=reference_seed, batch_size=batch_size
+        policy, config, reference_seed=reference_seed, generation=generation
     )
     if results is not None:
         for name, frame in (("eval_results", eval_results), ("experience", experience)):
@@ -279,6 +292,7 @@ def evaluate_and_record(
         reference_seed=reference_seed,
         seconds=time.perf_counter() - started,
         command=command,
+        dtype=str(generation_dtype(generation or {})).removeprefix("torch."),
     )
     logger.info("evaluation of %s:\n%s", policy, markdown_table(record))
     for row in record["by_reference_outcome"]:
