@@ -136,3 +136,22 @@ def test_requests_and_outputs_map_to_the_protocol(tiny_tokenizer, monkeypatch):
     text = tiny_tokenizer.decode
     assert [g.text for g in out] == [text([word]), text([word, word]), "", text([word])]
     assert generator.generate([], params) == []
+
+
+def test_the_engine_starts_with_prefix_caching_and_raw_logprobs(
+    tiny_checkpoint, tiny_tokenizer, monkeypatch
+):
+    started = {}
+
+    def fake_engine(**options):
+        started.update(options)
+        return FakeLLM(tiny_tokenizer, [])
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=fake_engine))
+    generator = VLLMGenerator.from_checkpoint(tiny_checkpoint, max_model_len=512)
+    assert started["enable_prefix_caching"] is True
+    assert started["logprobs_mode"] == "raw_logprobs" and started["trust_remote_code"] is False
+    assert started["max_model_len"] == 512 and started["model"] == str(tiny_checkpoint)
+    assert generator.policy_id.startswith("tiny@")
+    VLLMGenerator.from_checkpoint(tiny_checkpoint, enable_prefix_caching=False)
+    assert started["enable_prefix_caching"] is False

@@ -3,7 +3,9 @@
 ``vllm`` is imported only when a generator is built, so this module imports anywhere. Prompts
 are tokenized here exactly as the transformers backend does (no special tokens added), each
 response is its own request with the seed of :func:`~.base.response_seeds`, and the engine is
-asked for raw log-probs, i.e. those of the model before temperature, top-k and top-p.
+asked for raw log-probs, i.e. those of the model before temperature, top-k and top-p. The
+engine's automatic prefix caching (shared prompt prefixes encoded once, within a call and across
+calls) is turned on explicitly, whatever the installed version's default.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class VLLMGenerator:
         policy_id: str | None = None,
         seed: int = 0,
         progress: bool = True,
+        enable_prefix_caching: bool = True,
         **engine_options: Any,
     ) -> VLLMGenerator:
         """Start an engine on a local checkpoint; ``engine_options`` go to ``vllm.LLM``.
@@ -59,6 +62,7 @@ class VLLMGenerator:
             trust_remote_code=False,
             logprobs_mode="raw_logprobs",
             generation_config="vllm",
+            enable_prefix_caching=enable_prefix_caching,
             **engine_options,
         )
         if policy_id is None:
