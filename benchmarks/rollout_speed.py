@@ -1,0 +1,255 @@
+"""Episodes per second of the dual-view evaluation: the generation backend before and now, side by side.
+
+The workload is ``bootstrap evaluate``'s (appendix D.2): the shipped policy on ``--tasks`` test
+tasks evenly spaced over the split, x ``--seeds``, in the ordinary and the privileged view, with
+the fixed Experience of its own reference episodes (rules summaries), at temperature 0.4 (or
+``--temperature``) and 48 new tokens. The Experience is built once; then every configuration runs the same episodes (same
+tasks, seeds and summaries), one after another in this process:
+
+- ``before``: the transformers backend as of git revision ``--baseline`` (the one before prefix
+  reuse and the in-place cache), fp32, 32 rows per forward, as ``bootstrap evaluate`` ran it;
+- ``fp32`` and, where the CPU computes bf16 natively, ``bf16`` (what ``dtype: auto`` picks
+  there), each without and with prefix reuse.
+
+Per configuration it prints the wall time, episodes per second and the ratio to ``before``, the
+success rate per view, how many episodes took the same actions as under ``before`` (in fp32 the
+backends agree up to rounding), prompt tokens per episode and how many of them a forward encoded
+(the rest came from identical or shared prefixes), generated tokens, and the tokens per second
+against the machine's limit: its measured matmul throughput in that dtype over the linear layers'
+FLOPs per token (attention not counted).
+
+    .venv/bin/python benchmarks/rollout_speed.py [--tasks 20] [--seeds 0 1 2] [--no-baseline]
+    # correctness: greedy actions of every episode on the 100 test tasks, fp32, both ways
+    # (greedy decoding ignores the seed, so one seed plays every distinct episode)
+    .venv/bin/python benchmarks/rollout_speed.py --tasks 100 --seeds 0 --temperature 0 --dtypes fp32
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+os.environ.setdefault("TQDM_DISABLE", "1")  # the rollouts' progress bars would bury the figures
+import importlib.util
+import logging
+import resource
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from resail_pipeline.checkpoints import bf16_native, load_policy, read_checkpoint_info
+from resail_pipeline.envs import make_env
+from resail_pipeline.evaluation.evaluate import (
+    VIEWS,
+    EvalConfig,
+    build_experience,
+    evaluate_policy,
+)
+from resail_pipeline.experience import SummarizeConfig
+from resail_pipeline.generation.transformers_backend import TransformersGenerator
+
+ROOT = Path(__file__).resolve().parents[1]
+BACKEND = "src/resail_pipeline/generation/transformers_backend.py"
+#: the last revision whose backend re-encoded every prompt whole and grew its cache by copies
+BASELINE = "cc6224f"
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--policy", type=Path, default=ROOT / "reference/textcraft-initial")
+    parser.add_argument("--tasks", type=int, default=20, help="test tasks, evenly spaced")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--temperature", type=float, default=0.4, help="0: greedy")
+    parser.add_argument(
+        "--dtypes",
+        nargs="+",
+        choices=["fp32", "bf16"],
+        default=["fp32", "bf16"],
+        help="bf16 only where native",
+    )
+    parser.add_argument("--baseline", default=BASELINE, help="git revision of `before`")
+    parser.add_argument("--no-baseline", action="store_true", help="skip `before` (slowest)")
+    return parser.parse_args()
+
+
+def baseline_backend(revision: str) -> type:
+    """The ``TransformersGenerator`` class of ``revision``'s backend module."""
+    source = subprocess.run(
+        ["git", "show", f"{revision}:{BACKEND}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    path = Path(tempfile.mkdtemp()) / "baseline_backend.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("baseline_backend", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.TransformersGenerator
+
+
+def matmul_flops(dtype: torch.dtype, width: int, inner: int) -> float:
+    """Measured FLOP/s of a (4096, width) @ (width, inner) product, the MLP's shape at prefill."""
+    a = torch.randn(4096, width, dtype=dtype)
+    b = torch.randn(width, inner, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    rounds = 20
+    start = time.perf_counter()
+    for _ in range(rounds):
+        a @ b
+    return 2 * 4096 * width * inner * rounds / (time.perf_counter() - start)
+
+
+class PromptCounter:
+    """A generator that counts the prompt and generated tokens of the one it wraps (for
+    ``before``, whose backend encodes every prompt whole and keeps no counts)."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.policy_id, self.tokenizer = inner, inner.policy_id, inner.tokenizer
+        self.prompt_tokens = self.generated_tokens = 0
+
+    def generate(self, prompts, params, seeds=None):
+        out = self.inner.generate(prompts, params, seeds)
+        encoded = self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+        self.prompt_tokens += sum(map(len, encoded))
+        self.generated_tokens += sum(len(g.token_ids) for g in out)
+        return out
+
+
+@dataclass
+class Run:
+    name: str
+    seconds: float
+    episodes: int
+    success: dict[str, float]
+    actions: dict[str, tuple[str, ...]]
+    prompt_tokens: int
+    encoded_tokens: int
+    generated_tokens: int
+
+
+def main() -> None:
+    args = parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    info = read_checkpoint_info(args.policy)
+    config = EvalConfig(
+        num_tasks=args.tasks,
+        decoding_seeds=tuple(args.seeds),
+        temperature=args.temperature,
+        max_new_tokens=48,
+        views=VIEWS,
+    )
+
+    def environment():
+        return make_env("textcraft")
+
+    fp32_model, tokenizer = load_policy(info.path, dtype=torch.float32)
+    dtypes = {"fp32": torch.float32}
+    if "bf16" in args.dtypes and bf16_native(torch.device("cpu")):
+        dtypes["bf16"] = torch.bfloat16
+    models = {name: load_policy(info.path, dtype=dtype)[0] for name, dtype in dtypes.items()}
+    experience_generator = TransformersGenerator(
+        models["fp32"], tokenizer, policy_id=info.policy_id, progress=False
+    )
+    _, _, experience = build_experience(
+        environment,
+        experience_generator,
+        config,
+        SummarizeConfig(source="rules"),
+        decoding_seed=1000,
+    )
+    model_config = fp32_model.config
+    linear = sum(
+        p.numel() for name, p in fp32_model.named_parameters() if "embed" not in name
+    )  # tied head: the embedding counted once, as the head
+    peak = {
+        name: matmul_flops(dtype, model_config.hidden_size, model_config.intermediate_size)
+        for name, dtype in dtypes.items()
+    }
+    print(
+        f"policy {info.policy_id}: {args.tasks} test tasks x {len(args.seeds)} seeds x 2 views "
+        f"= {args.tasks * len(args.seeds) * 2} episodes, {torch.get_num_threads()} threads; "
+        f"matmul throughput "
+        + ", ".join(f"{name} {flops / 1e9:.0f} GFLOP/s" for name, flops in peak.items())
+    )
+
+    configurations = []
+    if not args.no_baseline:
+        before = baseline_backend(args.baseline)
+        generator = before(
+            models["fp32"], tokenizer, policy_id=info.policy_id, batch_size=32, progress=False
+        )
+        configurations.append(("before", "fp32", PromptCounter(generator)))
+    for dtype in dtypes:
+        if dtype not in args.dtypes:
+            continue
+        for reuse in (False, True):
+            generator = TransformersGenerator(
+                models[dtype],
+                tokenizer,
+                policy_id=info.policy_id,
+                prefix_reuse=reuse,
+                progress=False,
+            )
+            name = f"{dtype}, prefix reuse {'on' if reuse else 'off'}"
+            configurations.append((name, dtype, generator))
+
+    runs = []
+    for name, dtype, generator in configurations:
+        start = time.perf_counter()
+        results, steps = evaluate_policy(
+            environment, generator, config, cycle=0, method="react", experience=experience
+        )
+        seconds = time.perf_counter() - start
+        actions = steps.groupby("traj_id", sort=False)["action"].apply(tuple).to_dict()
+        counts = generator.stats if isinstance(generator, TransformersGenerator) else generator
+        runs.append(
+            Run(
+                name=name,
+                seconds=seconds,
+                episodes=len(results),
+                success=results.groupby("view")["success"].mean().to_dict(),
+                actions=actions,
+                prompt_tokens=counts.prompt_tokens,
+                # `before` encodes every prompt whole
+                encoded_tokens=getattr(counts, "encoded_tokens", counts.prompt_tokens),
+                generated_tokens=counts.generated_tokens,
+            )
+        )
+        run = runs[-1]
+        reference = runs[0]
+        line = (
+            f"{name:28s} {seconds:7.1f} s  {run.episodes / seconds:5.2f} episodes/s "
+            f"({reference.seconds / seconds:4.2f}x {reference.name})  success "
+            + " / ".join(f"{view} {100 * rate:.1f}%" for view, rate in sorted(run.success.items()))
+        )
+        # the same actions as the first run, and as the same dtype's run without prefix reuse
+        for other in {reference.name: reference, name.replace(" on", " off"): None}:
+            match = next((r for r in runs[:-1] if r.name == other), None)
+            if match is not None:
+                same = sum(run.actions[t] == match.actions.get(t) for t in run.actions)
+                line += f"; same actions as {other}: {same}/{len(run.actions)}"
+        tokens = run.encoded_tokens + run.generated_tokens
+        rate = tokens / seconds
+        limit = peak[dtype] / (2 * linear)
+        line += (
+            f"\n{'':28s} per episode: {run.prompt_tokens / run.episodes:.0f} prompt tokens, "
+            f"{run.encoded_tokens / run.episodes:.0f} encoded, "
+            f"{run.generated_tokens / run.episodes:.0f} generated; "
+            f"{rate:.0f} tokens/s against a matmul limit of {limit:.0f} ({100 * rate / limit:.0f}%)"
+        )
+        print(line, flush=True)
+    print(
+        f"peak resident memory: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB"
+    )
+
+
+if __name__ == "__main__":
+    main()
