@@ -46,7 +46,8 @@ def test_the_probe_datasets_are_wired_and_catalogued(tmp_path, monkeypatch):
     }
     train = in_cycle(train_pipeline(), 2)  # every cycle reads the one shared probe set
     assert "cycle_0.probe_set" in train.inputs() and "cycle_2.probe" in train.outputs()
-    assert project_config("parameters")["train"]["probe"]["enabled"] is False
+    # on by default: the main job draws the report's figure 6 from it
+    assert project_config("parameters")["train"]["probe"]["enabled"] is True
 
     monkeypatch.chdir(tmp_path)  # the catalog's paths are relative to the project
     catalog = DataCatalog.from_config(project_config("catalog"))
@@ -79,7 +80,7 @@ def test_with_the_probe_off_the_probe_set_is_empty_and_no_model_is_loaded(monkey
 
     monkeypatch.setattr(evaluate_nodes, "load_policy", no_model)
     train = project_config("parameters")["train"]
-    assert train["probe"]["enabled"] is False
+    train = {**train, "probe": {**train["probe"], "enabled": False}}
     unused = pd.DataFrame()
     probe_set = evaluate_nodes.probe_set_node(unused, unused, unused, unused, train)
     assert probe_set.empty
