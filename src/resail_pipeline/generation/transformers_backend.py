@@ -360,11 +360,13 @@ class TransformersGenerator:
             rows_of.setdefault(tuple(ids), []).extend(range(i * params.n, (i + 1) * params.n))
         distinct = sorted(rows_of, key=lambda ids: -len(ids))  # the largest shapes first
         batches: list[list[tuple[int, ...]]] = [[]]
+        rows_in_batch = 0
         for ids in distinct:
-            rows = sum(len(rows_of[p]) for p in batches[-1])
-            if batches[-1] and rows + len(rows_of[ids]) > self.batch_size:
+            if batches[-1] and rows_in_batch + len(rows_of[ids]) > self.batch_size:
                 batches.append([])
+                rows_in_batch = 0
             batches[-1].append(ids)
+            rows_in_batch += len(rows_of[ids])
 
         by_row: dict[int, Generation] = {}
         start = time.perf_counter()
@@ -441,13 +443,13 @@ class TransformersGenerator:
         """Each distinct prompt's ``(base, end)``: the tree node its tail is encoded from (the
         root: the whole prompt) and the node where its key ends. Shared prefixes that have no
         cache yet are encoded here; also returns how many tokens that took."""
+        root = self.tree.root
+        if not self.prefix_reuse:
+            return {ids: (root, root) for ids in prompts}, 0
         weights = tuple((p.data_ptr(), p._version, p.dtype) for p in self.model.parameters())
         if weights != self._weights:  # a cache is only valid for the weights that computed it
             self.tree.clear()
             self._weights = weights
-        root = self.tree.root
-        if not self.prefix_reuse:
-            return {ids: (root, root) for ids in prompts}, 0
         # The last token of a prompt is always encoded with its tail: its logits start the reply.
         ends = {ids: self.tree.insert(ids[:-1]) for ids in prompts}
         # A prompt whose shared prefix is short is encoded whole: with nothing before it, its
@@ -488,12 +490,15 @@ class TransformersGenerator:
         """Encode each tail after its base's cached path, in forwards of at most
         ``prefill_tokens`` padded tokens; rows come longest tail first.
 
-        The rows of one forward have their tails left-padded to one width and right-aligned at
-        the buffer's last filled column, each base just before that width, so a row's columns
-        are padding, its base, padding up to the forward's width, its tail; ``extra`` free
-        columns follow. With ``keep``, row ``i``'s new cache fills the tree nodes from below
-        ``keep[i][0]`` down to ``keep[i][1]`` (a tail's last token, outside the key, is not
-        kept); with ``repeats``, row ``i`` of the result is repeated ``repeats[i]`` times.
+        Each forward fills the last ``w`` of the buffer's filled columns, ``w`` its longest tail
+        padded. Where its rows have bases, the tails are left-padded (right-aligned) and each
+        base sits just before those ``w`` columns: a row reads padding, base, padding, tail, the
+        padding masked out. Where no row has a base, the tails are right-padded, so that attention
+        is causal with no mask, and each row's logits are read at its last real token. ``extra``
+        free columns follow for decoding. With ``keep``, row ``i``'s new cache fills the tree
+        nodes from below ``keep[i][0]`` down to ``keep[i][1]`` (a tail's last token, outside the
+        key, is not kept); with ``repeats``, row ``i`` of the result is repeated ``repeats[i]``
+        times.
         """
         if any(len(a) < len(b) for a, b in itertools.pairwise(tails)):
             raise ValueError("tails: must come longest first")
@@ -513,10 +518,7 @@ class TransformersGenerator:
             lengths = [len(tails[r]) for r in rows]
             input_ids = torch.full((len(rows), chunk_width), self.pad_id, dtype=torch.long)
             span = slice(rows[0], rows[-1] + 1)
-            if not any(depths):
-                # Nothing before the tails: right-pad them, so that attention is causal with no
-                # mask (the padding comes after every real token), and read each row's logits
-                # at its last real token.
+            if not any(depths):  # right-padded, causal, no mask
                 for i, (r, n) in enumerate(zip(rows, lengths, strict=True)):
                     input_ids[i, :n] = torch.tensor(tails[r])
                     buffer.mask[r, past : past + n] = 1
@@ -532,8 +534,7 @@ class TransformersGenerator:
                     )
                 )
                 continue
-            # Bases before the tails: left-pad the tails against the buffer's last filled column,
-            # each base just before the forward's width, padding masked out.
+            # left-padded after the bases, padding masked out
             start = past - max(depths)  # before it, only padding
             starts.append(start)
             positions = torch.zeros((len(rows), chunk_width), dtype=torch.long)
