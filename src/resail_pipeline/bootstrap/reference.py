@@ -276,8 +276,13 @@ def evaluate_and_record(
     if results is not None and results.exists() and not results.is_dir():
         raise NotADirectoryError(f"results: {results} exists and is not a directory")
     started = time.perf_counter()
+    # resolved once: the generator loads in the dtype the record names
+    dtype = generation_dtype(generation or {})
     eval_summary, eval_results, experience = dual_view_evaluation(
-        policy, config, reference_seed=reference_seed, generation=generation
+        policy,
+        config,
+        reference_seed=reference_seed,
+        generation={**(generation or {}), "dtype": dtype},
     )
     if results is not None:
         for name, frame in (("eval_results", eval_results), ("experience", experience)):
@@ -292,7 +297,7 @@ def evaluate_and_record(
         reference_seed=reference_seed,
         seconds=time.perf_counter() - started,
         command=command,
-        dtype=str(generation_dtype(generation or {})).removeprefix("torch."),
+        dtype=str(dtype).removeprefix("torch."),
     )
     logger.info("evaluation of %s:\n%s", policy, markdown_table(record))
     for row in record["by_reference_outcome"]:
