@@ -35,6 +35,34 @@ def test_method_decides_responses_and_objective(method, parent, cached, objectiv
     assert config.parent == parent
     assert config.uses_cached_responses is cached
     assert config.objective() == objective
+    assert config.distills and config.trains
+
+
+@pytest.mark.parametrize(
+    ("method", "source", "view", "successes", "samples"),
+    [  # table 7
+        ("react", None, "ordinary", False, False),
+        ("rft", "logged", "ordinary", True, False),
+        ("grpo", "student_groups", "ordinary", True, True),
+        ("epd", "teacher_cache", "privileged", False, False),
+        ("sdpo", "student_cache", "ordinary", False, False),
+        ("oel", "student", "ordinary", False, True),
+    ],
+)
+def test_each_method_has_the_response_source_of_table_7(method, source, view, successes, samples):
+    config = TrainConfig(method=method)
+    assert config.response_source == source
+    assert config.uses_cached_responses is (source in ("teacher_cache", "student_cache"))
+    assert config.cached_response_view == view
+    assert config.successes_only is successes
+    assert config.samples_responses is samples
+    assert config.trains is (method != "react")
+    assert config.distills is (method in ("oel", "sdpo"))
+
+
+def test_grpo_defaults_are_the_papers():
+    grpo = TrainConfig(method="grpo").grpo
+    assert (grpo.samples, grpo.clip_low, grpo.clip_high, grpo.kl_beta) == (8, 0.2, 0.28, 0.01)
 
 
 def test_yaml_round_trip_keeps_every_field(tmp_path):
@@ -57,7 +85,10 @@ def test_yaml_round_trip_keeps_every_field(tmp_path):
 @pytest.mark.parametrize(
     ("data", "field"),
     [
-        ({"method": "grpo"}, "method"),
+        ({"method": "ppo"}, "method"),
+        ({"grpo": {"samples": 1}}, "grpo.samples"),
+        ({"grpo": {"clip_low": 1.0}}, "grpo.clip_low"),
+        ({"grpo": {"kl_beta": -0.1}}, "grpo.kl_beta"),
         ({"resail": {"rho": 0.0}}, "resail.rho"),
         ({"resail": {"rho": 1.5}}, "resail.rho"),
         ({"resail": {"lambda": -1.0}}, "resail.lambda"),

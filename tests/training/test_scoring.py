@@ -123,3 +123,35 @@ def test_sampled_responses_do_not_depend_on_batching(sharp_checkpoint, tiny_step
     )
     with pytest.raises(ValueError, match=r"params\.n"):
         sample_responses(generator, tiny_steps, SamplingParams(n=2))
+
+
+def test_epds_teacher_answers_in_the_privileged_view(sharp_checkpoint, tiny_steps, tiny_summaries):
+    """EPD's cache: the cycle-start policy answers each step's prompt with its trajectory's
+    summary inserted (appendix G), from the step's own seed."""
+    from resail_pipeline.generation.transformers_backend import TransformersGenerator
+    from resail_pipeline.prompts import Summary, add_privileged, chat_prompt
+    from resail_pipeline.training import usable_steps
+    from resail_pipeline.training.scoring import step_seed
+
+    generator = TransformersGenerator.from_checkpoint(
+        sharp_checkpoint, batch_size=4, dtype="float32", progress=False
+    )
+    params = SamplingParams(temperature=1.0, max_new_tokens=4, seed=11)
+    steps = usable_steps(tiny_steps, tiny_summaries)
+    cached = sample_responses(generator, steps, params, summaries=tiny_summaries)
+    assert (cached["view"] == "privileged").all() and len(cached) == len(steps)
+
+    summary = tiny_summaries.set_index("traj_id").loc["t1"]
+    step = steps[(steps.traj_id == "t1") & (steps.t == 1)].iloc[0]
+    prompt = add_privileged(step.prompt, Summary(outcome=summary.outcome, text=summary.summary))
+    (direct,) = generator.generate(
+        [chat_prompt(generator.tokenizer, prompt)], params, seeds=[step_seed(11, "t1", 1)]
+    )
+    row = cached[(cached.traj_id == "t1") & (cached.t == 1)].iloc[0]
+    assert list(row["token_ids"]) == list(direct.token_ids)
+    ordinary = sample_responses(generator, steps, params)
+    assert (ordinary["view"] == "ordinary").all()
+    assert (ordinary["response"] != cached["response"]).any()  # the views differ
+
+    with pytest.raises(ValueError, match="no accepted summary for trajectory 't4'"):
+        sample_responses(generator, tiny_steps, params, summaries=tiny_summaries)

@@ -3,8 +3,8 @@
 Every pipeline folder defines ``base_pipeline()`` over un-namespaced names (``policy``,
 ``trajectories``, ``steps``, ...). :func:`in_cycle` places it in cycle ``r``: its datasets become
 ``cycle_<r>.<name>``, the input ``policy`` is the previous cycle's ``cycle_<r-1>.checkpoint``, the
-fixed Experience and the probe set stay the shared ``cycle_0.experience`` and
-``cycle_0.probe_set``, and parameters stay shared
+fixed Experience, the probe set and the initial policy stay the shared ``cycle_0.experience``,
+``cycle_0.probe_set`` and ``cycle_0.checkpoint``, and parameters stay shared
 (``params:collect`` is the same for every cycle). The cycle a node works for is read from its
 policy's manifest (cycle ``r`` starts from the checkpoint of cycle ``r - 1``).
 """
@@ -24,11 +24,17 @@ from kedro.pipeline import Pipeline
 from resail_pipeline.checkpoints import CheckpointInfo
 from resail_pipeline.envs import Environment, check_env_name, make_env
 from resail_pipeline.generation import GENERATOR_REGISTRY, Generator, make_generator
+from resail_pipeline.training.config import METHODS, REACT
 
 #: The input name under which every base pipeline receives the cycle-start policy.
 POLICY = "policy"
-#: Datasets shared by every cycle of an experiment, never namespaced.
-SHARED_INPUTS = {"experience": "cycle_0.experience", "probe_set": "cycle_0.probe_set"}
+#: Datasets shared by every cycle of an experiment, never namespaced: the fixed Experience, the
+#: probe set and the initial policy (GRPO's frozen KL reference).
+SHARED_INPUTS = {
+    "experience": "cycle_0.experience",
+    "probe_set": "cycle_0.probe_set",
+    "initial_policy": "cycle_0.checkpoint",
+}
 
 
 def cycle_namespace(cycle: int) -> str:
@@ -73,6 +79,14 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         check_env_name(self.env)
+        if self.method not in METHODS:
+            raise ValueError(f"run.method: must be one of {METHODS}, got {self.method!r}")
+        if self.method == REACT:
+            raise ValueError(
+                "run.method: react is the initial policy, never trained: its results are "
+                "cycle_0's evaluation, which every run writes and the report draws flat across "
+                "cycles (`kedro run --pipeline=report`)"
+            )
         if self.backend not in GENERATOR_REGISTRY:
             raise ValueError(
                 f"run.backend: unknown generation backend {self.backend!r}; "

@@ -30,8 +30,11 @@ __all__ = [
     "ENGINES",
     "METHODS",
     "PRECISIONS",
+    "REACT",
+    "RESPONSE_SOURCES",
     "ConfigError",
     "EngineConfig",
+    "GrpoConfig",
     "OptimizerConfig",
     "ProbeConfig",
     "ResponseConfig",
@@ -40,8 +43,20 @@ __all__ = [
     "TrainConfig",
 ]
 
-#: training methods: the two parents and each with the ReSAIL plug-in
-METHODS = ("oel", "sdpo", "oel_resail", "sdpo_resail")
+#: training methods (table 1): the baselines of appendix B.4, the two distillation parents and each
+#: with the ReSAIL plug-in
+METHODS = ("react", "rft", "grpo", "epd", "oel", "sdpo", "oel_resail", "sdpo_resail")
+#: the method that never trains: the initial policy, reported from cycle 0's evaluation
+REACT = "react"
+#: where each method's training responses come from (table 7), keyed by the parent method
+RESPONSE_SOURCES = {
+    "react": None,  # the initial policy, never updated
+    "rft": "logged",  # the successful logged responses
+    "grpo": "student_groups",  # groups sampled from the current student at successful steps
+    "epd": "teacher_cache",  # the cycle-start teacher's privileged responses, cached
+    "sdpo": "student_cache",  # the cycle-start student's ordinary responses, cached
+    "oel": "student",  # one fresh sample of the current student per step
+}
 #: ``single``: one process; ``ddp``: torch DistributedDataParallel; ``deepspeed``: ZeRO
 ENGINES = ("auto", "single", "ddp", "deepspeed")
 #: ``bf16``: bf16 parameters under DeepSpeed, bf16 autocast otherwise
@@ -253,6 +268,31 @@ class ProbeConfig:
 
 
 @dataclass(frozen=True)
+class GrpoConfig:
+    """Offline GRPO (appendix B.4): groups of sampled responses at every successful logged step,
+    rewarded by exact action match, verl's clipped surrogate and ``low_var_kl`` to the initial
+    policy. Sampling follows ``responses`` (temperature, length)."""
+
+    # responses per logged step (the group); advantages need at least 2
+    samples: int = 8
+    # PPO ratios are clipped to [1 - clip_low, 1 + clip_high]
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    # weight of low_var_kl to the frozen initial policy (not part of rewards or advantages)
+    kl_beta: float = 0.01
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.samples) or self.samples < 2:
+            raise ConfigError(f"samples: a group needs at least 2, got {self.samples!r}")
+        if not _is_number(self.clip_low) or not 0 <= self.clip_low < 1:
+            raise ConfigError(f"clip_low: must be in [0, 1), got {self.clip_low!r}")
+        if not _is_number(self.clip_high) or self.clip_high < 0:
+            raise ConfigError(f"clip_high: must be a number >= 0, got {self.clip_high!r}")
+        if not _is_number(self.kl_beta) or self.kl_beta < 0:
+            raise ConfigError(f"kl_beta: must be a number >= 0, got {self.kl_beta!r}")
+
+
+@dataclass(frozen=True)
 class RunPaths:
     """Where the inputs are described and the outputs go."""
 
@@ -291,6 +331,7 @@ _SECTIONS: dict[str, type] = {
     "engine": EngineConfig,
     "responses": ResponseConfig,
     "probe": ProbeConfig,
+    "grpo": GrpoConfig,
     "run": RunPaths,
 }
 
@@ -299,7 +340,7 @@ _SECTIONS: dict[str, type] = {
 class TrainConfig:
     """Everything one cycle of training needs, grouped as in the YAML file."""
 
-    # oel | sdpo | oel_resail | sdpo_resail
+    # one of METHODS
     method: str = "oel_resail"
     # the ablation switches (selection, rho, balancing, retention, lambda, top_k); the parents
     # use only top_k (ResailConfig.off)
@@ -314,6 +355,8 @@ class TrainConfig:
     responses: ResponseConfig = field(default_factory=ResponseConfig)
     # the PI-sensitivity probe (off by default)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
+    # offline GRPO's groups, clipping and KL weight (read by method grpo only)
+    grpo: GrpoConfig = field(default_factory=GrpoConfig)
     # input manifest and output paths
     run: RunPaths = field(default_factory=RunPaths)
 
@@ -331,7 +374,7 @@ class TrainConfig:
 
     @property
     def parent(self) -> str:
-        """``oel`` or ``sdpo``: where responses come from and whether TIS corrects ``l_dist``."""
+        """The method without the plug-in: ``oel_resail`` -> ``oel``; a baseline is its own."""
         return self.method.removesuffix("_resail")
 
     @property
@@ -339,9 +382,40 @@ class TrainConfig:
         return self.method.endswith("_resail")
 
     @property
+    def trains(self) -> bool:
+        """Whether the method updates the policy at all (ReAct does not)."""
+        return self.parent != REACT
+
+    @property
+    def distills(self) -> bool:
+        """OEL, offline SDPO and their ReSAIL versions: distillation from the privileged teacher."""
+        return self.parent in ("oel", "sdpo")
+
+    @property
+    def response_source(self) -> str | None:
+        """Where the training responses come from (table 7; see :data:`RESPONSE_SOURCES`)."""
+        return RESPONSE_SOURCES[self.parent]
+
+    @property
     def uses_cached_responses(self) -> bool:
-        """Offline SDPO trains on responses sampled once at cycle start (with behaviour log-probs)."""
-        return self.parent == "sdpo"
+        """Offline SDPO and EPD train on responses sampled once at cycle start (``responses``)."""
+        return self.response_source in ("student_cache", "teacher_cache")
+
+    @property
+    def cached_response_view(self) -> str:
+        """The view cached responses are sampled in: EPD's teacher sees the summary (privileged),
+        offline SDPO's student does not (ordinary)."""
+        return "privileged" if self.response_source == "teacher_cache" else "ordinary"
+
+    @property
+    def samples_responses(self) -> bool:
+        """OEL and GRPO sample from the current student during training."""
+        return self.response_source in ("student", "student_groups")
+
+    @property
+    def successes_only(self) -> bool:
+        """RFT and GRPO train only on the successful trajectories of the corpus."""
+        return self.response_source in ("logged", "student_groups")
 
     def objective(self) -> ResailConfig:
         """The switches the loss uses: the configured ones, or the parent's (``ResailConfig.off``)."""

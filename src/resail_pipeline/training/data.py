@@ -32,6 +32,7 @@ __all__ = [
     "InputManifest",
     "StepExample",
     "TrainingData",
+    "accepted_summaries",
     "batch_schedule",
     "build_training_data",
     "check_lengths",
@@ -53,6 +54,8 @@ _INPUT_FILES = {
     "probe": "probe_set.parquet",
 }
 MANIFEST_NAME = "inputs.yaml"
+#: manifest entries that are checkpoint directories (their sha256 is the weights')
+_CHECKPOINTS = ("policy", "reference")
 
 
 class InputError(ValueError):
@@ -73,8 +76,10 @@ class InputManifest:
         summaries: Parquet file with the ``summaries`` schema.
         responses: Parquet file with the ``responses`` schema (offline SDPO's cached responses),
             or ``None``.
-        sha256: ``name -> sha256`` for each of the above (the policy's over its safetensors).
+        sha256: ``name -> sha256`` for each of the above (checkpoints' over their safetensors).
         probe: Parquet file with the ``probe_set`` schema (the PI-sensitivity probe), or ``None``.
+        reference: the initial policy's checkpoint directory (GRPO's frozen KL reference), or
+            ``None``.
     """
 
     policy: str
@@ -83,19 +88,19 @@ class InputManifest:
     responses: str | None
     sha256: Mapping[str, str]
     probe: str | None = None
+    reference: str | None = None
 
     def files(self) -> dict[str, str]:
         """``name -> path`` of the given inputs."""
         named = {"policy": self.policy, "steps": self.steps, "summaries": self.summaries}
-        if self.responses is not None:
-            named["responses"] = self.responses
-        if self.probe is not None:
-            named["probe"] = self.probe
+        for name in ("responses", "probe", "reference"):
+            if getattr(self, name) is not None:
+                named[name] = getattr(self, name)
         return named
 
 
 def _digest(name: str, path: str) -> str:
-    if name == "policy":
+    if name in _CHECKPOINTS:
         return weights_sha256(check_checkpoint(path))
     if not Path(path).is_file():
         raise InputError(f"{name}: no such file {path}")
@@ -118,11 +123,13 @@ def write_inputs(
     summaries: pd.DataFrame,
     responses: pd.DataFrame | None = None,
     probe: pd.DataFrame | None = None,
+    reference: str | Path | None = None,
 ) -> Path:
     """Snapshot the input frames into ``run_dir`` as Parquet and write their manifest.
 
-    ``responses`` (offline SDPO's cache) and ``probe`` (the probe set, ``probe_set`` schema) are
-    optional. The frames are checked against their schemas first. Returns the manifest's path.
+    ``responses`` (the cache of offline SDPO and EPD), ``probe`` (the probe set, ``probe_set``
+    schema) and ``reference`` (GRPO's initial policy) are optional. The frames are checked against
+    their schemas first. Returns the manifest's path.
     """
     run_dir = Path(run_dir)
     check_columns(steps, "steps", source="steps")
@@ -135,6 +142,8 @@ def write_inputs(
         check_columns(probe, "probe_set", source="probe")
         frames["probe"] = probe
     paths = {"policy": str(check_checkpoint(policy))}
+    if reference is not None:
+        paths["reference"] = str(check_checkpoint(reference))
     for name, frame in frames.items():
         path = run_dir / _INPUT_FILES[name]
         write_parquet(frame, path)
@@ -146,6 +155,7 @@ def write_inputs(
         responses=paths.get("responses"),
         sha256={name: _digest(name, path) for name, path in paths.items()},
         probe=paths.get("probe"),
+        reference=paths.get("reference"),
     )
     out = run_dir / MANIFEST_NAME
     with atomic_path(out) as tmp:
@@ -169,6 +179,7 @@ def read_manifest(path: str | Path, *, verify: bool = True) -> InputManifest:
         responses=None if data.get("responses") is None else str(data["responses"]),
         sha256=dict(data["sha256"]),
         probe=None if data.get("probe") is None else str(data["probe"]),
+        reference=None if data.get("reference") is None else str(data["reference"]),
     )
     if verify:
         for name, file in manifest.files().items():
@@ -204,9 +215,11 @@ class StepExample:
         prompt: the ordinary view, chat-formatted (what the student samples OEL responses from).
         ordinary_ids: token ids of ``prompt``.
         privileged_ids: token ids of the chat-formatted privileged view.
-        response_ids: the cached response (offline SDPO), cut to the configured length; empty
-            when responses are sampled during training.
-        behaviour_logprobs: log-probs of ``response_ids`` under the cycle-start policy.
+        response_ids: the response trained on when it is fixed for the cycle, cut to the
+            configured length: the cached one (offline SDPO, EPD) or the logged one and its end
+            token (RFT); empty when responses are sampled during training.
+        behaviour_logprobs: log-probs of a cached ``response_ids`` under the policy that sampled it.
+        action: the logged action (``""`` where the response did not parse): GRPO's reference.
     """
 
     traj_id: str
@@ -216,6 +229,7 @@ class StepExample:
     privileged_ids: tuple[int, ...]
     response_ids: tuple[int, ...] = ()
     behaviour_logprobs: tuple[float, ...] = ()
+    action: str = ""
 
 
 @dataclass(frozen=True)
@@ -225,7 +239,7 @@ class TrainingData:
     Attributes:
         trajectories: usable trajectory ids, sorted (the order the schedule permutes).
         steps: ``traj_id -> steps`` in order of ``t``.
-        dropped: trajectories left out for want of an accepted summary.
+        dropped: trajectories left out for want of an accepted summary (or of the asked outcome).
     """
 
     trajectories: tuple[str, ...]
@@ -237,7 +251,8 @@ class TrainingData:
         return sum(len(s) for s in self.steps.values())
 
 
-def _accepted_summaries(summaries: pd.DataFrame, source: str) -> dict[str, Summary]:
+def accepted_summaries(summaries: pd.DataFrame, source: str) -> dict[str, Summary]:
+    """``traj_id -> Summary`` of the accepted summaries, checked (errors name ``source``)."""
     check_columns(summaries, "summaries", source=source)
     duplicated = summaries["traj_id"][summaries["traj_id"].duplicated()]
     if len(duplicated):
@@ -261,7 +276,7 @@ def _accepted_summaries(summaries: pd.DataFrame, source: str) -> dict[str, Summa
 def usable_steps(steps: pd.DataFrame, summaries: pd.DataFrame) -> pd.DataFrame:
     """The rows of ``steps`` whose trajectory has an accepted summary (a new frame)."""
     check_columns(steps, "steps", source="steps")
-    accepted = _accepted_summaries(summaries, "summaries")
+    accepted = accepted_summaries(summaries, "summaries")
     return steps[steps["traj_id"].astype(str).isin(accepted)].reset_index(drop=True)
 
 
@@ -293,6 +308,8 @@ def build_training_data(
     tokenizer: Any,
     *,
     responses: pd.DataFrame | None = None,
+    logged_responses: bool = False,
+    outcome: str | None = None,
     max_response_tokens: int | None = None,
     sources: Mapping[str, str] | None = None,
 ) -> TrainingData:
@@ -302,18 +319,25 @@ def build_training_data(
         steps: ``steps`` frame (``prompt`` is the ordinary user message).
         summaries: ``summaries`` frame; trajectories without an accepted summary are dropped.
         tokenizer: the policy's tokenizer (chat template and ids).
-        responses: ``responses`` frame of cached responses (offline SDPO); every usable step
+        responses: ``responses`` frame of cached responses (offline SDPO, EPD); every usable step
             needs one with ``sample == 0``.
-        max_response_tokens: cut cached responses to this many tokens.
+        logged_responses: train on each step's logged ``response`` and the end token (RFT).
+        outcome: keep only the trajectories whose summary has this outcome (RFT and GRPO:
+            ``"success"``); the data may then be empty (no success to learn from).
+        max_response_tokens: cut cached and logged responses to this many tokens.
         sources: ``name -> file`` used in error messages.
 
     Returns:
         :class:`TrainingData`.
     """
+    if responses is not None and logged_responses:
+        raise ValueError("responses, logged_responses: a step trains on one fixed response")
+    if outcome is not None and outcome not in OUTCOMES:
+        raise ValueError(f"outcome: must be one of {OUTCOMES}, got {outcome!r}")
     sources = dict(sources or {})
     steps_src = sources.get("steps", "steps")
     check_columns(steps, "steps", source=steps_src)
-    accepted = _accepted_summaries(summaries, sources.get("summaries", "summaries"))
+    accepted = accepted_summaries(summaries, sources.get("summaries", "summaries"))
     if steps.duplicated(["traj_id", "t"]).any():
         dup = steps[steps.duplicated(["traj_id", "t"])].iloc[0]
         raise InputError(f"{steps_src}: step (traj_id={dup.traj_id!r}, t={dup.t}) appears twice")
@@ -324,17 +348,24 @@ def build_training_data(
         )
 
     all_trajs = sorted(steps["traj_id"].astype(str).unique())
-    kept = [traj for traj in all_trajs if traj in accepted]
+    kept = [
+        traj
+        for traj in all_trajs
+        if traj in accepted and (outcome is None or accepted[traj].outcome == outcome)
+    ]
     dropped = len(all_trajs) - len(kept)
     logger.info(
-        "%d trajectories with steps: %d usable, %d dropped without an accepted summary",
+        "%d trajectories with steps: %d usable, %d dropped without an accepted summary%s",
         len(all_trajs),
         len(kept),
         dropped,
+        "" if outcome is None else f" or of another outcome than {outcome}",
     )
     ordered = steps.assign(traj_id=steps["traj_id"].astype(str)).sort_values(["traj_id", "t"])
     ordered = ordered[ordered["traj_id"].isin(set(kept))]
     if ordered.empty:
+        if outcome is not None:
+            return TrainingData(trajectories=(), steps={}, dropped=dropped)
         raise InputError(f"{steps_src}: no step belongs to a trajectory with an accepted summary")
 
     ordinary_texts = [chat_prompt(tokenizer, str(p)) for p in ordered["prompt"]]
@@ -344,10 +375,19 @@ def build_training_data(
     ]
     ordinary_ids = tokenizer(ordinary_texts, add_special_tokens=False)["input_ids"]
     privileged_ids = tokenizer(privileged_texts, add_special_tokens=False)["input_ids"]
+    logged: list[tuple[int, ...]] = []
+    if logged_responses:
+        texts = ["" if r is None else str(r) for r in ordered["response"]]
+        end = [tokenizer.eos_token_id]
+        logged = [
+            tuple([*ids, *end][: max_response_tokens or None])
+            for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]
+        ]
+    actions = ["" if a is None else str(a) for a in ordered["action"]]
 
     by_traj: dict[str, list[StepExample]] = {traj: [] for traj in kept}
     for i, (traj, t) in enumerate(zip(ordered["traj_id"], ordered["t"].astype(int), strict=True)):
-        response_ids: tuple[int, ...] = ()
+        response_ids: tuple[int, ...] = logged[i] if logged_responses else ()
         behaviour: tuple[float, ...] = ()
         if cached is not None:
             if (traj, t) not in cached:
@@ -365,6 +405,7 @@ def build_training_data(
                 privileged_ids=tuple(privileged_ids[i]),
                 response_ids=response_ids,
                 behaviour_logprobs=behaviour,
+                action=actions[i],
             )
         )
     return TrainingData(

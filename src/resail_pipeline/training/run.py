@@ -30,9 +30,12 @@ from resail_pipeline.checkpoints import (
     read_checkpoint_info,
     save_policy,
 )
+from resail_pipeline.prompts import OUTCOME_SUCCESS
+from resail_pipeline.training.baselines import CrossEntropyTrainer, GrpoTrainer
 from resail_pipeline.training.config import ConfigError, TrainConfig
 from resail_pipeline.training.data import (
     InputError,
+    TrainingData,
     batch_schedule,
     build_training_data,
     check_lengths,
@@ -41,9 +44,9 @@ from resail_pipeline.training.data import (
     read_table,
     write_parquet,
 )
-from resail_pipeline.training.engine import build_engine, init_distributed
+from resail_pipeline.training.engine import Engine, build_engine, init_distributed
 from resail_pipeline.training.probe import ProbeSet, SensitivityProbe, probe_frame
-from resail_pipeline.training.trainer import Trainer, UpdateRecord
+from resail_pipeline.training.trainer import Trainer, UpdateLoop, UpdateRecord
 from resail_pipeline.training.views import ResponseLogits
 
 __all__ = [
@@ -52,6 +55,7 @@ __all__ = [
     "SELECTED_FILE",
     "TrainOutcome",
     "TrainingRun",
+    "make_trainer",
     "resolve_for_process",
 ]
 
@@ -118,6 +122,11 @@ class TrainingRun:
 
     def __init__(self, config: TrainConfig) -> None:
         config.run.check_set()
+        if not config.trains:
+            raise ConfigError(
+                f"method: {config.method!r} is the initial policy and never trains; its results "
+                "are cycle 0's evaluation"
+            )
         config = resolve_for_process(config)
         self.config = config
         self.rank, self.world_size, self.device = init_distributed(config.engine.kind)
@@ -140,6 +149,8 @@ class TrainingRun:
             read_table(manifest.summaries, "summaries"),
             self.tokenizer,
             responses=responses,
+            logged_responses=config.response_source == "logged",
+            outcome=OUTCOME_SUCCESS if config.successes_only else None,
             max_response_tokens=config.responses.max_tokens,
             sources=manifest.files(),
         )
@@ -151,14 +162,23 @@ class TrainingRun:
             probe_set = _read_probe_set(config, manifest.probe)
             probe_set.check(model_config.vocab_size, model_config.max_position_embeddings)
         schedule = config.schedule
-        self.schedule = batch_schedule(
-            self.data.trajectories,
-            schedule.updates,
-            schedule.trajectories_per_update,
-            schedule.seed,
-        )
+        self.schedule: list[tuple[str, ...]] = []
+        if self.data.trajectories:
+            self.schedule = batch_schedule(
+                self.data.trajectories,
+                schedule.updates,
+                schedule.trajectories_per_update,
+                schedule.seed,
+            )
+        else:  # RFT and GRPO learn from successes only
+            logger.warning(
+                "%s: the corpus has no successful trajectory to learn from; the cycle-start "
+                "policy is published unchanged",
+                config.method,
+            )
 
-        # models: student and frozen teacher both start from the cycle-start policy
+        # models: the student starts from the cycle-start policy; the distillation methods' frozen
+        # teacher is that policy too, GRPO's frozen KL reference is the initial policy
         torch.manual_seed(schedule.seed)
         engine_config = config.engine
         bf16_parameters = engine_config.kind == "deepspeed" and engine_config.precision == "bf16"
@@ -167,7 +187,10 @@ class TrainingRun:
         if engine_config.gradient_checkpointing:
             student.activation_checkpointing_enable()
         student.train()
-        teacher = ResponseLogits(load_model(manifest.policy, dtype=dtype, device=self.device))
+        frozen = None
+        if config.distills or config.parent == "grpo":
+            path = manifest.policy if config.distills else (manifest.reference or manifest.policy)
+            frozen = ResponseLogits(load_model(path, dtype=dtype, device=self.device))
         engine = build_engine(
             ResponseLogits(student),
             engine_config,
@@ -177,7 +200,7 @@ class TrainingRun:
             device=self.device,
         )
         generator = None
-        if not config.uses_cached_responses:
+        if config.samples_responses:
             from resail_pipeline.generation.transformers_backend import TransformersGenerator
 
             generator = TransformersGenerator(
@@ -187,7 +210,7 @@ class TrainingRun:
                 batch_size=config.responses.batch_size,
                 progress=False,
             )
-        self.trainer = Trainer(config, self.data, engine, teacher, self.tokenizer, generator)
+        self.trainer = make_trainer(config, self.data, engine, self.tokenizer, frozen, generator)
         self.probe = None
         if probe_set is not None:
             self.probe = SensitivityProbe(
@@ -244,6 +267,23 @@ class TrainingRun:
         )
         logger.info("published %s at %s", info.policy_id, info.path)
         return info
+
+
+def make_trainer(
+    config: TrainConfig,
+    data: TrainingData,
+    engine: Engine,
+    tokenizer,
+    frozen: ResponseLogits | None,
+    generator=None,
+) -> UpdateLoop:
+    """The update loop of ``config.method``: distillation (the teacher ``frozen``), cross-entropy
+    (RFT, EPD) or GRPO (the KL reference ``frozen``)."""
+    if config.distills:
+        return Trainer(config, data, engine, frozen, tokenizer, generator)
+    if config.parent == "grpo":
+        return GrpoTrainer(config, data, engine, tokenizer, frozen, generator)
+    return CrossEntropyTrainer(config, data, engine, tokenizer)
 
 
 def _read_probe_set(config: TrainConfig, path: str | None) -> ProbeSet:

@@ -8,8 +8,9 @@ the student's at cycle start, when both are ``pi_r``). The PI-sensitivity probe
 updates, with the initial model's support. The sensitivity is paper eq. 3 on the
 Top-``K``-plus-tail distributions (appendix B.3), computed with the objectives library.
 
-:func:`sample_responses` builds offline SDPO's cache: one ordinary-view response per logged step
-from the cycle-start policy, with its behaviour log-probs.
+:func:`sample_responses` builds the cycle-start caches: offline SDPO's (one ordinary-view response
+per logged step from the cycle-start policy, with its behaviour log-probs) and EPD's (the same
+policy as the teacher, answering in the privileged view).
 """
 
 from __future__ import annotations
@@ -34,9 +35,9 @@ from resail_pipeline.objectives import (
     topk_support,
     topk_tail_logprobs,
 )
-from resail_pipeline.prompts import chat_prompt
+from resail_pipeline.prompts import add_privileged, chat_prompt
 from resail_pipeline.schemas import check_columns
-from resail_pipeline.training.data import StepExample, build_training_data
+from resail_pipeline.training.data import StepExample, accepted_summaries, build_training_data
 from resail_pipeline.training.engine import autocast
 from resail_pipeline.training.views import ORDINARY, PRIVILEGED, ResponseLogits, view_logits
 
@@ -221,22 +222,39 @@ def step_seed(seed: int, traj_id: str, t: int, *extra: int) -> int:
 
 
 def sample_responses(
-    generator: Generator, steps: pd.DataFrame, params: SamplingParams
+    generator: Generator,
+    steps: pd.DataFrame,
+    params: SamplingParams,
+    summaries: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """One ordinary-view response per step from ``generator`` (offline SDPO's cache).
+    """One response per step from ``generator``: the cache of offline SDPO (ordinary view) or,
+    with ``summaries``, of EPD (the privileged view: the step's prompt with its trajectory's
+    accepted summary, appendix G; every step needs one).
 
     Each step samples from its own seed (:func:`step_seed` of ``params.seed``), so a step's
     response does not depend on which other steps are sampled with it.
 
     Returns:
-        A frame with the ``responses`` schema (``sample`` is 0).
+        A frame with the ``responses`` schema (``sample`` is 0) and ``view``.
     """
     check_columns(steps, "steps", source="steps")
     if params.n != 1:
         raise ValueError(f"params.n: one response per step, got {params.n}")
     traj_ids = steps["traj_id"].astype(str).tolist()
     ts = steps["t"].astype(int).tolist()
-    prompts = [chat_prompt(generator.tokenizer, str(p)) for p in steps["prompt"]]
+    users = [str(p) for p in steps["prompt"]]
+    view = ORDINARY
+    if summaries is not None:
+        view = PRIVILEGED
+        accepted = accepted_summaries(summaries, "summaries")
+        missing = sorted(set(traj_ids) - set(accepted))
+        if missing:
+            raise ValueError(
+                f"summaries: no accepted summary for trajectory {missing[0]!r}, whose steps "
+                "are to be answered in the privileged view"
+            )
+        users = [add_privileged(u, accepted[traj]) for u, traj in zip(users, traj_ids, strict=True)]
+    prompts = [chat_prompt(generator.tokenizer, u) for u in users]
     seeds = [step_seed(params.seed, traj, t) for traj, t in zip(traj_ids, ts, strict=True)]
     generations = generator.generate(prompts, params, seeds=seeds)
     return pd.DataFrame(
@@ -248,5 +266,6 @@ def sample_responses(
             "token_ids": [list(g.token_ids) for g in generations],
             "logprobs": [list(g.logprobs) for g in generations],
             "policy_id": generator.policy_id,
+            "view": view,
         }
     )

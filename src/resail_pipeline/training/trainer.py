@@ -68,7 +68,7 @@ from resail_pipeline.training.views import (
     view_logits,
 )
 
-__all__ = ["PHASES", "Selection", "Trainer", "UpdateRecord", "select"]
+__all__ = ["PHASES", "PhaseTimer", "Selection", "Trainer", "UpdateLoop", "UpdateRecord", "select"]
 
 logger = logging.getLogger(__name__)
 
@@ -160,6 +160,7 @@ class UpdateRecord:
         grad_norm: global gradient norm before clipping.
         seconds: seconds per phase of :data:`PHASES` (rank 0's clock).
         selected: ``(traj_id, t, score)`` of each selected step.
+        extra: further ``train_metrics`` columns of the method (e.g. GRPO's mean reward).
     """
 
     update: int
@@ -176,6 +177,7 @@ class UpdateRecord:
     grad_norm: float
     seconds: dict[str, float]
     selected: list[tuple[str, int, float]] = field(default_factory=list)
+    extra: dict[str, float] = field(default_factory=dict)
 
     def metrics_row(self) -> dict[str, Any]:
         """One ``train_metrics`` row (its schema's columns, plus ``num_trajectories`` and ``grad_norm``)."""
@@ -193,6 +195,7 @@ class UpdateRecord:
             "tokens": self.tokens,
             "grad_norm": self.grad_norm,
             **{f"seconds_{phase}": self.seconds[phase] for phase in PHASES},
+            **self.extra,
         }
 
     def selected_rows(self) -> list[dict[str, Any]]:
@@ -253,44 +256,27 @@ class _Sums:
     tokens: int = 0
 
 
-class Trainer:
-    """Runs the updates of one cycle on one rank.
+class UpdateLoop:
+    """The loop every method shares: one update per trajectory batch, logged, with a hook.
+
+    A method implements :meth:`update`; the helpers split a rank's steps into micro-batches (the
+    same number on every rank), run the idle forward of a rank without steps and sum over ranks.
 
     Args:
         config: the resolved configuration.
         data: the cycle's usable trajectories and steps.
         engine: the student's engine.
-        teacher: the frozen teacher (cycle-start policy) in a :class:`ResponseLogits`.
         tokenizer: the policy's tokenizer.
-        generator: samples OEL's fresh responses from the live student (``None`` for SDPO).
     """
 
     def __init__(
-        self,
-        config: TrainConfig,
-        data: TrainingData,
-        engine: Engine,
-        teacher: ResponseLogits,
-        tokenizer: Any,
-        generator: Any | None = None,
+        self, config: TrainConfig, data: TrainingData, engine: Engine, tokenizer: Any
     ) -> None:
-        if not config.uses_cached_responses and generator is None:
-            raise ValueError(f"generator: method {config.method!r} samples fresh responses")
         self.config = config
         self.data = data
         self.engine = engine
-        self.teacher = teacher.eval().requires_grad_(False)
         self.tokenizer = tokenizer
-        self.generator = generator
-        self.objective = config.objective()
         self.pad_id = tokenizer.pad_token_id
-        self._retain = self.objective.retention if self.objective.uses_retention else "none"
-        # the teacher's ordinary view: for selection, ordinary retention, and ReSAIL's logged scores
-        self._teacher_ordinary = (
-            config.uses_resail or self.objective.needs_scores or self._retain == "ordinary"
-        )
-
-    # ------------------------------------------------------------------------------------------
 
     def train(
         self,
@@ -314,7 +300,7 @@ class Trainer:
             records.append(record)
             logger.info(
                 "update %d/%d: loss %.5g (sel %.5g, ret %.5g), |U| %d, K %d, grad norm %.3g, "
-                "seconds %s",
+                "seconds %s%s",
                 u + 1,
                 len(schedule),
                 record.loss,
@@ -324,22 +310,91 @@ class Trainer:
                 record.num_selected,
                 record.grad_norm,
                 {k: round(v, 3) for k, v in record.seconds.items()},
+                "".join(f", {k} {v:.4g}" for k, v in record.extra.items()),
             )
             if after_update is not None:
                 after_update(u + 1)
         return records
 
     def update(self, u: int, batch: tuple[str, ...]) -> UpdateRecord:
+        """One update on trajectory batch ``batch``."""
+        raise NotImplementedError
+
+    def _batch_steps(self, batch: tuple[str, ...]) -> tuple[list[StepExample], Tensor, list[int]]:
+        """``U`` in its fixed order, each step's position in ``B`` (Long ``(N,)``), this rank's share."""
+        steps = [s for traj in batch for s in self.data.steps[traj]]
+        traj_index = torch.tensor(
+            [b for b, traj in enumerate(batch) for _ in self.data.steps[traj]], dtype=torch.long
+        )
+        mine = list(range(self.engine.rank, len(steps), self.engine.world_size))
+        return steps, traj_index, mine
+
+    def _split(self, mine: Sequence[int], lengths: Sequence[int], total: int) -> list[list[int]]:
+        """This rank's rows ``mine`` in micro-batches of ``engine.micro_batch_steps``, sorted by
+        ``lengths`` (indexed by row) so that a micro-batch pads little; every rank gets the same
+        number of them (``total`` rows over all ranks)."""
+        size = self.config.engine.micro_batch_steps
+        largest_share = math.ceil(total / self.engine.world_size)
+        count = 1 if size is None else max(1, math.ceil(largest_share / size))
+        order = sorted(mine, key=lambda i: -lengths[i])
+        return [part.tolist() for part in np.array_split(np.asarray(order, dtype=int), count)]
+
+    def _idle_forward(self) -> Tensor | None:
+        """A zero loss from a one-token forward through the engine, for a rank without steps.
+
+        DDP's and DeepSpeed's collectives are matched across ranks, so a rank with nothing to do
+        in a micro-batch still runs a forward and a backward; one process needs neither.
+        """
+        if self.engine.world_size == 1:
+            return None
+        return self.engine.idle_forward(self.pad_id, with_grad=True)
+
+    def _all_reduce(self, values: list[float]) -> list[float]:
+        """Sums over ranks, in fp64."""
+        return self.engine.sum_over_ranks(torch.tensor(values, dtype=torch.float64)).tolist()
+
+
+class Trainer(UpdateLoop):
+    """The distillation methods' updates (OEL, offline SDPO and their ReSAIL versions) on one rank.
+
+    Args:
+        config: the resolved configuration.
+        data: the cycle's usable trajectories and steps.
+        engine: the student's engine.
+        teacher: the frozen teacher (cycle-start policy) in a :class:`ResponseLogits`.
+        tokenizer: the policy's tokenizer.
+        generator: samples OEL's fresh responses from the live student (``None`` for SDPO).
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        data: TrainingData,
+        engine: Engine,
+        teacher: ResponseLogits,
+        tokenizer: Any,
+        generator: Any | None = None,
+    ) -> None:
+        if not config.distills:
+            raise ValueError(f"method: {config.method!r} does not distil; see make_trainer")
+        if config.samples_responses and generator is None:
+            raise ValueError(f"generator: method {config.method!r} samples fresh responses")
+        super().__init__(config, data, engine, tokenizer)
+        self.teacher = teacher.eval().requires_grad_(False)
+        self.generator = generator
+        self.objective = config.objective()
+        self._retain = self.objective.retention if self.objective.uses_retention else "none"
+        # the teacher's ordinary view: for selection, ordinary retention, and ReSAIL's logged scores
+        self._teacher_ordinary = (
+            config.uses_resail or self.objective.needs_scores or self._retain == "ordinary"
+        )
+
+    def update(self, u: int, batch: tuple[str, ...]) -> UpdateRecord:
         """One update of algorithm 1 on trajectory batch ``batch``."""
         timer = PhaseTimer(self.engine.device)
         start = timer.now()
         with timer("other"):
-            steps = [s for traj in batch for s in self.data.steps[traj]]  # U, in a fixed order
-            traj_index = torch.tensor(
-                [b for b, traj in enumerate(batch) for _ in self.data.steps[traj]],
-                dtype=torch.long,
-            )  # (N,)
-            mine = list(range(self.engine.rank, len(steps), self.engine.world_size))
+            steps, traj_index, mine = self._batch_steps(batch)  # U, in a fixed order
         with timer("response"):
             responses = self._responses(u, steps, mine)
         with timer("other"):
@@ -401,15 +456,9 @@ class Trainer:
     def _micro_batches(
         self, steps: Sequence[StepExample], mine: Sequence[int], responses: dict
     ) -> list[list[int]]:
-        """This rank's steps in micro-batches; every rank gets the same number of them.
-
-        Steps are sorted by length so that a micro-batch pads little.
-        """
-        size = self.config.engine.micro_batch_steps
-        largest_share = math.ceil(len(steps) / self.engine.world_size)
-        count = 1 if size is None else max(1, math.ceil(largest_share / size))
-        order = sorted(mine, key=lambda i: -(len(steps[i].privileged_ids) + len(responses[i][0])))
-        return [part.tolist() for part in np.array_split(np.asarray(order, dtype=int), count)]
+        """This rank's steps in micro-batches; every rank gets the same number of them."""
+        lengths = {i: len(steps[i].privileged_ids) + len(responses[i][0]) for i in mine}
+        return self._split(mine, lengths, len(steps))
 
     # ------------------------------------------------------------------------------------------
     # scoring, selection, loss
@@ -617,20 +666,6 @@ class Trainer:
             # no row carries weight: keep the graph so that every rank runs a backward
             loss_sel = loss_sel + _graph_zero(student)
         return loss_sel, loss_ret
-
-    def _idle_forward(self) -> Tensor | None:
-        """A zero loss from a one-token forward through the engine, for a rank without steps.
-
-        DDP's and DeepSpeed's collectives are matched across ranks, so a rank with nothing to do
-        in a micro-batch still runs a forward and a backward; one process needs neither.
-        """
-        if self.engine.world_size == 1:
-            return None
-        return self.engine.idle_forward(self.pad_id, with_grad=True)
-
-    def _all_reduce(self, values: list[float]) -> list[float]:
-        """Sums over ranks, in fp64."""
-        return self.engine.sum_over_ranks(torch.tensor(values, dtype=torch.float64)).tolist()
 
 
 def _pad_rows(rows: Sequence[Sequence[float]], mask: Tensor) -> Tensor:

@@ -20,13 +20,19 @@ def respond_node(
     score_params: dict[str, Any],
     run_params: dict[str, Any],
 ) -> pd.DataFrame:
-    """One ordinary-view response per usable step from the cycle-start policy, with its behaviour
-    log-probs: offline SDPO's cached responses (sampled as the trainer samples, ``train.responses``)."""
+    """One response per usable step from the cycle-start policy, with its behaviour log-probs,
+    sampled as the trainer samples (``train.responses``): in the ordinary view (offline SDPO's
+    cache, and what the scores are computed on), or for EPD in the privileged view (the teacher's
+    responses it fits)."""
     run = RunConfig.from_params(run_params)
     config = TrainConfig.from_dict({**train_params, "method": run.method})
     params = config.responses.sampling_params(seed=int(score_params["seed"]))
+    privileged = config.cached_response_view == "privileged"
     return sample_responses(
-        run.generator(policy_info(policy)), usable_steps(steps, summaries), params
+        run.generator(policy_info(policy)),
+        usable_steps(steps, summaries),
+        params,
+        summaries=summaries if privileged else None,
     )
 
 

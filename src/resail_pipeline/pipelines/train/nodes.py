@@ -20,6 +20,7 @@ def train_node(
     summaries: pd.DataFrame,
     responses: pd.DataFrame,
     probe_set: pd.DataFrame,
+    initial_policy: pd.DataFrame,
     train_params: dict[str, Any],
     run_params: dict[str, Any],
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -28,6 +29,7 @@ def train_node(
     ``train_metrics`` row per update, the selected steps of every update and the PI-sensitivity
     probe's rows (one per update and probe step, update 0 the cycle start; with
     ``train.probe.enabled`` off, no rows: the probe set is then not handed to the trainer).
+    GRPO gets the initial policy as its frozen KL reference; ReAct does not train (an error).
 
     A non-zero exit of the trainer fails the node with the last lines of its log (kept, with the
     run's inputs, in the staging area); the checkpoint is staged and only published by the catalog
@@ -56,6 +58,7 @@ def train_node(
         summaries=summaries,
         responses=responses if config.uses_cached_responses else None,
         probe=probe_set if config.probe.enabled else None,
+        reference=policy_info(initial_policy).path if config.parent == "grpo" else None,
     )
     config = replace(config, run=replace(config.run, manifest=str(manifest)))
     result = launch(config)

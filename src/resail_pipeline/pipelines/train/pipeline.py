@@ -1,5 +1,6 @@
-"""``train``: the cycle-start policy + steps, summaries (+ cached responses, + the shared probe set)
--> checkpoint, train_metrics, selected_steps, probe. Standalone it trains cycle 1."""
+"""``train``: the cycle-start policy + steps, summaries (+ cached responses, + the shared probe set,
++ the initial policy) -> checkpoint, train_metrics, selected_steps, probe. Standalone it trains
+cycle 1."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ def base_pipeline() -> Pipeline:
                     "summaries",
                     "responses",
                     "probe_set",
+                    "initial_policy",
                     "params:train",
                     "params:run",
                 ],
