@@ -8,8 +8,10 @@ with fresh trajectories (appendix A.2). Every episode is decoded in the ordinary
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -62,8 +64,14 @@ def collect(
     cycle: int,
     method: str,
     seed: int,
+    settings: Mapping[str, Any] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Run one trajectory per task of ``cycle``; returns ``(tasks, trajectories, steps)``."""
+    """Run one trajectory per task of ``cycle``; returns ``(tasks, trajectories, steps)``.
+
+    ``method`` is recorded with the trajectories (the method that trained the acting policy);
+    ``settings`` (:func:`collection_settings`), as JSON in the tasks table's ``settings`` column,
+    so that a corpus shared by several runs can be checked against each run's configuration.
+    """
     env = make_env()
     tasks = cycle_tasks(env.task_ids(config.split), config.num_trajectories, cycle, seed)
     specs = []
@@ -86,6 +94,63 @@ def collect(
             "split": config.split,
             "task_id": tasks,
             "seed": [spec.decoding_seed for spec in specs],
+            "settings": json.dumps(dict(settings or {}), sort_keys=True),
         }
     )
     return task_table, trajectories, steps
+
+
+def collection_settings(
+    config: CollectConfig,
+    *,
+    policy_id: str,
+    env: str,
+    seed: int,
+    env_options: Mapping[str, Any],
+    generation: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Everything that decides what a collection gathers: the acting policy, the environment and
+    its options, the seed, the decoding settings and the generation backend's options (the cap on
+    live episodes is left out: trajectories are the same under any cap)."""
+    return {
+        "policy_id": policy_id,
+        "env": env,
+        "env_options": dict(env_options),
+        "seed": seed,
+        "collect": {k: v for k, v in asdict(config).items() if k != "max_live"},
+        "generation": dict(generation),
+    }
+
+
+def _flat(settings: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        if isinstance(value, Mapping):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def check_collection_settings(
+    tasks: pd.DataFrame, expected: Mapping[str, Any], source: str
+) -> None:
+    """Raise unless the collection recorded in ``tasks`` (its ``settings`` column) was made with
+    ``expected``; the error names every setting that differs and ``source``."""
+    if "settings" not in tasks.columns or tasks.empty:
+        raise ValueError(f"{source}: records no collection settings to check this run against")
+    recorded = _flat(json.loads(tasks["settings"].iloc[0]))
+    wanted = _flat(json.loads(json.dumps(dict(expected))))  # as JSON gives them back
+    differing = sorted(
+        k for k in recorded.keys() | wanted.keys() if recorded.get(k) != wanted.get(k)
+    )
+    if differing:
+        details = "; ".join(
+            f"{k}: collected with {recorded.get(k)!r}, this run {wanted.get(k)!r}"
+            for k in differing
+        )
+        raise ValueError(
+            f"{source}: the shared corpus was collected with other settings ({details}). Every "
+            "run that shares it must collect as it did; remove it to collect again, or run with "
+            "another data_tag."
+        )

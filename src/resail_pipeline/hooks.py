@@ -10,6 +10,10 @@ from typing import Any
 import torch
 from kedro.framework.hooks import hook_impl
 
+from resail_pipeline.collection import check_collection_settings
+from resail_pipeline.pipelines.collect.nodes import collect_config, settings_of
+from resail_pipeline.pipelines.common import RunConfig, cycle_namespace, policy_info
+
 logger = logging.getLogger(__name__)
 
 
@@ -43,3 +47,48 @@ class DeviceMemoryHook:
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             gc.collect()
             torch.cuda.empty_cache()
+
+
+class CollectionSettingsHook:
+    """Checks, before any node runs, that every collection the run would reuse was made with the
+    run's settings.
+
+    A cycle's ``tasks`` table records how it was collected. When it exists, a rerun (``make run``
+    uses ``--only-missing-outputs``) skips the collection and trains on what is there: the
+    cycle-1 corpus shared by every method of an environment (appendix A.2), or an experiment's own
+    later cycles. A run whose collection settings differ (another budget, seed or decoding) fails
+    here, naming each setting, instead of training on a corpus it did not ask for.
+    """
+
+    @hook_impl
+    def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
+        names = pipeline.datasets()
+        cycles = sorted(
+            int(name.split(".")[0].removeprefix("cycle_"))
+            for name in names
+            if name.startswith("cycle_") and name.endswith(".tasks")
+        )
+        for cycle in cycles:
+            tasks, policy = (
+                f"{cycle_namespace(cycle)}.tasks",
+                f"{cycle_namespace(cycle - 1)}.checkpoint",
+            )
+            if not catalog.exists(tasks):
+                continue
+            source = _filepath(catalog, tasks)
+            if not catalog.exists(policy):
+                raise ValueError(
+                    f"{source}: a collection exists, but not the policy that made it ({policy})"
+                )
+            run = RunConfig.from_params(catalog.load("params:run"))
+            config = collect_config(
+                catalog.load("params:collect"), catalog.load("params:train"), run
+            )
+            expected = settings_of(config, run, policy_info(catalog.load(policy)))
+            check_collection_settings(catalog.load(tasks), expected, source)
+
+
+def _filepath(catalog: Any, name: str) -> str:
+    """The dataset's file, for messages (its name where it has none)."""
+    described = catalog.get(name)._describe() if hasattr(catalog, "get") else {}
+    return str(described.get("filepath", name))

@@ -1,8 +1,8 @@
 """Project settings (Kedro defaults unless stated)."""
 
-from resail_pipeline.hooks import DeviceMemoryHook, NodeTimingHook
+from resail_pipeline.hooks import CollectionSettingsHook, DeviceMemoryHook, NodeTimingHook
 
-HOOKS = (NodeTimingHook(), DeviceMemoryHook())
+HOOKS = (NodeTimingHook(), DeviceMemoryHook(), CollectionSettingsHook())
 
 CONFIG_LOADER_ARGS = {
     "base_env": "base",

@@ -1,19 +1,85 @@
-"""The project's hooks: node timing, and the GPU's cached memory handed back after each node."""
+"""The project's hooks: node timing, the GPU's cached memory handed back after each node, and the
+check of reused collections against the run's settings."""
 
 from __future__ import annotations
 
+import json
 import logging
 from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 import torch
 
-from resail_pipeline.hooks import DeviceMemoryHook, NodeTimingHook
+from resail_pipeline.hooks import CollectionSettingsHook, DeviceMemoryHook, NodeTimingHook
 from resail_pipeline.settings import HOOKS
 
 
 def test_every_hook_is_registered():
-    assert {type(hook) for hook in HOOKS} == {NodeTimingHook, DeviceMemoryHook}
+    assert {type(hook) for hook in HOOKS} == {
+        NodeTimingHook,
+        DeviceMemoryHook,
+        CollectionSettingsHook,
+    }
+
+
+RUN = {"env": "textcraft", "method": "oel", "experiment": "oel", "generation": {"batch_size": 8}}
+COLLECT = {"split": "train", "num_trajectories": None, "temperature": 0.4, "max_new_tokens": 8}
+TRAIN = {"schedule": {"updates": 2, "trajectories_per_update": 3}}
+
+
+def _catalog(tasks: pd.DataFrame | None, policy: pd.DataFrame, **params):
+    from kedro.io import DataCatalog, MemoryDataset
+
+    datasets = {"cycle_0.checkpoint": MemoryDataset(policy)}
+    if tasks is not None:
+        datasets["cycle_1.tasks"] = MemoryDataset(tasks)
+    for name, default in (("run", RUN), ("collect", COLLECT), ("train", TRAIN)):
+        datasets[f"params:{name}"] = MemoryDataset(params.get(name, default), copy_mode="deepcopy")
+    return DataCatalog(datasets)
+
+
+@pytest.fixture()
+def cycle_1(tiny_checkpoint):
+    """The initial policy's manifest and the cycle-1 tasks it collected with the defaults above."""
+    from resail_pipeline.checkpoints import read_checkpoint_info
+    from resail_pipeline.pipelines.collect.nodes import collect_config, settings_of
+    from resail_pipeline.pipelines.common import RunConfig
+
+    info = read_checkpoint_info(tiny_checkpoint)
+    run = RunConfig.from_params(RUN)
+    settings = settings_of(collect_config(COLLECT, TRAIN, run), run, info)
+    tasks = pd.DataFrame(
+        {"env": "textcraft", "split": "train", "task_id": [2, 3], "seed": [5, 6]}
+    ).assign(settings=json.dumps(settings, sort_keys=True))
+    return info.to_frame(), tasks
+
+
+def test_a_reused_collection_must_match_the_runs_settings(cycle_1):
+    from kedro.pipeline import Pipeline, node
+
+    policy, tasks = cycle_1
+    pipeline = Pipeline([node(lambda x: x, "cycle_1.tasks", "cycle_1.out", name="reader")])
+    hook = CollectionSettingsHook()
+    hook.before_pipeline_run({}, pipeline, _catalog(tasks, policy))  # the same settings: passes
+    hook.before_pipeline_run({}, pipeline, _catalog(None, policy))  # nothing collected yet
+
+    # another budget (num_trajectories resolves from the schedule) and another temperature
+    other = {"schedule": {"updates": 3, "trajectories_per_update": 3}}
+    with pytest.raises(ValueError) as error:
+        hook.before_pipeline_run(
+            {},
+            pipeline,
+            _catalog(tasks, policy, train=other, collect={**COLLECT, "temperature": 0.7}),
+        )
+    message = str(error.value)
+    assert "collect.num_trajectories: collected with 6, this run 9" in message
+    assert "collect.temperature: collected with 0.4, this run 0.7" in message
+    assert "batch_size" not in message
+
+    # a table that records nothing cannot be trusted either
+    with pytest.raises(ValueError, match="records no collection settings"):
+        hook.before_pipeline_run({}, pipeline, _catalog(tasks.drop(columns="settings"), policy))
 
 
 def test_a_node_logs_its_wall_time(caplog):

@@ -6,9 +6,34 @@ from typing import Any
 
 import pandas as pd
 
-from resail_pipeline.collection import CollectConfig, collect
+from resail_pipeline.checkpoints import CheckpointInfo
+from resail_pipeline.collection import CollectConfig, collect, collection_settings
 from resail_pipeline.pipelines.common import RunConfig, dataclass_from_params, policy_info
 from resail_pipeline.training import TrainConfig
+
+
+def collect_config(
+    collect_params: dict[str, Any], train_params: dict[str, Any], run: RunConfig
+) -> CollectConfig:
+    """``params:collect``, with ``num_trajectories: null`` resolved to as many as the trainer uses
+    in a cycle (``train.schedule``: updates x trajectories per update)."""
+    params = dict(collect_params)
+    if params.get("num_trajectories") is None:
+        schedule = TrainConfig.from_dict({**train_params, "method": run.method}).schedule
+        params["num_trajectories"] = schedule.updates * schedule.trajectories_per_update
+    return dataclass_from_params(CollectConfig, params, "collect")
+
+
+def settings_of(config: CollectConfig, run: RunConfig, policy: CheckpointInfo) -> dict[str, Any]:
+    """What this run's collection with ``policy`` records (and a shared corpus is checked against)."""
+    return collection_settings(
+        config,
+        policy_id=policy.policy_id,
+        env=run.env,
+        seed=run.seed,
+        env_options=run.env_options,
+        generation=run.generation,
+    )
 
 
 def collect_node(
@@ -19,16 +44,11 @@ def collect_node(
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """One trajectory per task of the cycle with the cycle-start policy, ordinary view.
 
-    ``collect.num_trajectories: null`` collects as many as the trainer uses in a cycle
-    (``train.schedule``: updates x trajectories per update). Returns the cycle's ``tasks``,
-    ``trajectories`` and ``steps``.
+    Returns the cycle's ``tasks`` (with the collection's settings), ``trajectories`` and
+    ``steps``.
     """
     run = RunConfig.from_params(run_params)
-    params = dict(collect_params)
-    if params.get("num_trajectories") is None:
-        schedule = TrainConfig.from_dict({**train_params, "method": run.method}).schedule
-        params["num_trajectories"] = schedule.updates * schedule.trajectories_per_update
-    config = dataclass_from_params(CollectConfig, params, "collect")
+    config = collect_config(collect_params, train_params, run)
     info = policy_info(policy)
     make_env = run.environment(config.split)
     return collect(
@@ -36,6 +56,7 @@ def collect_node(
         run.generator(info),
         config,
         cycle=info.cycle + 1,
-        method=run.method,
+        method=info.method,
         seed=run.seed,
+        settings=settings_of(config, run, info),
     )
