@@ -28,12 +28,13 @@ def test_registry_builds_the_adapter_and_names_unknown_envs():
 
 
 def test_splits_are_fixed_disjoint_and_cover_every_goal(env):
-    test, train = env.task_ids("test"), env.task_ids("train")
+    test, dev, train = env.task_ids("test"), env.task_ids("dev"), env.task_ids("train")
     assert len(goal_ids()) == 419
-    assert len(test) == 100 and len(train) == 319
-    assert set(test).isdisjoint(train)
-    assert sorted(test + train) == list(range(419))
+    assert (len(test), len(dev), len(train)) == (100, 100, 219)
+    assert set(test).isdisjoint(train) and set(dev).isdisjoint(train) and set(dev).isdisjoint(test)
+    assert sorted(test + dev + train) == list(range(419))
     assert test[:5] == [0, 4, 8, 12, 16]  # floor(k * 419 / 100)
+    assert dev[:4] == [1, 5, 9, 13]  # every 3.19th of the other ids
     with pytest.raises(ValueError, match="split: unknown TextCraft split 'valid'"):
         env.task_ids("valid")
 

