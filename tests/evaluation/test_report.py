@@ -11,11 +11,14 @@ from matplotlib.container import BarContainer, ErrorbarContainer
 
 from resail_pipeline.evaluation.report import (
     COST_COMPONENTS,
+    ablation_table,
     cost_figure,
     cost_table,
     dual_view_figure,
     format_cell,
     main_results_table,
+    paired_differences_table,
+    rejected_summaries_note,
     sensitivity_figure,
     sensitivity_per_update,
     success_figure,
@@ -88,7 +91,7 @@ def test_cells_are_percent_mean_and_sd_with_one_decimal():
 def test_main_table_reproduces_the_hand_written_example(eval_summary):
     expected = pd.DataFrame(
         [
-            ["ReAct", "40.0 (0.0)", "--", "62.0 (2.0)", "--"],
+            ["ReAct", "40.0 (0.0)", "40.0 (0.0)", "62.0 (2.0)", "62.0 (2.0)"],
             ["RFT", "--", "--", "--", "52.0 (2.0)"],
             ["SDPO + ReSAIL", "--", "--", "61.0 (--)", "--"],
             ["OEL", "50.0 (0.0)", "--", "55.0 (5.0)", "41.0 (1.7)"],
@@ -107,7 +110,7 @@ def test_main_table_reproduces_the_hand_written_example(eval_summary):
     pd.testing.assert_frame_equal(main_results_table(eval_summary), expected)
 
 
-def test_main_table_follows_the_paper_order_and_shows_react_under_cycle_1_only():
+def test_main_table_follows_the_paper_order_and_shows_react_flat_at_every_cycle():
     rows = [
         summary_row(m, m, c, [0.5, 0.5, 0.5])
         for m in ["oel_resail", "oel", "sdpo_resail", "sdpo", "epd", "grpo", "rft"]
@@ -125,7 +128,7 @@ def test_main_table_follows_the_paper_order_and_shows_react_under_cycle_1_only()
         "OEL",
         "+ ReSAIL",
     ]
-    assert table.iloc[0, 1:].tolist() == ["40.0 (0.0)", "--", "--"]
+    assert table.iloc[0, 1:].tolist() == ["40.0 (0.0)"] * 3  # never updated
     assert list(table.columns[1:]) == [f"TextCraft, Cycle {c}" for c in (1, 2, 3)]
 
 
@@ -201,10 +204,10 @@ def test_success_figure_has_one_error_bar_line_per_method_from_c0(eval_summary):
         "OEL + ReSAIL",
         "custom_x",
         "mystery",
-        "Initial model (C0)",
+        "ReAct (initial model, no update)",
     ]
     ood, textcraft = axes
-    assert [c.get_label() for c in _errorbars(ood)] == ["OEL", "Initial model (C0)"]
+    assert [c.get_label() for c in _errorbars(ood)] == ["OEL", "ReAct (initial model, no update)"]
     assert len(_errorbars(textcraft)) == 7
     oel = _errorbars(textcraft)[2]
     assert oel.get_label() == "OEL"
@@ -215,6 +218,10 @@ def test_success_figure_has_one_error_bar_line_per_method_from_c0(eval_summary):
     assert np.allclose(low_high[1], [50.0, 60.0])  # C1: 55 ± 5
     assert ood.get_ylabel() == "Success rate (%)" and "C0" in ood.get_xlabel()
     assert [t.get_text() for t in textcraft.get_xticklabels()] == ["C0", "C1", "C2"]
+    react = _errorbars(textcraft)[-1]  # never updated: flat from C0 to the last cycle
+    assert react.get_label() == "ReAct (initial model, no update)"
+    assert np.allclose(react.lines[0].get_xdata(), [0, 1, 2])
+    assert np.allclose(react.lines[0].get_ydata(), [62.0] * 3)
 
 
 def test_dual_view_figure_has_both_views_and_says_when_one_is_missing(eval_summary):
@@ -229,7 +236,7 @@ def test_dual_view_figure_has_both_views_and_says_when_one_is_missing(eval_summa
     privileged = figure.axes[3]
     assert [c.get_label() for c in _errorbars(privileged)] == ["OEL"]  # no privileged C0 here
     assert np.allclose(_errorbars(privileged)[0].lines[0].get_ydata(), [90.0])
-    assert "Initial model (C0)" in _legend_labels(figure)
+    assert "ReAct (initial model, no update)" in _legend_labels(figure)
 
 
 def _probe(experiment: str, cycles: int, updates: int, jsd: float) -> list[dict]:
@@ -416,3 +423,94 @@ def test_report_reads_its_inputs_after_a_parquet_round_trip(eval_summary, tmp_pa
         sensitivity_per_update(pd.read_parquet(tmp_path / "probe.parquet")),
         sensitivity_per_update(probe),
     )
+
+
+def _episode_rows(experiment: str, cycle: int, view: str, success: dict[int, list[bool]]) -> list:
+    method = experiment if cycle else "react"
+    return [
+        {
+            "policy_id": f"{experiment}-{cycle}@0",
+            "cycle": cycle,
+            "method": method,
+            "env": "textcraft",
+            "split": "test",
+            "view": view,
+            "decoding_seed": seed,
+            "task_id": task,
+            "success": ok,
+            "num_steps": 4,
+            "experiment": experiment,
+        }
+        for task, per_seed in success.items()
+        for seed, ok in enumerate(per_seed)
+    ]
+
+
+def test_paired_differences_compare_each_resail_variant_with_its_parent():
+    parent = {0: [False, False], 1: [True, False], 2: [False, False], 3: [True, True]}
+    variant = {0: [True, True], 1: [True, False], 2: [True, False], 3: [True, True]}
+    initial = {0: [False, False], 1: [False, False], 2: [False, False], 3: [True, True]}
+    results = pd.DataFrame(
+        _episode_rows("shared", 0, "ordinary", initial)
+        + _episode_rows("oel", 1, "ordinary", parent)
+        + _episode_rows("oel_resail", 1, "ordinary", variant)
+        + _episode_rows("oel_resail", 2, "ordinary", variant)  # no parent at cycle 2: no row
+        + _episode_rows("oel", 1, "privileged", variant)
+        + _episode_rows("oel_resail", 1, "privileged", variant)
+        + _episode_rows("sdpo_resail", 1, "ordinary", variant)  # no sdpo run: no row
+    )
+    table = paired_differences_table(results)
+    # against the initial model (only its ordinary view was evaluated), then variant - parent
+    assert table[["Comparison", "View", "Cycle"]].values.tolist() == [
+        ["SDPO + ReSAIL - ReAct", "ordinary", 1],
+        ["OEL - ReAct", "ordinary", 1],
+        ["OEL + ReSAIL - ReAct", "ordinary", 1],
+        ["OEL + ReSAIL - ReAct", "ordinary", 2],
+        ["OEL + ReSAIL - OEL", "ordinary", 1],
+        ["OEL + ReSAIL - OEL", "privileged", 1],
+    ]
+    assert table["Difference (pp)"].tolist() == pytest.approx([50.0, 12.5, 50.0, 50.0, 37.5, 0.0])
+    assert table["95% CI (pp)"].iloc[-1] == "[0.0, 0.0]" and (table["Tasks"] == 4).all()
+    low, high = (float(x) for x in table["95% CI (pp)"].iloc[-2].strip("[]").split(", "))
+    assert 0.0 <= low < 37.5 < high <= 100.0
+    assert paired_differences_table(results.iloc[:0]).empty
+
+
+def test_ablation_table_has_one_row_per_variant_and_both_views():
+    rows = [
+        summary_row("initial", "react", 0, [0.4, 0.4, 0.4]),
+        summary_row("oel_resail", "oel_resail", 1, [0.5, 0.6, 0.7]),
+        summary_row("oel_resail", "oel_resail", 1, [0.8, 0.8, 0.8], view="privileged"),
+        summary_row("oel_resail-retention_none", "oel_resail", 1, [0.3, 0.3, 0.3]),
+    ]
+    spec = {
+        "None": "oel_resail-retention_none",
+        "Ordinary": "oel_resail-retention_ordinary",  # not run: dashes
+        "Privileged (ours)": "oel_resail",
+    }
+    table = ablation_table(pd.DataFrame(rows), spec)
+    assert table.columns.tolist() == [
+        "Variant",
+        "TextCraft, Cycle 1",
+        "TextCraft, Cycle 1 (with PI)",
+    ]
+    assert table.values.tolist() == [
+        ["None", "30.0 (0.0)", "--"],
+        ["Ordinary", "--", "--"],
+        ["Privileged (ours)", "60.0 (10.0)", "80.0 (0.0)"],
+    ]
+
+
+def test_the_report_says_how_many_summaries_were_rejected():
+    metrics = pd.DataFrame(
+        {
+            "experiment": ["oel", "oel", "oel", "rft"],
+            "cycle": [1, 1, 2, 1],
+            "rejected_summaries": [2, 2, 0, 1],
+        }
+    )
+    note = rejected_summaries_note(metrics)
+    assert "3 trajectories were left out" in note and "OEL cycle 1: 2, RFT cycle 1: 1" in note
+    none = rejected_summaries_note(metrics.assign(rejected_summaries=0))
+    assert "none was left out" in none and "3 trained cycle(s)" in none
+    assert rejected_summaries_note(metrics.drop(columns="rejected_summaries")) == ""

@@ -69,3 +69,46 @@ def test_summary_rejects_seeds_on_different_tasks_missing_columns_and_no_rows():
         summarize_eval_results(results.drop(columns="view"))
     with pytest.raises(ValueError, match="no episodes"):
         summarize_eval_results(results.iloc[:0])
+
+
+def _paired_episodes(success: dict[int, list[bool]]) -> pd.DataFrame:
+    """``eval_results`` rows: task -> success per decoding seed."""
+    return pd.DataFrame(
+        [
+            {
+                "policy_id": "p",
+                "cycle": 1,
+                "method": "oel",
+                "env": "textcraft",
+                "split": "test",
+                "view": "ordinary",
+                "decoding_seed": seed,
+                "task_id": task,
+                "success": ok,
+                "num_steps": 3,
+            }
+            for task, per_seed in success.items()
+            for seed, ok in enumerate(per_seed)
+        ]
+    )
+
+
+def test_paired_difference_is_the_mean_task_difference_with_a_bootstrap_interval():
+    from resail_pipeline.evaluation.stats import paired_difference
+
+    base = _paired_episodes(
+        {0: [False, False], 1: [True, False], 2: [False, False], 3: [True, True]}
+    )
+    better = _paired_episodes(
+        {0: [True, True], 1: [True, False], 2: [True, False], 3: [True, True]}
+    )
+    # per-task differences: 1, 0, 0.5, 0 -> mean 0.375, the difference of the rates 7/8 - 3/8
+    out = paired_difference(better, base, resamples=2000, seed=1)
+    assert out["difference"] == pytest.approx(0.375) and out["tasks"] == 4
+    # resampled means of four values in {0, 0.5, 1} lie on a grid of 1/8 within [0, 1]
+    assert 0.0 <= out["low"] < 0.375 < out["high"] <= 1.0
+    assert out == paired_difference(better, base, resamples=2000, seed=1)  # seeded
+    same = paired_difference(base, base, resamples=100)
+    assert (same["difference"], same["low"], same["high"]) == (0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="not paired"):
+        paired_difference(better, base.iloc[1:], resamples=10)

@@ -5,8 +5,13 @@ Built from whatever experiments and cycles the catalog holds:
 - :func:`main_results_table`: table 1. Rows are methods (ReAct, RFT, GRPO, EPD, SDPO, + ReSAIL,
   OEL, + ReSAIL, then any others), columns are benchmark x cycle, cells are success without PI as
   ``"mean (SD)"`` in percent with one decimal, ``--`` where nothing was evaluated. ReAct is the
-  shared initial model, shown once under Cycle 1.
-- :func:`success_figure`: figure 1a, success without PI per cycle, ±1 SD error bars.
+  shared initial model, never updated: its row repeats cycle 0 under every cycle.
+- :func:`paired_differences_table`: every experiment against the initial model, and each ReSAIL
+  variant against its parent, at every cycle and view: the paired difference on the same tasks
+  and seeds with a 95% bootstrap interval over tasks.
+- :func:`ablation_table`: table 3 style, named experiments as rows (e.g. the retention views).
+- :func:`success_figure`: figure 1a, success without PI per cycle, ±1 SD error bars; ReAct, the
+  initial model, as a flat dashed line.
 - :func:`dual_view_figure`: figure 3 (appendix D.2, table 7), success without and with PI per
   cycle.
 - :func:`sensitivity_figure`: figure 6 (appendix D.3), the probe's JSD per update, averaged over
@@ -19,8 +24,10 @@ Inputs are the catalog's tables concatenated over experiments, every row tagged 
 
 - ``eval_summary``: the columns of :data:`~resail_pipeline.schemas.SCHEMAS` plus ``experiment``.
   Rates are fractions; the report shows percent. Cycle 0 rows are the shared initial model,
-  whatever their method: ReAct in the table, "C0" in the figures and the first point of every
-  curve. All cycle 0 rows of one benchmark and view must come from one checkpoint.
+  whatever their method: ReAct in the table and the figures, and the first point of every curve.
+  All cycle 0 rows of one benchmark and view must come from one checkpoint.
+- ``eval_results``: the ``eval_results`` contract plus ``experiment``, one row per episode (the
+  paired differences).
 - ``train_metrics``: the report relies only on :data:`COST_COLUMNS` (``experiment``, ``cycle`` and
   the four ``seconds_*`` columns of the ``train_metrics`` contract), one row per update.
 - ``probe``: the ``probe`` contract, one row per (update, probe step); update 0 is the cycle start.
@@ -45,7 +52,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from resail_pipeline.evaluation.stats import mean_and_sd
+from resail_pipeline.evaluation.stats import mean_and_sd, paired_difference
 from resail_pipeline.io import atomic_path
 from resail_pipeline.schemas import SchemaError, check_columns
 
@@ -83,8 +90,8 @@ COST_COMPONENTS: dict[str, str] = {
 }
 #: The ``train_metrics`` columns the cost table and figure rely on.
 COST_COLUMNS = ("experiment", "cycle", *COST_COMPONENTS)
-#: Legend entry of the shared initial model in the figures.
-INITIAL_LABEL = "Initial model (C0)"
+#: Legend entry of the shared initial model in the figures: ReAct, never updated.
+INITIAL_LABEL = "ReAct (initial model, no update)"
 #: A cell with nothing to show.
 MISSING = "--"
 #: Resolution of the written PNGs.
@@ -238,8 +245,8 @@ def main_results_table(eval_summary: pd.DataFrame, *, source: str = "eval_summar
     Returns:
         Strings only: a ``"Method"`` column, then one column per benchmark and cycle named
         ``"<benchmark>, Cycle <r>"``; cells as :func:`format_cell`, ``--`` where missing. ReAct
-        (the cycle 0 model) fills Cycle 1 only; a ReSAIL variant directly after its parent is
-        labelled ``"+ ReSAIL"``.
+        (the cycle 0 model, never updated) repeats its cell under every cycle; a ReSAIL variant
+        directly after its parent is labelled ``"+ ReSAIL"``.
 
     Raises:
         ValueError: no rows, or no ordinary-view rows (naming ``source``); inconsistent rows.
@@ -266,8 +273,12 @@ def main_results_table(eval_summary: pd.DataFrame, *, source: str = "eval_summar
     }
 
     rows: list[dict[str, str]] = []
-    if not initial.empty:
-        cells = {(r.env, r.split, 1): format_cell(r.mean, r.sd) for r in initial.itertuples()}
+    if not initial.empty:  # never updated: the same model, hence the same cell, at every cycle
+        cells = {
+            (r.env, r.split, cycle): format_cell(r.mean, r.sd)
+            for r in initial.itertuples()
+            for cycle in cycles
+        }
         rows.append(_table_row(METHOD_LABELS[INITIAL_METHOD], cells, columns))
     previous = INITIAL_METHOD
     for experiment in _ordered_experiments(_experiment_methods(trained, source)):
@@ -283,6 +294,130 @@ def _table_row(
     label: str, cells: Mapping[tuple, str], columns: Mapping[tuple, str]
 ) -> dict[str, str]:
     return {"Method": label} | {name: cells.get(key, MISSING) for key, name in columns.items()}
+
+
+def paired_differences_table(
+    eval_results: pd.DataFrame, *, source: str = "eval_results"
+) -> pd.DataFrame:
+    """Paired differences in success (same tasks, same decoding seeds;
+    :func:`~resail_pipeline.evaluation.stats.paired_difference`) in percentage points, with 95%
+    bootstrap intervals over tasks: first every experiment at every cycle against the initial
+    model (ReAct, cycle 0), then each ReSAIL variant against its parent (the experiments named
+    after the two methods) at every cycle both reached; per benchmark and view.
+
+    Returns:
+        Columns ``Comparison``, ``Benchmark``, ``View``, ``Cycle``, ``Difference (pp)``,
+        ``95% CI (pp)``, ``Tasks``; no rows where no pair was evaluated.
+    """
+    columns = [
+        "Comparison",
+        "Benchmark",
+        "View",
+        "Cycle",
+        "Difference (pp)",
+        "95% CI (pp)",
+        "Tasks",
+    ]
+    if eval_results.empty:
+        return pd.DataFrame(columns=columns)
+    check_columns(eval_results, "eval_results", source=source)
+    _require(eval_results, ("experiment",), source)
+    trained = eval_results[eval_results["cycle"] > 0]
+    initial = eval_results[eval_results["cycle"] == 0]
+    label = METHOD_LABELS[INITIAL_METHOD]
+    pairs = [  # (label, rows, baseline rows, whether the baseline is the initial model)
+        (f"{method_label(e)} - {label}", trained[trained["experiment"] == e], initial, True)
+        for e in _ordered_experiments(_experiment_methods(trained, source))
+    ]
+    pairs += [
+        (
+            f"{method_label(variant)} - {method_label(parent)}",
+            trained[trained["experiment"] == variant],
+            trained[trained["experiment"] == parent],
+            False,
+        )
+        for variant, parent in RESAIL_PARENTS.items()
+    ]
+    rows = []
+    for name, ours, theirs, from_initial in pairs:
+        keys = ["env", "split", "view", "cycle"]
+        for (env, split, view, cycle), group in ours.groupby(keys, sort=True):
+            where = {"env": env, "split": split, "view": view}
+            base = _where(theirs, **where) if from_initial else _where(theirs, cycle=cycle, **where)
+            if base.empty:
+                continue
+            d = paired_difference(group, base)
+            rows.append(
+                {
+                    "Comparison": name,
+                    "Benchmark": benchmark_label(env, split),
+                    "View": view,
+                    "Cycle": int(cycle),
+                    "Difference (pp)": 100 * d["difference"],
+                    "95% CI (pp)": f"[{100 * d['low']:.1f}, {100 * d['high']:.1f}]",
+                    "Tasks": d["tasks"],
+                }
+            )
+    return pd.DataFrame(rows, columns=columns)
+
+
+def ablation_table(
+    eval_summary: pd.DataFrame, rows: Mapping[str, str], *, source: str = "eval_summary"
+) -> pd.DataFrame:
+    """An ablation in table 3's format: one row per ``label -> experiment`` of ``rows``, columns
+    benchmark x cycle (the cycles every variant evaluated there reached), success without PI and,
+    where evaluated, with PI (``"(with PI)"``).
+
+    Cells as :func:`format_cell`; ``--`` where an experiment (or a cycle of it) is missing.
+    """
+    frame = _checked_eval_summary(eval_summary, source) if not eval_summary.empty else eval_summary
+    trained = frame[frame["cycle"] > 0] if not frame.empty else frame
+    chosen = trained[trained["experiment"].isin(list(rows.values()))] if not frame.empty else frame
+    columns: dict[tuple, str] = {}
+    if not chosen.empty:
+        for env, split in _ordered_benchmarks(chosen):
+            for view in VIEWS:
+                suffix = "" if view == "ordinary" else " (with PI)"
+                here = _where(chosen, env=env, split=split, view=view)
+                # the cycles every variant run here reached: the rows compare like with like
+                reached = [set(g["cycle"]) for _, g in here.groupby("experiment")]
+                for cycle in sorted(set.intersection(*reached) if reached else ()):
+                    columns[(env, split, view, int(cycle))] = (
+                        f"{benchmark_label(env, split)}, Cycle {cycle}{suffix}"
+                    )
+    table = []
+    for label, experiment in rows.items():
+        runs = chosen[chosen["experiment"] == experiment] if not chosen.empty else chosen
+        cells = {
+            (r.env, r.split, r.view, r.cycle): format_cell(r.mean, r.sd) for r in runs.itertuples()
+        }
+        table.append({"Variant": label} | {n: cells.get(k, MISSING) for k, n in columns.items()})
+    return pd.DataFrame(table, columns=["Variant", *columns.values()])
+
+
+def rejected_summaries_note(train_metrics: pd.DataFrame) -> str:
+    """A sentence for the report: how many trajectories of each experiment's cycles were left out
+    of training because their summary was still rejected after every attempt (the
+    ``rejected_summaries`` column; nothing to say where no run recorded it)."""
+    if train_metrics.empty or "rejected_summaries" not in train_metrics.columns:
+        return ""
+    per_cycle = train_metrics.groupby(["experiment", "cycle"], sort=True)["rejected_summaries"]
+    counts = per_cycle.first().dropna().astype(int)
+    if counts.empty:
+        return ""
+    if counts.sum() == 0:
+        return (
+            f"Summaries: every trajectory of the {len(counts)} trained cycle(s) had an accepted "
+            "summary; none was left out.\n"
+        )
+    listed = ", ".join(
+        f"{method_label(str(e))} cycle {c}: {n}" for (e, c), n in counts.items() if n > 0
+    )
+    return (
+        f"Summaries: {int(counts.sum())} trajectories were left out of training because their "
+        f"summary was rejected after every attempt ({listed}); batches were drawn from the "
+        "others.\n"
+    )
 
 
 def cost_table(train_metrics: pd.DataFrame, *, source: str = "train_metrics") -> pd.DataFrame:
@@ -410,9 +545,9 @@ def _plot_success_curves(
 ) -> None:
     """One error-bar line per experiment in ``rows``, each starting from the C0 point ``initial``.
 
-    The shared initial model is drawn once more on top, in black, as "Initial model (C0)". Lines
-    are dodged sideways by a few hundredths of a cycle from C1 on, so that error bars stay apart;
-    they meet at C0.
+    The shared initial model is drawn once more on top, in black, as ReAct: never updated, a flat
+    dashed line from C0 to the last cycle. Lines are dodged sideways by a few hundredths of a cycle
+    from C1 on, so that error bars stay apart; they meet at C0.
     """
     present = [e for e in experiments if (rows["experiment"] == e).any()]
     step = min(0.06, 0.3 / max(len(present) - 1, 1))
@@ -425,7 +560,9 @@ def _plot_success_curves(
             ax, curve.sort_values("cycle"), dodge, method_label(experiment), colors[experiment]
         )
     if not initial.empty:
-        _errorbar(ax, initial, 0.0, INITIAL_LABEL, "black", zorder=3)
+        last = int(rows["cycle"].max()) if not rows.empty else 0
+        flat = pd.concat([initial.assign(cycle=c) for c in range(last + 1)])
+        _errorbar(ax, flat, 0.0, INITIAL_LABEL, "black", zorder=3, linestyle="--")
     _cycle_axis(ax, [*initial["cycle"], *rows["cycle"]])
 
 
@@ -448,7 +585,13 @@ def _shared_legend(figure: Figure, experiments: list[str]) -> None:
 
 
 def _errorbar(
-    ax: Axes, curve: pd.DataFrame, dodge: float, label: str, color: object, zorder: float = 2
+    ax: Axes,
+    curve: pd.DataFrame,
+    dodge: float,
+    label: str,
+    color: object,
+    zorder: float = 2,
+    linestyle: str = "-",
 ) -> None:
     """Means and ±1 SD of ``curve`` in percent; trained cycles shifted by ``dodge``, C0 never."""
     cycles = curve["cycle"].to_numpy(dtype=np.float64)
@@ -461,6 +604,7 @@ def _errorbar(
         marker="o",
         capsize=3,
         zorder=zorder,
+        linestyle=linestyle,
     )
 
 

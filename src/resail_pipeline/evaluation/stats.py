@@ -74,3 +74,56 @@ def summarize_eval_results(results: pd.DataFrame) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+#: bootstrap resamples of the tasks behind every paired interval
+BOOTSTRAP_RESAMPLES = 10_000
+
+
+def paired_difference(
+    results: pd.DataFrame,
+    baseline: pd.DataFrame,
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    level: float = 0.95,
+    seed: int = 0,
+) -> dict[str, float]:
+    """The paired difference in success of ``results`` over ``baseline`` and its bootstrap interval.
+
+    Both are ``eval_results`` of one split and view, run on the same tasks with the same decoding
+    seeds. Each task's success is averaged over its seeds; the difference is the mean over tasks
+    of (task success in ``results`` - in ``baseline``), which equals the difference of the two
+    mean success rates. The interval is the percentile bootstrap over tasks (tasks resampled with
+    replacement, the seeds of a task kept together), seeded for reproducibility.
+
+    Returns:
+        ``difference``, ``low``, ``high`` (fractions) and ``tasks`` (the number of tasks).
+    """
+    for frame, name in ((results, "results"), (baseline, "baseline")):
+        check_columns(frame, "eval_results", source=name)
+        if frame.empty:
+            raise ValueError(f"{name}: no episodes")
+    if not 0 < level < 1:
+        raise ValueError(f"level: must be in (0, 1), got {level}")
+    keys = ["task_id", "decoding_seed"]
+    a = results.set_index(keys)["success"].astype(float).sort_index()
+    b = baseline.set_index(keys)["success"].astype(float).sort_index()
+    if a.index.has_duplicates or b.index.has_duplicates:
+        raise ValueError("results, baseline: one episode per (task_id, decoding_seed) is expected")
+    if not a.index.equals(b.index):
+        raise ValueError(
+            "results, baseline: not paired; both must hold the same (task_id, decoding_seed) "
+            f"episodes ({len(a)} vs {len(b)}, {len(a.index.symmetric_difference(b.index))} unmatched)"
+        )
+    per_task = (a - b).groupby(level="task_id").mean().to_numpy()  # (tasks,)
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, per_task.size, size=(resamples, per_task.size))
+    means = per_task[draws].mean(axis=1)  # (resamples,)
+    tail = 100 * (1 - level) / 2
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return {
+        "difference": float(per_task.mean()),
+        "low": float(low),
+        "high": float(high),
+        "tasks": int(per_task.size),
+    }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -20,11 +21,28 @@ def _with_cycle(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def report_node(
-    eval_summaries: pd.DataFrame, train_metrics: pd.DataFrame, probe: pd.DataFrame
-) -> tuple[str, str, str, str, Figure, Figure, Figure, Figure]:
-    """Every experiment and cycle in the catalog, as table 1 (Markdown, CSV), the cost table
-    (Markdown, CSV) and figures 1a, 3, 5a and 6."""
+    eval_summaries: pd.DataFrame,
+    eval_results: pd.DataFrame,
+    train_metrics: pd.DataFrame,
+    probe: pd.DataFrame,
+    report_params: dict[str, Any],
+) -> tuple[str, str, str, str, str, str, str, Figure, Figure, Figure, Figure]:
+    """Every experiment and cycle in the catalog, as table 1 (Markdown, CSV), the paired
+    differences of each ReSAIL variant and its parent (Markdown, CSV), the ablation tables of
+    ``report.ablations`` (Markdown), the cost table (Markdown, CSV) and figures 1a, 3, 5a and 6."""
+    unknown = sorted(set(report_params) - {"ablations"})
+    if unknown:
+        raise ValueError(f"report: unknown parameter(s) {unknown}; known: ['ablations']")
     main = report.main_results_table(eval_summaries, source="eval_summary files")
+    paired = report.paired_differences_table(_with_cycle(eval_results), source="eval_results files")
+    ablations = "".join(
+        f"## {title}\n\n"
+        + report.table_to_markdown(
+            report.ablation_table(eval_summaries, dict(rows), source="eval_summary files")
+        )
+        + "\n"
+        for title, rows in (report_params.get("ablations") or {}).items()
+    )
     metrics = _with_cycle(train_metrics)
     if metrics.empty:
         logger.warning("report: no train_metrics files yet; the cost table is empty")
@@ -32,9 +50,15 @@ def report_node(
     else:
         cost = report.cost_table(metrics, source="train_metrics files")
         cost_md, cost_csv = report.table_to_markdown(cost), cost.to_csv(index=False)
+    note = report.rejected_summaries_note(metrics)
     return (
-        report.table_to_markdown(main),
+        report.table_to_markdown(main) + (f"\n{note}" if note else ""),
         main.to_csv(index=False),
+        report.table_to_markdown(paired)
+        if not paired.empty
+        else "No ReSAIL variant and parent pair.\n",
+        paired.to_csv(index=False),
+        ablations or "No ablation configured.\n",
         cost_md,
         cost_csv,
         report.success_figure(eval_summaries),

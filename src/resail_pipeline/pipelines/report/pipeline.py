@@ -12,10 +12,19 @@ def create_pipeline(**kwargs) -> Pipeline:
         [
             node(
                 report_node,
-                inputs=["report.eval_summaries", "report.train_metrics", "report.probe"],
+                inputs=[
+                    "report.eval_summaries",
+                    "report.eval_results",
+                    "report.train_metrics",
+                    "report.probe",
+                    "params:report",
+                ],
                 outputs=[
                     "report.main_results_md",
                     "report.main_results_csv",
+                    "report.paired_differences_md",
+                    "report.paired_differences_csv",
+                    "report.ablations_md",
                     "report.cost_breakdown_md",
                     "report.cost_breakdown_csv",
                     "report.fig1a_success",
