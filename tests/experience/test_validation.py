@@ -86,17 +86,10 @@ def test_accepts_markdown_lists_under_a_field_and_any_field_order():
         "2. `craft 1 dark oak button using 1 dark oak planks`\n"
         "- Avoid: `craft 1 dark oak button using 1 planks`\n"
     )
-    verdict = validate_summary(text, "failure")
+    verdict = validate_summary(f"<thinking>plan first</thinking>\n{text}", "failure")
     assert verdict.accepted, verdict.reasons
-    assert verdict.summary.text.splitlines() == [
-        "Failure analysis:",
-        "- Failure diagnosis: the planks were never crafted, so the button could not be made",
-        "- Useful evidence: `get 1 dark oak logs` worked",
-        "- Corrected plan: 1. `craft 4 dark oak planks using 1 dark oak logs` "
-        "2. `craft 1 dark oak button using 1 dark oak planks`",
-        "- Avoid: `craft 1 dark oak button using 1 planks`",
-    ]
-    # the canonical form validates again to itself
+    # accepted as the model wrote it, once the thinking block is removed: never rewritten
+    assert verdict.summary.text == text.strip()
     assert validate_summary(verdict.summary.text, "failure").summary == verdict.summary
 
 

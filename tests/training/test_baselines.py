@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from resail_pipeline.generation import Generation
+from resail_pipeline.schemas import check_columns
 from resail_pipeline.training import ConfigError
 from resail_pipeline.training.baselines import action_reward, normalise_action
 from resail_pipeline.training.run import TrainingRun
@@ -100,6 +101,7 @@ def test_rft_without_a_success_publishes_the_policy_unchanged(
     config = make_config(method="rft", run={"manifest": str(manifest)})
     outcome = TrainingRun(config).run()
     assert outcome.metrics.empty
+    check_columns(outcome.metrics, "train_metrics")  # no rows, but the contract's columns
     before, after = weights(sharp_checkpoint), weights(config.run.checkpoint)
     assert all(torch.equal(before[k], after[k]) for k in before)
 

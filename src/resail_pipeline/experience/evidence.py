@@ -50,33 +50,17 @@ def cap(text: Any, limit: int) -> str:
     return normalise(text)[:limit]
 
 
-def task_snapshot(task: Any, initial_observation: Any) -> tuple[str, ...]:
-    """The task snapshot: at most :data:`SNAPSHOT_LINES` non-empty lines, each capped.
+def task_snapshot(initial_observation: Any) -> tuple[str, ...]:
+    """The task snapshot (appendix G): the first :data:`SNAPSHOT_LINES` non-empty lines of the
+    initial observation as the environment printed them, in their order, each normalised and
+    capped at :data:`SNAPSHOT_LINE_CHARS`.
 
-    Source text. A naive "first four lines of the initial observation" would drop the goal in
-    TextCraft, whose initial observation starts with the crafting-command list and ends with
-    "Goal: craft X.". The snapshot is therefore read from the task placed first:
-
-    1. the lines of the initial observation that state the task (those containing the
-       normalised ``task`` text, e.g. "Goal: craft X." or ALFWorld's "Your task is to: ..."),
-       in their own wording; or the ``task`` text itself when no line contains it;
-    2. then the other lines of the initial observation, in order.
-
-    Empty and whitespace-only lines are skipped; each kept line is normalised and capped at
-    :data:`SNAPSHOT_LINE_CHARS`; the first :data:`SNAPSHOT_LINES` are kept. For TextCraft this
-    gives the goal line, "Crafting commands:" and the first two commands; for ALFWorld the task
-    line, the welcome banner and the room description.
+    For TextCraft that is "Crafting commands:" and the first three commands (the goal line comes
+    after the command list); for ALFWorld the welcome banner, the room description and the task.
     """
-    task_text = normalise(task)
     lines = [normalise(line) for line in str(initial_observation or "").splitlines()]
     lines = [line for line in lines if line]
-    if task_text:
-        stating = [line for line in lines if task_text in line]
-        rest = [line for line in lines if task_text not in line]
-        ordered = (stating or [task_text]) + rest
-    else:
-        ordered = lines
-    return tuple(line[:SNAPSHOT_LINE_CHARS] for line in ordered[:SNAPSHOT_LINES])
+    return tuple(line[:SNAPSHOT_LINE_CHARS] for line in lines[:SNAPSHOT_LINES])
 
 
 @dataclass(frozen=True)
@@ -196,7 +180,7 @@ def build_evidence(trajectory: Mapping[str, Any], steps: pd.DataFrame) -> Eviden
         traj_id=traj_id,
         env=str(trajectory["env"]),
         outcome=outcome_of(trajectory["success"]),
-        snapshot=task_snapshot(trajectory["task"], initial),
+        snapshot=task_snapshot(initial),
         records=records,
         initial_observation=initial,
         end_reason=normalise(trajectory["end_reason"]),

@@ -42,7 +42,7 @@ class Extraction:
     Attributes:
         traj_id: the trajectory.
         outcome: ``"success"`` or ``"failure"``.
-        summary: the canonical accepted text; ``""`` when never accepted.
+        summary: the accepted text as written (without thinking); ``""`` when never accepted.
         attempts: texts produced and validated (generations for the model, 1 for the rules).
         accepted: one text passed the validator.
         source: what wrote the accepted text (``"model"`` or ``"rules"``), or what tried.

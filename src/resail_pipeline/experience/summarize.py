@@ -52,8 +52,10 @@ class SummarizeConfig:
     # "model": the frozen cycle-start policy writes them (appendix G); "rules": built from the
     # trajectory itself, for policies too small to write prose
     source: str = SOURCE_MODEL
-    # model extraction: generations per trajectory at most, each with a new seed (>= 1)
-    max_attempts: int = 3
+    # model extraction: generations per trajectory at most, each with a new seed (>= 1); generous,
+    # so that every trajectory gets an accepted summary (those still rejected are counted per
+    # cycle in train_metrics and the report)
+    max_attempts: int = 8
     # a trajectory whose model summary was never accepted: "drop" (recorded as rejected; consumers
     # leave it out) or "rules" (the rules-based summary instead)
     on_rejected: str = "drop"

@@ -1,9 +1,11 @@
-"""Acceptance of a generated summary (appendix G) and its canonical form.
+"""Acceptance of a generated summary (appendix G).
 
 After the ``<thinking>`` block is removed, an accepted summary has the heading matching the
 trajectory's outcome and exactly its four fields, each with a non-empty value; no text before the
-heading, no extra heading and no copied trajectory. The accepted text is normalised to the
-canonical form inserted into the privileged prompt, one line per field in template order::
+heading, no extra heading and no copied trajectory. Validation accepts or rejects; it does not
+rewrite: an accepted summary is inserted into the privileged prompt as the model wrote it once the
+thinking block is removed (appendix B.1). The rules-based summaries are written in the canonical
+form, one line per field in template order (:func:`canonical_text`)::
 
     Guidance summary:
     - Minimal plan: ...
@@ -16,7 +18,7 @@ the name are accepted). A field's value may go on over *continuation lines*: ind
 list items (``- x``, ``1. x``) that follow it; they are joined to the value with single spaces.
 An unindented ``- Name: value`` line whose name is not one of the outcome's four fields is an
 unknown field; a short line ending in ``:`` or a markdown ``#`` line is a heading. Field order is
-not checked (the canonical form restores it).
+not checked.
 
 Every rejection reason is a string ``"<code>: <detail>"`` with one of the ``REASON_*`` codes.
 
@@ -96,7 +98,8 @@ class Validation:
     Attributes:
         accepted: the text passed every check.
         reasons: the rejection reasons (``"<code>: <detail>"``), empty when accepted.
-        summary: the canonical accepted summary, ``None`` when rejected.
+        summary: the accepted summary as written, without its thinking block and surrounding
+            whitespace; ``None`` when rejected.
     """
 
     accepted: bool
@@ -238,10 +241,10 @@ def validate_summary(text: str, outcome: str, evidence: Evidence | None = None) 
             code = REASON_EXTRA_HEADING if _HEADING.match(line) else REASON_UNEXPECTED_LINE
             reasons.append(f"{code}: {_short(line)!r} before {heading!r}")
 
-    body_reasons, values = _body_reasons(lines[start:], outcome)
+    body_reasons, _ = _body_reasons(lines[start:], outcome)
     reasons += body_reasons
     if evidence is not None:
         reasons += copied_evidence("\n".join(lines), evidence)
     if reasons:
         return Validation(False, tuple(reasons))
-    return Validation(True, (), Summary(outcome, canonical_text(outcome, values)))
+    return Validation(True, (), Summary(outcome, visible_text(text).strip()))

@@ -240,11 +240,13 @@ class TrainingData:
         trajectories: usable trajectory ids, sorted (the order the schedule permutes).
         steps: ``traj_id -> steps`` in order of ``t``.
         dropped: trajectories left out for want of an accepted summary (or of the asked outcome).
+        rejected: trajectories whose summary was rejected (among ``dropped``).
     """
 
     trajectories: tuple[str, ...]
     steps: Mapping[str, tuple[StepExample, ...]]
     dropped: int
+    rejected: int = 0
 
     @property
     def num_steps(self) -> int:
@@ -354,6 +356,7 @@ def build_training_data(
         if traj in accepted and (outcome is None or accepted[traj].outcome == outcome)
     ]
     dropped = len(all_trajs) - len(kept)
+    rejected = sum(traj not in accepted for traj in all_trajs)
     logger.info(
         "%d trajectories with steps: %d usable, %d dropped without an accepted summary%s",
         len(all_trajs),
@@ -365,7 +368,7 @@ def build_training_data(
     ordered = ordered[ordered["traj_id"].isin(set(kept))]
     if ordered.empty:
         if outcome is not None:
-            return TrainingData(trajectories=(), steps={}, dropped=dropped)
+            return TrainingData(trajectories=(), steps={}, dropped=dropped, rejected=rejected)
         raise InputError(f"{steps_src}: no step belongs to a trajectory with an accepted summary")
 
     ordinary_texts = [chat_prompt(tokenizer, str(p)) for p in ordered["prompt"]]
@@ -412,6 +415,7 @@ def build_training_data(
         trajectories=tuple(kept),
         steps={traj: tuple(s) for traj, s in by_traj.items()},
         dropped=dropped,
+        rejected=rejected,
     )
 
 

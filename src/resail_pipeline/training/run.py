@@ -31,6 +31,7 @@ from resail_pipeline.checkpoints import (
     save_policy,
 )
 from resail_pipeline.prompts import OUTCOME_SUCCESS
+from resail_pipeline.schemas import SCHEMAS
 from resail_pipeline.training.baselines import CrossEntropyTrainer, GrpoTrainer
 from resail_pipeline.training.config import ConfigError, TrainConfig
 from resail_pipeline.training.data import (
@@ -72,7 +73,8 @@ class TrainOutcome:
 
     Attributes:
         checkpoint: the published checkpoint's manifest row (rank 0; ``None`` on other ranks).
-        metrics: one ``train_metrics`` row per update.
+        metrics: one ``train_metrics`` row per update, each with the cycle's count of
+            ``rejected_summaries`` (trajectories left out for want of an accepted summary).
         selected: one ``selected_steps`` row per (update, selected step).
         probe: one probe row per (update, probe step), update 0 being the cycle start; no rows
             with the probe off.
@@ -237,6 +239,8 @@ class TrainingRun:
         probe's rows and the checkpoint; returns what was written."""
         records = self.trainer.train(self.schedule, after_update=self.probe)
         metrics, selected = _frames(records)
+        # trajectories of the corpus left out because their summary was rejected (every row)
+        metrics = metrics.assign(rejected_summaries=self.data.rejected)
         probe = self.probe.frame() if self.probe is not None else probe_frame()
         checkpoint = self._publish(metrics, selected, probe)
         if dist.is_initialized():
@@ -302,7 +306,11 @@ def _read_probe_set(config: TrainConfig, path: str | None) -> ProbeSet:
 
 
 def _frames(records: list[UpdateRecord]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    metrics = pd.DataFrame([r.metrics_row() for r in records])
+    """The ``train_metrics`` and ``selected_steps`` rows; with no update, no rows but the columns."""
+    columns = [*SCHEMAS["train_metrics"], "num_trajectories", "grad_norm"]
+    metrics = pd.DataFrame([r.metrics_row() for r in records]) if records else None
+    if metrics is None:
+        metrics = pd.DataFrame(columns=columns)
     selected = pd.DataFrame(
         [row for r in records for row in r.selected_rows()],
         columns=["update", "traj_id", "t", "score"],
