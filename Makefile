@@ -1,6 +1,7 @@
 # Two entry points for a fresh machine (see README.md):
 #   make run    install into .venv and run the main job on the embedded default
 #   make test   install into .venv (with the dev and alfworld extras) and run the tests
+# and for the method comparison: make study (hours; resumable).
 # and one for maintainers: make reference rebuilds the shipped initial policy (hours).
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -17,7 +18,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TORCH_EXTENSIONS_DIR := $(CURDIR)/.cache/torch_extensions
 
-.PHONY: run smoke report reference test test-slow lint viz
+.PHONY: run smoke study study-budgets report reference test test-slow lint viz
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +40,16 @@ run: $(VENV)/.installed-$(RUN_EXTRAS)
 
 smoke: KEDRO_ENV := smoke
 smoke: run
+
+# The method comparison on the embedded default (conf/study, docs/results-textcraft-cpu.md): every
+# method of table 1 and the retention-view ablation, each resumed from what exists, then the
+# report in data/08_reporting/textcraft-study/. study-budgets is the check on the dev split that
+# fixed its budgets.
+study: $(VENV)/.installed-$(RUN_EXTRAS)
+	$(BIN)/python -m resail_pipeline.study --env study
+
+study-budgets: $(VENV)/.installed-$(RUN_EXTRAS)
+	$(BIN)/python -m resail_pipeline.study --env study --plan conf/study/budgets.yml
 
 # The shipped reference initial policy, rebuilt: its four stages (each build cached by its
 # configuration and code, and resumed from its training state when interrupted), the appendix-D.2

@@ -1,0 +1,229 @@
+"""A study: several experiments of the cycle pipeline side by side, then one report.
+
+A plan (YAML, ``conf/base/study.yml`` unless the configuration environment has its own) lists the
+experiments; each is ``kedro run --pipeline=cycle --only-missing-outputs`` under its own
+``run.experiment`` with its method, its number of cycles (``RESAIL_CYCLES``) and its parameter
+overrides. The report pipeline then reads every experiment of the environment's data folder.
+Everything a run finishes is kept: killing the study anywhere and starting it again redoes
+nothing finished (the initial policy's evaluation and cycle 1's corpus are shared by all). An
+experiment listed twice with more cycles continues from where the first entry stopped.
+
+Every experiment's wall time is appended to ``data/08_reporting/<plan>-<env>.csv``, one row per
+invocation, with the largest resident memory of any process the study has run so far (Linux keeps
+one maximum over all finished children); the time of a study interrupted and resumed is the sum of
+its rows.
+
+    python -m resail_pipeline.study --env study             # the comparison (make study)
+    python -m resail_pipeline.study --env study --plan conf/study/budgets.yml
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import logging
+import os
+import re
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from resail_pipeline.io import atomic_path
+from resail_pipeline.training.config import METHODS, REACT
+
+__all__ = ["Experiment", "StudyPlan", "load_plan", "main", "run_study"]
+
+logger = logging.getLogger(__name__)
+
+PLAN_FILE = "study.yml"
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One run of the cycle pipeline: ``run.method``, ``run.experiment``, cycles, overrides."""
+
+    method: str
+    cycles: int
+    name: str = ""
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS or self.method == REACT:
+            trained = [m for m in METHODS if m != REACT]
+            raise ValueError(
+                f"method: must be one of {trained} (react is cycle 0's evaluation, which every "
+                f"experiment writes), got {self.method!r}"
+            )
+        if isinstance(self.cycles, bool) or not isinstance(self.cycles, int) or self.cycles < 1:
+            raise ValueError(f"cycles: must be a positive integer, got {self.cycles!r}")
+        if not self.name:
+            object.__setattr__(self, "name", self.method)
+        if not _NAME.match(self.name) or self.name in (".", ".."):
+            raise ValueError(
+                f"name: must be a folder name (letters, digits, _ . -), got {self.name!r}"
+            )
+        for key in self.params:
+            if key.split(".")[0] == "run":
+                raise ValueError(f"params: {key!r}; the method and name are given as such")
+
+    def kedro_params(self, shared: Mapping[str, Any]) -> str:
+        """The ``--params`` value: the plan's shared overrides, this experiment's, its method."""
+        values = {**shared, **self.params, "run.method": self.method, "run.experiment": self.name}
+        return ",".join(f"{key}={_cli_value(value)}" for key, value in values.items())
+
+
+@dataclass(frozen=True)
+class StudyPlan:
+    """Experiments in the order they run, and overrides shared by all (e.g. ``data_tag``)."""
+
+    experiments: tuple[Experiment, ...]
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _cli_value(value: Any) -> str:
+    """A parameter value as ``kedro run --params`` reads it back (YAML)."""
+    text = yaml.safe_dump(value, default_flow_style=True).strip()
+    text = text.removesuffix("...").strip()
+    if "," in text:  # kedro splits --params at every comma
+        raise ValueError(f"params: {value!r} holds a comma, which --params cannot carry")
+    return text
+
+
+def load_plan(path: str | Path) -> StudyPlan:
+    """Read and check a plan; errors name the file and the entry."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path}: no such study plan")
+    data = yaml.safe_load(path.read_text()) or {}
+    unknown = sorted(set(data) - {"experiments", "params"})
+    if unknown:
+        raise ValueError(f"{path}: unknown key(s) {unknown}; known: ['experiments', 'params']")
+    entries = data.get("experiments") or []
+    if not entries:
+        raise ValueError(f"{path}: no experiments")
+    experiments = []
+    for i, entry in enumerate(entries):
+        try:
+            if not isinstance(entry, Mapping):
+                raise ValueError(f"expected a mapping, got {entry!r}")
+            known = {"method", "cycles", "name", "params"}
+            extra = sorted(set(entry) - known)
+            if extra:
+                raise ValueError(f"unknown key(s) {extra}; known: {sorted(known)}")
+            experiments.append(Experiment(**entry))
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{path}: experiments[{i}]: {error}") from None
+    methods: dict[str, str] = {}
+    for experiment in experiments:
+        if methods.setdefault(experiment.name, experiment.method) != experiment.method:
+            raise ValueError(f"{path}: experiment {experiment.name!r} is listed with two methods")
+    return StudyPlan(experiments=tuple(experiments), params=dict(data.get("params") or {}))
+
+
+def plan_path(env: str, project: Path) -> Path:
+    """The environment's own plan if it has one, else the base plan."""
+    own = project / "conf" / env / PLAN_FILE
+    return own if own.is_file() else project / "conf" / "base" / PLAN_FILE
+
+
+def _kedro(args: Sequence[str], project: Path, cycles: int | None = None) -> int:
+    env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "true"}
+    if cycles is not None:
+        env["RESAIL_CYCLES"] = str(cycles)
+    command = [sys.executable, "-m", "kedro", *args]
+    logger.info("%s%s", f"RESAIL_CYCLES={cycles} " if cycles else "", " ".join(command[1:]))
+    return subprocess.run(command, cwd=project, env=env, check=False).returncode
+
+
+def _peak_rss_gib() -> float:
+    """The largest resident memory of any finished child process so far, in GiB."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # KiB on Linux
+
+
+def _append_row(path: Path, row: Mapping[str, Any]) -> None:
+    """Append ``row`` to the CSV at ``path`` (header on creation), rewriting it atomically."""
+    rows = []
+    if path.is_file():
+        with path.open(newline="") as handle:
+            rows = list(csv.DictReader(handle))
+    rows.append({k: str(v) for k, v in row.items()})
+    with atomic_path(path) as tmp, tmp.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(row))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def run_study(plan: StudyPlan, env: str, project: Path, *, log: Path) -> None:
+    """Run every experiment of ``plan`` in order, then the report; raise on the first failure."""
+    for k, experiment in enumerate(plan.experiments, start=1):
+        logger.info(
+            "study: experiment %d/%d %s (%s, %d cycles)",
+            k,
+            len(plan.experiments),
+            experiment.name,
+            experiment.method,
+            experiment.cycles,
+        )
+        start = time.monotonic()
+        code = _kedro(
+            [
+                "run",
+                "--env",
+                env,
+                "--pipeline",
+                "cycle",
+                "--only-missing-outputs",
+                "--params",
+                experiment.kedro_params(plan.params),
+            ],
+            project,
+            cycles=experiment.cycles,
+        )
+        _append_row(
+            log,
+            {
+                "experiment": experiment.name,
+                "method": experiment.method,
+                "cycles": experiment.cycles,
+                "seconds": round(time.monotonic() - start, 1),
+                "peak_rss_gib": round(_peak_rss_gib(), 2),
+                "exit_code": code,
+                "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            },
+        )
+        if code != 0:
+            raise RuntimeError(
+                f"study: experiment {experiment.name!r} failed (exit code {code}); what it "
+                "finished is kept, and running the study again continues from there"
+            )
+    report = ["run", "--env", env, "--pipeline", "report"]
+    if plan.params:  # e.g. the plan's data_tag: the report reads the same folder
+        report += ["--params", ",".join(f"{k}={_cli_value(v)}" for k, v in plan.params.items())]
+    if _kedro(report, project) != 0:
+        raise RuntimeError("study: the report failed")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m resail_pipeline.study", description=__doc__)
+    parser.add_argument("--env", default="study", help="Kedro configuration environment")
+    parser.add_argument(
+        "--plan", type=Path, help="the plan (default: conf/<env>/study.yml, else base)"
+    )
+    parser.add_argument("--project", type=Path, default=Path.cwd(), help="the Kedro project")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    path = args.plan or plan_path(args.env, args.project)
+    log = args.project / "data" / "08_reporting" / f"{path.stem}-{args.env}.csv"
+    run_study(load_plan(path), args.env, args.project, log=log)
+
+
+if __name__ == "__main__":
+    main()

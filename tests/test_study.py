@@ -1,0 +1,146 @@
+"""The study runner: plans checked before anything runs, and (slow) the whole comparison on the
+smoke configuration, resumed, with its report."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from resail_pipeline.study import Experiment, load_plan, plan_path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_shipped_plan_is_the_papers_comparison():
+    plan = load_plan(ROOT / "conf" / "base" / "study.yml")
+    cycles: dict[str, int] = {}
+    methods: dict[str, str] = {}
+    for experiment in plan.experiments:
+        cycles[experiment.name] = max(cycles.get(experiment.name, 0), experiment.cycles)
+        methods[experiment.name] = experiment.method
+    # every trained method of table 1 for three cycles; OEL and its ReSAIL version to five
+    assert cycles == {
+        "oel": 5,
+        "oel_resail": 5,
+        "sdpo": 3,
+        "sdpo_resail": 3,
+        "rft": 3,
+        "epd": 3,
+        "grpo": 3,
+        "oel_resail-retention_none": 3,
+        "oel_resail-retention_ordinary": 3,
+    }
+    retention = {
+        e.name: e.params.get("train.resail.retention")
+        for e in plan.experiments
+        if e.name.startswith("oel_resail-")
+    }
+    assert retention == {
+        "oel_resail-retention_none": "none",
+        "oel_resail-retention_ordinary": "ordinary",
+    }
+    assert plan_path("smoke", ROOT) == ROOT / "conf" / "base" / "study.yml"
+
+
+def test_an_experiment_becomes_kedro_params():
+    experiment = Experiment(
+        method="oel_resail", cycles=3, name="x-1", params={"train.resail.retention": "none"}
+    )
+    shared = {"data_tag": "-dev", "evaluate.splits": ["dev"], "train.optimizer.lr": 2e-4}
+    assert experiment.kedro_params(shared) == (
+        "data_tag=-dev,evaluate.splits=[dev],train.optimizer.lr=0.0002,"
+        "train.resail.retention=none,run.method=oel_resail,run.experiment=x-1"
+    )
+    with pytest.raises(ValueError, match="comma"):
+        experiment.kedro_params({"evaluate.splits": ["dev", "test"]})
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("experiments: []", "no experiments"),
+        (
+            "experiments: [{method: react, cycles: 3}]",
+            r"experiments\[0\]: method: .*react is cycle 0",
+        ),
+        ("experiments: [{method: oel, cycles: 0}]", r"experiments\[0\]: cycles"),
+        ("experiments: [{method: oel, cycles: 1, name: ../x}]", r"experiments\[0\]: name"),
+        ("experiments: [{method: oel, cycles: 1, seeds: 3}]", r"unknown key\(s\) \['seeds'\]"),
+        (
+            "experiments: [{method: oel, cycles: 1, params: {run.seed: 1}}]",
+            r"params: 'run.seed'",
+        ),
+        (
+            "experiments: [{method: oel, cycles: 1, name: a}, {method: rft, cycles: 1, name: a}]",
+            "listed with two methods",
+        ),
+        ("experiment: []", r"unknown key\(s\) \['experiment'\]"),
+    ],
+)
+def test_a_bad_plan_fails_before_anything_runs(tmp_path, text, message):
+    path = tmp_path / "study.yml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        load_plan(path)
+
+
+@pytest.mark.slow
+def test_the_smoke_study_runs_every_method_resumes_and_reports(tmp_path):
+    """The whole plan at the smoke budgets in a scratch project; run twice, the second run
+    redoes nothing; every method and ablation is evaluated and the report is written."""
+    project = tmp_path / "project"
+    project.mkdir()
+    for name in ("pyproject.toml", "conf", "reference"):
+        (project / name).symlink_to(ROOT / name)
+    (project / "src").mkdir()
+    (project / "src" / "resail_pipeline").symlink_to(ROOT / "src" / "resail_pipeline")
+    env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "true", "PYTHONHASHSEED": "0"}
+    command = [sys.executable, "-m", "resail_pipeline.study", "--env", "smoke"]
+    first = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr[-4000:]
+
+    outputs = project / "data" / "07_model_output" / "textcraft-smoke"
+    plan = load_plan(ROOT / "conf" / "base" / "study.yml")
+    for experiment in plan.experiments:
+        for cycle in range(1, experiment.cycles + 1):
+            path = outputs / experiment.name / f"cycle_{cycle}" / "eval_summary.parquet"
+            assert sorted(pd.read_parquet(path)["view"]) == ["ordinary", "privileged"], path
+    # the shared cycle-1 corpus: every method's first cycle trained on the same files (the sha256
+    # its train manifest recorded), later cycles on its own
+    models = project / "data" / "06_models" / "textcraft-smoke"
+    inputs = {
+        (e.name, cycle): json.loads(
+            (models / e.name / f"cycle_{cycle}" / "policy" / "resail_manifest.json").read_text()
+        )["inputs"]
+        for e in plan.experiments
+        for cycle in (1, 2)
+    }
+    first_cycle = {(i["steps"], i["summaries"]) for (_, c), i in inputs.items() if c == 1}
+    assert len(first_cycle) == 1
+    second_cycle = {(i["steps"], i["summaries"]) for (_, c), i in inputs.items() if c == 2}
+    assert len(second_cycle) == len({e.name for e in plan.experiments})
+    grpo = inputs[("grpo", 2)]
+    assert grpo["reference"] == inputs[("oel", 1)]["policy"]  # the initial policy, at every cycle
+
+    reporting = project / "data" / "08_reporting" / "textcraft-smoke"
+    table = (reporting / "main_results.md").read_text()
+    for label in ("ReAct", "RFT", "GRPO", "EPD", "SDPO", "OEL", "+ ReSAIL"):
+        assert f"| {label} |" in table
+    assert "OEL + ReSAIL - OEL" in (reporting / "paired_differences.md").read_text()
+    ablations = (reporting / "ablations.md").read_text()
+    assert "| None |" in ablations and "--" not in ablations.split("| None |")[1].split("\n")[0]
+    for figure in ("fig1a_success", "fig3_dual_view"):
+        assert (reporting / f"{figure}.png").stat().st_size > 10_000
+
+    times = pd.read_csv(project / "data" / "08_reporting" / "study-smoke.csv")
+    assert len(times) == len(plan.experiments) and (times["exit_code"] == 0).all()
+
+    second = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
+    assert second.returncode == 0, second.stderr[-4000:]
+    assert "train_node finished" not in second.stdout + second.stderr  # nothing redone
