@@ -191,3 +191,16 @@ def read_checkpoint_info(path: str | Path, **defaults: Any) -> CheckpointInfo:
 
 def _defaults() -> dict[str, Any]:
     return {"parent_id": "", "method": "", "cycle": 0}
+
+
+def enable_activation_checkpointing(model: PreTrainedModel) -> None:
+    """Recompute ``model``'s decoder activations in backward.
+
+    ``activation_checkpointing_enable`` is the name from transformers 5.23 on; the versions before
+    it (5.19-5.22, what the ``gpu`` extra resolves beside vLLM 0.32) call it
+    ``gradient_checkpointing_enable``. Both are called without arguments.
+    """
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is None:
+        enable = model.gradient_checkpointing_enable
+    enable()

@@ -23,7 +23,12 @@ def test_every_hook_is_registered():
     }
 
 
-RUN = {"env": "textcraft", "method": "oel", "experiment": "oel", "generation": {"batch_size": 8}}
+RUN = {
+    "env": "textcraft",
+    "method": "oel",
+    "experiment": "oel",
+    "generation": {"transformers": {"batch_size": 8}},
+}
 COLLECT = {"split": "train", "num_trajectories": None, "temperature": 0.4, "max_new_tokens": 8}
 TRAIN = {"schedule": {"updates": 2, "trajectories_per_update": 3}}
 

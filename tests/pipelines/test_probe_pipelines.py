@@ -139,7 +139,7 @@ def test_the_probe_support_follows_the_trainers_engine(tiny_checkpoint, monkeypa
 def parameters(staging: Path, **probe: Any) -> dict[str, Any]:
     """The shipped parameters, made tiny: 2 test tasks, short responses, one update."""
     params = project_config("parameters")
-    params["run"].update(staging_dir=str(staging), generation={"batch_size": 8})
+    params["run"].update(staging_dir=str(staging), generation={"transformers": {"batch_size": 8}})
     params["evaluate"].update(num_tasks=2, decoding_seeds=[0], max_new_tokens=6)
     params["train"]["schedule"].update(updates=1, trajectories_per_update=1)
     params["train"]["optimizer"]["lr"] = 1e-3

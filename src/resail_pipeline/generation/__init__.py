@@ -7,6 +7,8 @@
 from __future__ import annotations
 
 import importlib
+import inspect
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +28,45 @@ GENERATOR_REGISTRY: dict[str, str] = {
 }
 
 
-def make_generator(backend: str, checkpoint: str | Path, **options: Any) -> Generator:
-    """The ``backend`` generator over a local checkpoint; ``options`` go to ``from_checkpoint``."""
+def _backend_class(backend: str) -> Any:
     if backend not in GENERATOR_REGISTRY:
         raise ValueError(
             f"backend: unknown generation backend {backend!r}; "
             f"choose one of {sorted(GENERATOR_REGISTRY)}"
         )
     module_name, _, class_name = GENERATOR_REGISTRY[backend].partition(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
-    return cls.from_checkpoint(checkpoint, **options)
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def keyword_names(*functions: Callable[..., Any]) -> set[str]:
+    """The keyword parameters ``functions`` accept by name (not ``self``, not ``**kwargs``)."""
+    kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return {
+        name
+        for function in functions
+        for name, parameter in inspect.signature(function).parameters.items()
+        if parameter.kind in kinds and name not in ("self", "cls")
+    }
+
+
+def check_options(backend: str, options: Mapping[str, Any], source: str = "options") -> None:
+    """Raise, naming ``source`` and each key, if ``backend`` does not take an option of
+    ``options``; before anything is loaded. A backend that cannot list its options here (vLLM
+    without the ``gpu`` extra installed) accepts any."""
+    known = _backend_class(backend).option_names()
+    if known is None:
+        return
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(
+            f"{source}: the {backend} backend takes no option(s) {unknown}; known: {sorted(known)}"
+        )
+
+
+def make_generator(backend: str, checkpoint: str | Path, **options: Any) -> Generator:
+    """The ``backend`` generator over a local checkpoint; ``options`` go to ``from_checkpoint``."""
+    check_options(backend, options)
+    return _backend_class(backend).from_checkpoint(checkpoint, **options)
 
 
 __all__ = [
@@ -43,7 +74,9 @@ __all__ = [
     "Generation",
     "Generator",
     "SamplingParams",
+    "check_options",
     "derive_seed",
+    "keyword_names",
     "make_generator",
     "response_seeds",
 ]

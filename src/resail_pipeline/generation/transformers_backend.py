@@ -325,6 +325,13 @@ class TransformersGenerator:
         self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
 
     @classmethod
+    def option_names(cls) -> set[str]:
+        """The options :meth:`from_checkpoint` takes (its own and the constructor's)."""
+        from resail_pipeline.generation import keyword_names
+
+        return keyword_names(cls.from_checkpoint, cls.__init__) - {"path", "model", "tokenizer"}
+
+    @classmethod
     def from_checkpoint(
         cls,
         path: str | Path,
@@ -335,7 +342,7 @@ class TransformersGenerator:
         **options: Any,
     ) -> TransformersGenerator:
         """Load a local checkpoint on ``device`` (``auto``: the first GPU if there is one, else the
-        CPU; ``run.generation.device``) in ``dtype`` (:func:`resolve_dtype`; ``auto``: bf16 where
+        CPU; ``run.generation.transformers.device``) in ``dtype`` (:func:`resolve_dtype`; ``auto``: bf16 where
         the device computes it natively); ``policy_id`` defaults to the one its manifest records."""
         resolved = resolve_device(device)
         model, tokenizer = load_policy(path, dtype=resolve_dtype(dtype, resolved), device=resolved)

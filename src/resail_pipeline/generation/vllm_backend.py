@@ -37,6 +37,22 @@ class VLLMGenerator:
         self.progress = progress
 
     @classmethod
+    def option_names(cls) -> set[str] | None:
+        """The options :meth:`from_checkpoint` takes: its own and ``vllm.EngineArgs``' fields;
+        ``None`` where vLLM is not installed (nothing to check against)."""
+        try:
+            from vllm import EngineArgs
+        except ImportError:
+            return None
+        import dataclasses
+
+        from resail_pipeline.generation import keyword_names
+
+        fixed = {"model", "trust_remote_code", "logprobs_mode", "generation_config"}
+        engine = {f.name for f in dataclasses.fields(EngineArgs)} - fixed
+        return (keyword_names(cls.from_checkpoint) - {"path"}) | engine
+
+    @classmethod
     def from_checkpoint(
         cls,
         path: str | Path,

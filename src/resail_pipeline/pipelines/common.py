@@ -23,7 +23,12 @@ from kedro.pipeline import Pipeline
 
 from resail_pipeline.checkpoints import CheckpointInfo
 from resail_pipeline.envs import Environment, check_env_name, make_env
-from resail_pipeline.generation import GENERATOR_REGISTRY, Generator, make_generator
+from resail_pipeline.generation import (
+    GENERATOR_REGISTRY,
+    Generator,
+    check_options,
+    make_generator,
+)
 from resail_pipeline.training.config import METHODS, REACT
 
 #: The input name under which every base pipeline receives the cycle-start policy.
@@ -70,8 +75,9 @@ class RunConfig:
     seed: int = 0
     # generation backend name (transformers | vllm)
     backend: str = "transformers"
-    # options for the backend's from_checkpoint
-    generation: dict[str, Any] = field(default_factory=dict)
+    # backend name -> options of its from_checkpoint; only the chosen backend's are used, so that
+    # an environment that switches backend never hands one backend's options to the other
+    generation: dict[str, dict[str, Any]] = field(default_factory=dict)
     # options of the environment adapter (e.g. max_steps, ALFWorld's data_path)
     env_options: dict[str, Any] = field(default_factory=dict)
     # where nodes stage model directories for the catalog to publish
@@ -94,6 +100,22 @@ class RunConfig:
             )
         if not self.experiment or "/" in self.experiment:
             raise ValueError(f"run.experiment: must be a folder name, got {self.experiment!r}")
+        if self.generation is None:  # `generation:` left empty in YAML
+            object.__setattr__(self, "generation", {})
+        for backend, options in self.generation.items():
+            if backend not in GENERATOR_REGISTRY:
+                raise ValueError(
+                    f"run.generation: {backend!r} is not a generation backend; give each "
+                    f"backend's options under its name, one of {sorted(GENERATOR_REGISTRY)}"
+                )
+            if not isinstance(options, dict):
+                raise ValueError(f"run.generation.{backend}: expected a mapping, got {options!r}")
+        check_options(self.backend, self.generation_options, f"run.generation.{self.backend}")
+
+    @property
+    def generation_options(self) -> dict[str, Any]:
+        """The chosen backend's options (``run.generation.<backend>``)."""
+        return dict(self.generation.get(self.backend) or {})
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> RunConfig:
@@ -111,7 +133,7 @@ class RunConfig:
 
     def generator(self, policy: CheckpointInfo) -> Generator:
         return make_generator(
-            self.backend, policy.path, policy_id=policy.policy_id, **self.generation
+            self.backend, policy.path, policy_id=policy.policy_id, **self.generation_options
         )
 
     def staging_path(self, label: str) -> Path:

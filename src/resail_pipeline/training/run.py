@@ -25,6 +25,7 @@ from transformers import AutoConfig
 from resail_pipeline.checkpoints import (
     CheckpointInfo,
     bf16_native,
+    enable_activation_checkpointing,
     load_model,
     load_tokenizer,
     read_checkpoint_info,
@@ -187,7 +188,7 @@ class TrainingRun:
         dtype = torch.bfloat16 if bf16_parameters else torch.float32
         student = load_model(manifest.policy, dtype=dtype)
         if engine_config.gradient_checkpointing:
-            student.activation_checkpointing_enable()
+            enable_activation_checkpointing(student)
         student.train()
         frozen = None
         if config.distills or config.parent == "grpo":

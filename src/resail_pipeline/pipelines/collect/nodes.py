@@ -32,7 +32,7 @@ def settings_of(config: CollectConfig, run: RunConfig, policy: CheckpointInfo) -
         env=run.env,
         seed=run.seed,
         env_options=run.env_options,
-        generation=run.generation,
+        generation={"backend": run.backend, **run.generation_options},
     )
 
 

@@ -1,0 +1,46 @@
+"""``params:run`` in every configuration environment: each backend gets only its own options, and
+an option a backend does not take fails before anything loads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from kedro.config import OmegaConfigLoader
+
+from resail_pipeline.pipelines.common import RunConfig
+from resail_pipeline.settings import CONFIG_LOADER_ARGS
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+def _run_params(env: str) -> dict:
+    loader = OmegaConfigLoader(str(CONF), **{**CONFIG_LOADER_ARGS, "default_run_env": env})
+    return loader["parameters"]["run"]
+
+
+def test_the_paper_environment_hands_vllm_only_its_own_options():
+    """conf/base's transformers batch size is soft-merged into conf/paper's run section; it must
+    not reach vllm.LLM (whose engine arguments have no such field)."""
+    run = RunConfig.from_params(_run_params("paper"))
+    assert run.backend == "vllm"
+    assert "batch_size" in run.generation["transformers"]  # merged from conf/base, unused
+    assert run.generation_options == {"gpu_memory_utilization": 0.9, "max_model_len": 16384}
+
+
+@pytest.mark.parametrize("env", ["base", "smoke", "study"])
+def test_every_cpu_environment_gives_transformers_options_it_takes(env):
+    run = RunConfig.from_params(_run_params(env))
+    assert run.backend == "transformers" and run.generation_options["batch_size"] in (32, 64)
+
+
+def test_an_option_the_backend_does_not_take_fails_naming_it():
+    base = _run_params("base")
+    bad = {**base, "generation": {"transformers": {"gpu_memory_utilization": 0.9}}}
+    with pytest.raises(
+        ValueError, match=r"run\.generation\.transformers: .*gpu_memory_utilization"
+    ):
+        RunConfig.from_params(bad)
+    flat = {**base, "generation": {"batch_size": 8}}  # the old, flat layout
+    with pytest.raises(ValueError, match="'batch_size' is not a generation backend"):
+        RunConfig.from_params(flat)
