@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+import torch
 from kedro.config import OmegaConfigLoader
 from kedro.io import DataCatalog, DatasetError, MemoryDataset
 from kedro.runner import SequentialRunner
@@ -78,7 +79,7 @@ def test_with_the_probe_off_the_probe_set_is_empty_and_no_model_is_loaded(monkey
     def no_model(*args, **kwargs):
         raise AssertionError("the probe set of a disabled probe must not load the model")
 
-    monkeypatch.setattr(evaluate_nodes, "load_policy", no_model)
+    monkeypatch.setattr(evaluate_nodes, "load_frozen", no_model)
     train = project_config("parameters")["train"]
     train = {**train, "probe": {**train["probe"], "enabled": False}}
     unused = pd.DataFrame()
@@ -98,18 +99,28 @@ def recording_scorer(calls: dict):
     """A fake of the library's scoring call: records where the model is and how it is asked."""
 
     def score(model, tokenizer, *frames, **options):
-        calls.update(options, device=next(model.parameters()).device)
+        parameter = next(model.parameters())
+        calls.update(options, device=parameter.device, dtype=parameter.dtype)
         return pd.DataFrame()
 
     return score
 
 
-@pytest.mark.parametrize(("precision", "expected"), [("auto", "fp32"), ("bf16", "bf16")])
-def test_the_scorer_follows_the_trainers_engine(tiny_checkpoint, monkeypatch, precision, expected):
+@pytest.mark.parametrize(
+    ("kind", "precision", "expected", "dtype"),
+    [
+        ("auto", "auto", "fp32", torch.float32),
+        ("single", "bf16", "bf16", torch.float32),  # fp32 weights under bf16 autocast
+        ("deepspeed", "bf16", "fp32", torch.bfloat16),  # bf16 weights, as the trainer's teacher
+    ],
+)
+def test_the_scorer_follows_the_trainers_engine(
+    tiny_checkpoint, monkeypatch, kind, precision, expected, dtype
+):
     calls: dict = {}
     monkeypatch.setattr(score_nodes, "score_steps", recording_scorer(calls))
     train = copy.deepcopy(project_config("parameters")["train"])
-    train["engine"].update(precision=precision, chunk_size=64)
+    train["engine"].update(kind=kind, precision=precision, chunk_size=64)
     policy = read_checkpoint_info(tiny_checkpoint).to_frame()
     unused = pd.DataFrame()
     score_nodes.score_node(unused, unused, unused, policy, train, {"micro_batch_steps": 4})
@@ -117,6 +128,7 @@ def test_the_scorer_follows_the_trainers_engine(tiny_checkpoint, monkeypatch, pr
         "auto"
     )  # the CPU here: auto resolves to fp32 without GPUs
     assert (calls["precision"], calls["chunk_size"]) == (expected, 64)
+    assert calls["dtype"] == dtype
 
 
 def test_the_probe_support_follows_the_trainers_engine(tiny_checkpoint, monkeypatch):

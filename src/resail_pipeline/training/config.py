@@ -176,6 +176,17 @@ class EngineConfig:
             )
 
     @property
+    def bf16_parameters(self) -> bool:
+        """Whether the models are held in bf16 themselves (DeepSpeed in bf16); every other engine
+        keeps fp32 parameters and computes under bf16 autocast where ``precision`` is bf16."""
+        return self.kind == "deepspeed" and self.precision == "bf16"
+
+    @property
+    def autocast_precision(self) -> str:
+        """The autocast of forwards: none (``fp32``) where the parameters are bf16 already."""
+        return "fp32" if self.bf16_parameters else self.precision
+
+    @property
     def resolved(self) -> bool:
         """Whether ``auto`` has been replaced everywhere."""
         return self.kind != "auto" and self.precision != "auto" and self.world_size is not None

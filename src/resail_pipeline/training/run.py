@@ -16,17 +16,19 @@ import logging
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import torch
 import torch.distributed as dist
-from transformers import AutoConfig
+from transformers import AutoConfig, PreTrainedModel
 
 from resail_pipeline.checkpoints import (
     CheckpointInfo,
     bf16_native,
     enable_activation_checkpointing,
     load_model,
+    load_policy,
     load_tokenizer,
     read_checkpoint_info,
     save_policy,
@@ -34,7 +36,7 @@ from resail_pipeline.checkpoints import (
 from resail_pipeline.prompts import OUTCOME_SUCCESS
 from resail_pipeline.schemas import SCHEMAS
 from resail_pipeline.training.baselines import CrossEntropyTrainer, GrpoTrainer
-from resail_pipeline.training.config import ConfigError, TrainConfig
+from resail_pipeline.training.config import ConfigError, EngineConfig, TrainConfig
 from resail_pipeline.training.data import (
     InputError,
     TrainingData,
@@ -57,6 +59,7 @@ __all__ = [
     "SELECTED_FILE",
     "TrainOutcome",
     "TrainingRun",
+    "load_frozen",
     "make_trainer",
     "resolve_for_process",
 ]
@@ -94,6 +97,15 @@ def resolve_for_machine(config: TrainConfig) -> TrainConfig:
         num_gpus=torch.cuda.device_count() if cuda else 0,
         bf16_supported=cuda and bf16_native(torch.device("cuda")),
     )
+
+
+def load_frozen(path: str, engine: EngineConfig) -> tuple[PreTrainedModel, Any]:
+    """A frozen policy (model, tokenizer) on the first GPU if there is one, held as the trainer
+    holds its frozen teacher under ``engine`` (resolved): bf16 weights under DeepSpeed in bf16,
+    fp32 otherwise. Score its forwards under ``engine.autocast_precision``, as the trainer does,
+    so that scores computed outside the trainer (the scores node, the probe set) are its own."""
+    dtype = torch.bfloat16 if engine.bf16_parameters else torch.float32
+    return load_policy(path, dtype=dtype, device="auto")
 
 
 def resolve_for_process(config: TrainConfig) -> TrainConfig:
@@ -184,8 +196,7 @@ class TrainingRun:
         # teacher is that policy too, GRPO's frozen KL reference is the initial policy
         torch.manual_seed(schedule.seed)
         engine_config = config.engine
-        bf16_parameters = engine_config.kind == "deepspeed" and engine_config.precision == "bf16"
-        dtype = torch.bfloat16 if bf16_parameters else torch.float32
+        dtype = torch.bfloat16 if engine_config.bf16_parameters else torch.float32
         student = load_model(manifest.policy, dtype=dtype)
         if engine_config.gradient_checkpointing:
             enable_activation_checkpointing(student)

@@ -7,13 +7,12 @@ from typing import Any
 
 import pandas as pd
 
-from resail_pipeline.checkpoints import load_policy
 from resail_pipeline.evaluation.evaluate import EvalConfig, build_experience, evaluate_policy
 from resail_pipeline.evaluation.stats import summarize_eval_results
 from resail_pipeline.experience import SummarizeConfig
 from resail_pipeline.pipelines.common import RunConfig, dataclass_from_params, policy_info
 from resail_pipeline.training import TrainConfig, build_probe_set, empty_probe_set
-from resail_pipeline.training.run import resolve_for_machine
+from resail_pipeline.training.run import load_frozen, resolve_for_machine
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +96,7 @@ def probe_set_node(
         return empty_probe_set()
     config = resolve_for_machine(config)
     info = policy_info(checkpoint)
-    model, tokenizer = load_policy(info.path, device="auto")
+    model, tokenizer = load_frozen(info.path, config.engine)
     return build_probe_set(
         model,
         tokenizer,
@@ -109,5 +108,5 @@ def probe_set_node(
         top_k=config.probe.top_k,
         micro_batch_steps=config.probe.micro_batch_steps,
         chunk_size=config.engine.chunk_size,
-        precision=config.engine.precision,
+        precision=config.engine.autocast_precision,
     )

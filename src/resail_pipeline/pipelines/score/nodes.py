@@ -6,10 +6,9 @@ from typing import Any
 
 import pandas as pd
 
-from resail_pipeline.checkpoints import load_policy
 from resail_pipeline.pipelines.common import RunConfig, policy_info
 from resail_pipeline.training import TrainConfig, sample_responses, score_steps, usable_steps
-from resail_pipeline.training.run import resolve_for_machine
+from resail_pipeline.training.run import load_frozen, resolve_for_machine
 
 
 def respond_node(
@@ -45,10 +44,11 @@ def score_node(
     score_params: dict[str, Any],
 ) -> pd.DataFrame:
     """The frozen cycle-start teacher's PI sensitivity of every step over its cached response (the
-    function the trainer scores with online, on the device and in the precision it trains in)."""
+    function the trainer scores with online, on the device and in the precision it trains in: bf16
+    weights without autocast under DeepSpeed in bf16, fp32 weights under autocast otherwise)."""
     config = resolve_for_machine(TrainConfig.from_dict(train_params))
     info = policy_info(policy)
-    model, tokenizer = load_policy(info.path, device="auto")
+    model, tokenizer = load_frozen(info.path, config.engine)
     return score_steps(
         model,
         tokenizer,
@@ -60,5 +60,5 @@ def score_node(
         micro_batch_steps=int(score_params["micro_batch_steps"]),
         max_response_tokens=config.responses.max_tokens,
         chunk_size=config.engine.chunk_size,
-        precision=config.engine.precision,
+        precision=config.engine.autocast_precision,
     )
