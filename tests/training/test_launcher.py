@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -68,8 +69,12 @@ def test_a_crash_fails_with_the_trainers_last_lines_and_publishes_nothing(
         launch(config, tail_lines=15)
     message = str(failure.value)
     assert "exited with status 1" in message
-    assert "FloatingPointError: update 0: the loss is not finite" in message
-    assert len(message.splitlines()) <= 16
+    # the recorded traceback first, whole, then the log's last lines
+    first, _, tail = message.partition("; last lines of")
+    assert "error.json" in first and "Traceback (most recent call last)" in first
+    assert "FloatingPointError: update 0: the loss is not finite" in first
+    assert "FloatingPointError: update 0: the loss is not finite" in tail
+    assert len(tail.splitlines()) <= 16
     checkpoint = Path(config.run.checkpoint)
     assert not checkpoint.exists() and not list(checkpoint.parent.glob(".policy*"))
     assert "Traceback" in (checkpoint.parent / "train.log").read_text()
@@ -80,3 +85,22 @@ def test_a_missing_manifest_fails_before_launching(make_config, tmp_path):
     with pytest.raises(ValueError, match=r"nowhere\.yaml: no such file"):
         launch(config)
     assert not (Path(config.run.run_dir) / "train.log").exists()
+
+
+def test_the_first_failure_is_read_from_the_error_file(tmp_path):
+    from resail_pipeline.training.launcher import first_failure
+
+    path = tmp_path / "error.json"
+    assert first_failure(path) == ""  # nothing recorded (e.g. a rank killed by a signal)
+    stack = "Traceback (most recent call last):\n" + "".join(f"  line {i}\n" for i in range(50))
+    stack += "ValueError: rank 1 failed"
+    record = {
+        "message": {"message": "ValueError: rank 1 failed", "extraInfo": {"py_callstack": stack}}
+    }
+    path.write_text(json.dumps({**record, "errorCode": 1}))  # torchrun's copy adds errorCode
+    text = first_failure(path, max_lines=5)
+    assert text.endswith("ValueError: rank 1 failed") and len(text.splitlines()) == 6
+    path.write_text(json.dumps({"message": "Signal 9 (SIGKILL) received by PID 7"}))
+    assert first_failure(path) == "; first failure: Signal 9 (SIGKILL) received by PID 7"
+    path.write_text("{not json")
+    assert first_failure(path) == ""

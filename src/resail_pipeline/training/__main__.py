@@ -22,10 +22,13 @@ import logging
 import os
 import sys
 
+from torch.distributed.elastic.multiprocessing.errors import record
+
 from resail_pipeline.training.config import TrainConfig
 from resail_pipeline.training.run import TrainingRun
 
 
+@record  # an error ends in TORCHELASTIC_ERROR_FILE; torchrun reports the first failing rank's
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m resail_pipeline.training", description=__doc__.split("\n\n")[0]

@@ -4,13 +4,15 @@
 The launcher resolves the configuration for this machine (``auto`` engine, world size and
 precision), writes it into the run directory, streams the trainer's output line by line to the
 ``logging`` logger and to a log file, and on a non-zero exit raises :class:`TrainingFailed`
-carrying the log's last lines. On success it returns the published checkpoint's manifest row, the
+carrying the first failure's traceback (the trainer records it in ``error.json``; under torchrun,
+the first rank that failed) and the log's last lines, where the ranks' output interleaves. On success it returns the published checkpoint's manifest row, the
 run's metrics and the PI-sensitivity probe's rows.
 """
 
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import os
 import subprocess
@@ -30,12 +32,23 @@ from resail_pipeline.training.run import (
     resolve_for_machine,
 )
 
-__all__ = ["CONFIG_FILE", "LOG_FILE", "TrainResult", "TrainingFailed", "command", "launch"]
+__all__ = [
+    "CONFIG_FILE",
+    "ERROR_FILE",
+    "LOG_FILE",
+    "TrainResult",
+    "TrainingFailed",
+    "command",
+    "first_failure",
+    "launch",
+]
 
 logger = logging.getLogger(__name__)
 
 CONFIG_FILE = "train_config.yaml"
 LOG_FILE = "train.log"
+#: where the trainer (every rank under torchrun: the first failure) records an uncaught error
+ERROR_FILE = "error.json"
 
 
 class TrainingFailed(RuntimeError):
@@ -85,6 +98,19 @@ def command(config: TrainConfig, config_path: str | Path) -> list[str]:
     ]
 
 
+def first_failure(error_file: Path, max_lines: int = 30) -> str:
+    """The recorded error's traceback (its last ``max_lines`` lines) as a message part, or ``""``
+    where none was recorded (a process killed by a signal writes none)."""
+    try:
+        message = json.loads(error_file.read_text())["message"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    if isinstance(message, str):  # torchrun's own errors are recorded as plain text
+        return f"; first failure: {message}"
+    stack = str(message.get("extraInfo", {}).get("py_callstack", "")).rstrip().splitlines()
+    return f"; first failure ({error_file}):\n" + "\n".join(stack[-max_lines:])
+
+
 def launch(
     config: TrainConfig, log_path: str | Path | None = None, *, tail_lines: int = 40
 ) -> TrainResult:
@@ -112,7 +138,9 @@ def launch(
     log_path.parent.mkdir(parents=True, exist_ok=True)
 
     cmd = command(resolved, config_path)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    error_file = run_dir / ERROR_FILE
+    error_file.unlink(missing_ok=True)  # a rerun's failure is its own
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TORCHELASTIC_ERROR_FILE": str(error_file)}
     env.setdefault("TORCH_EXTENSIONS_DIR", str(Path.cwd() / ".cache" / "torch_extensions"))
     logger.info("training: %s (log: %s)", " ".join(cmd), log_path)
     tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
@@ -131,7 +159,9 @@ def launch(
         returncode = process.wait()
     if returncode != 0:
         raise TrainingFailed(
-            f"the trainer exited with status {returncode}; last lines of {log_path}:\n"
+            f"the trainer exited with status {returncode}"
+            + first_failure(error_file)
+            + f"; last lines of {log_path}:\n"
             + "\n".join(tail)
         )
     return TrainResult(
