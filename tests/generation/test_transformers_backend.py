@@ -131,6 +131,36 @@ def test_sampled_output_does_not_depend_on_grouping(tiny_model, tiny_tokenizer, 
     assert [g.token_ids for g in reordered[::-1]] == [g.token_ids for g in reference]
 
 
+def test_a_cache_token_budget_splits_batches_and_changes_no_output(
+    tiny_model, tiny_tokenizer, prompts, monkeypatch
+):
+    params = SamplingParams(temperature=1.0, max_new_tokens=5, seed=4, n=2)
+    reference = make(tiny_model, tiny_tokenizer, batch_size=64).generate(prompts, params)
+    bounded = make(tiny_model, tiny_tokenizer, batch_size=64, max_batch_tokens=40)
+    batches = []  # the rows of every decode batch, and their prompts' lengths
+    decode = bounded._decode
+    monkeypatch.setattr(
+        bounded,
+        "_decode",
+        lambda prefilled, seeds, p: batches.append(len(seeds)) or decode(prefilled, seeds, p),
+    )
+    assert [g.token_ids for g in bounded.generate(prompts, params)] == [
+        g.token_ids for g in reference
+    ]
+    lengths = sorted(
+        (len(ids) for ids in tiny_tokenizer(list(prompts), add_special_tokens=False)["input_ids"]),
+        reverse=True,
+    )
+    assert sum(batches) == 2 * len(prompts) and len(batches) > 1
+    row = 0
+    for rows in batches:  # each batch's prompts x (prompt + new tokens) within 40, or one prompt
+        cost = sum(2 * (n + 5) for n in lengths[row // 2 : (row + rows) // 2])
+        assert rows == 2 or cost <= 40
+        row += rows
+    with pytest.raises(ValueError, match="max_batch_tokens"):
+        make(tiny_model, tiny_tokenizer, max_batch_tokens=0)
+
+
 def test_generation_stops_at_eos_per_row(tiny_model, tiny_tokenizer, prompts):
     eos = tiny_tokenizer.eos_token_id
     decode_steps = []

@@ -269,6 +269,10 @@ class TransformersGenerator:
             response. Its own padding side is not used.
         policy_id: recorded with every response.
         batch_size: rows (prompt x sample) decoded together; a prompt's rows are never split.
+        max_batch_tokens: cache tokens a decode batch may hold at most, counting each row's prompt
+            and ``max_new_tokens`` (``None``: no bound; one prompt's rows exceed it alone). What
+            bounds the cache's memory where prompts are long (ALFWorld histories on a GPU beside a
+            training step): for Qwen3-4B in bf16 a token of cache takes 144 KiB.
         pad_to_multiple_of: a forward's tails are padded up to a multiple of it, bounding the
             number of distinct shapes.
         prefill_tokens: padded tokens per prefill forward at most (one prompt's tail exceeds it
@@ -285,6 +289,7 @@ class TransformersGenerator:
         *,
         policy_id: str,
         batch_size: int = 64,
+        max_batch_tokens: int | None = None,
         pad_to_multiple_of: int = 16,
         prefill_tokens: int = 4096,
         prefix_reuse: bool = False,
@@ -293,6 +298,7 @@ class TransformersGenerator:
     ) -> None:
         for name, value in (
             ("batch_size", batch_size),
+            ("max_batch_tokens", 1 if max_batch_tokens is None else max_batch_tokens),
             ("pad_to_multiple_of", pad_to_multiple_of),
             ("prefill_tokens", prefill_tokens),
         ):
@@ -310,6 +316,7 @@ class TransformersGenerator:
         self.tokenizer = tokenizer
         self.policy_id = policy_id
         self.batch_size = batch_size
+        self.max_batch_tokens = max_batch_tokens
         self.pad_to_multiple_of = pad_to_multiple_of
         self.prefill_tokens = prefill_tokens
         self.prefix_reuse = prefix_reuse
@@ -366,14 +373,20 @@ class TransformersGenerator:
         for i, ids in enumerate(encoded):
             rows_of.setdefault(tuple(ids), []).extend(range(i * params.n, (i + 1) * params.n))
         distinct = sorted(rows_of, key=lambda ids: -len(ids))  # the largest shapes first
+        budget = self.max_batch_tokens or float("inf")
         batches: list[list[tuple[int, ...]]] = [[]]
-        rows_in_batch = 0
+        rows_in_batch = tokens_in_batch = 0
         for ids in distinct:
-            if batches[-1] and rows_in_batch + len(rows_of[ids]) > self.batch_size:
+            rows = len(rows_of[ids])
+            tokens = rows * (len(ids) + params.max_new_tokens)  # the cache these rows may fill
+            if batches[-1] and (
+                rows_in_batch + rows > self.batch_size or tokens_in_batch + tokens > budget
+            ):
                 batches.append([])
-                rows_in_batch = 0
+                rows_in_batch = tokens_in_batch = 0
             batches[-1].append(ids)
-            rows_in_batch += len(rows_of[ids])
+            rows_in_batch += rows
+            tokens_in_batch += tokens
 
         by_row: dict[int, Generation] = {}
         start = time.perf_counter()

@@ -222,10 +222,15 @@ class ResponseConfig:
     top_k: int = -1
     # response tokens per step: OEL's max_new_tokens; cached (SDPO) responses are cut to this
     max_tokens: int = 1024
-    # prompts per generate call
+    # rows decoded together when sampling in training (OEL, GRPO)
     batch_size: int = 16
+    # cache tokens a decode batch may hold, counting each row's prompt and max_tokens (None: no
+    # bound): what keeps in-loop sampling beside the student, the teacher and the optimizer state
+    # within a GPU's memory where histories are long
+    max_batch_tokens: int | None = None
 
     def __post_init__(self) -> None:
+        _optional_positive_int("max_batch_tokens", self.max_batch_tokens)
         if not _is_number(self.temperature) or self.temperature <= 0:
             raise ConfigError(
                 f"temperature: training responses are sampled, must be > 0, got {self.temperature!r}"

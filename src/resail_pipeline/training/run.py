@@ -222,6 +222,7 @@ class TrainingRun:
                 self.tokenizer,
                 policy_id=f"{self.parent.policy_id}+{config.method}",
                 batch_size=config.responses.batch_size,
+                max_batch_tokens=config.responses.max_batch_tokens,
                 progress=False,
             )
         self.trainer = make_trainer(config, self.data, engine, self.tokenizer, frozen, generator)
