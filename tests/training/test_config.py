@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from resail_pipeline.objectives import ResailConfig
@@ -155,3 +157,22 @@ def test_auto_resolves_by_hardware(engine, num_gpus, bf16, expected):
 def test_more_processes_than_gpus_is_an_error():
     with pytest.raises(ConfigError, match=r"engine\.world_size"):
         TrainConfig(engine=EngineConfig(world_size=4)).resolve(num_gpus=2, bf16_supported=True)
+
+
+def test_nodes_split_the_world_and_meet_at_a_rendezvous():
+    engine = EngineConfig(kind="deepspeed", nodes=2, rdzv_endpoint="head:29400")
+    resolved = engine.resolve(num_gpus=8, bf16_supported=True)
+    assert (resolved.world_size, resolved.processes_per_node) == (16, 8)  # one per GPU of each
+    with pytest.raises(ConfigError, match="12 processes per node but only 8 GPU"):
+        replace(engine, world_size=24).resolve(num_gpus=8, bf16_supported=True)
+    with pytest.raises(ConfigError, match="rdzv_endpoint: 2 nodes meet at a host:port"):
+        EngineConfig(kind="ddp", nodes=2)
+    with pytest.raises(ConfigError, match="world_size: 3 processes do not split over 2 nodes"):
+        EngineConfig(kind="ddp", nodes=2, rdzv_endpoint="h:1", world_size=3)
+    with pytest.raises(ConfigError, match="nodes: the single engine"):
+        EngineConfig(kind="single", nodes=2, rdzv_endpoint="h:1")
+    with pytest.raises(ConfigError, match="launcher: must be a list of strings"):
+        EngineConfig(launcher=("srun", 2))
+    config = TrainConfig.from_dict({"engine": {"launcher": ["srun", "--ntasks-per-node=1"]}})
+    assert config.engine.launcher == ("srun", "--ntasks-per-node=1")
+    assert TrainConfig.from_dict(config.to_dict()) == config

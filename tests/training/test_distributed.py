@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -9,6 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from resail_pipeline.training import launch
+from resail_pipeline.training.launcher import collect, prepare
 
 
 @pytest.fixture(autouse=True)
@@ -97,3 +100,35 @@ def test_the_probe_under_torchrun_is_the_one_process_probe(make_config):
         rtol=1e-5,
         atol=1e-7,
     )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_nodes_meeting_through_c10d_match_one_process(make_config, tmp_path):
+    """Two torchrun agents, as ``srun`` starts one per node, each with one gloo process, meet at
+    a c10d rendezvous on 127.0.0.1: the update is the one-process update."""
+    sections = {"method": "sdpo_resail", "schedule": {"trajectories_per_update": 3}}
+    one = launch(make_config(name="one", engine={"kind": "single"}, **sections))
+    engine = {
+        "kind": "ddp",
+        "world_size": 2,
+        "nodes": 2,
+        "rdzv_endpoint": f"127.0.0.1:{_free_port()}",
+    }
+    job = prepare(make_config(name="nodes", engine=engine, **sections))
+    assert "--nnodes=2" in job.command and "--nproc_per_node=1" in job.command
+    logs = [tmp_path / f"agent{i}.log" for i in range(2)]
+    agents = [
+        subprocess.Popen(job.command, env=job.env, stdout=path.open("w"), stderr=subprocess.STDOUT)
+        for path in logs
+    ]
+    codes = [agent.wait(timeout=900) for agent in agents]
+    assert codes == [0, 0], "\n".join(path.read_text()[-2000:] for path in logs)
+    two = collect(job)
+    assert "engine ddp x 2" in "".join(path.read_text() for path in logs)
+    assert_same_training(one, two)

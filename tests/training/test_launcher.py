@@ -104,3 +104,30 @@ def test_the_first_failure_is_read_from_the_error_file(tmp_path):
     assert first_failure(path) == "; first failure: Signal 9 (SIGKILL) received by PID 7"
     path.write_text("{not json")
     assert first_failure(path) == ""
+
+
+def test_the_command_starts_one_torchrun_agent_per_node(tmp_path):
+    from resail_pipeline.training import TrainConfig
+    from resail_pipeline.training.launcher import command
+
+    config = TrainConfig.from_dict(
+        {
+            "engine": {
+                "kind": "ddp",
+                "world_size": 4,
+                "precision": "fp32",
+                "nodes": 2,
+                "rdzv_endpoint": "10.0.0.1:29400",
+                "launcher": ["srun", "--nodes=2", "--ntasks-per-node=1"],
+            },
+            "run": {"run_dir": str(tmp_path / "run")},
+        }
+    )
+    cmd = command(config, "config.yaml")
+    assert cmd[:3] == ["srun", "--nodes=2", "--ntasks-per-node=1"]
+    assert cmd[4:7] == ["-m", "torch.distributed.run", "--nnodes=2"]
+    assert "--rdzv-backend=c10d" in cmd and "--rdzv-endpoint=10.0.0.1:29400" in cmd
+    assert "--nproc_per_node=2" in cmd and "--standalone" not in cmd
+    assert cmd[-4:] == ["-m", "resail_pipeline.training", "--config", "config.yaml"]
+    ids = {a for a in cmd if a.startswith("--rdzv-id=")}
+    assert ids == {a for a in command(config, "other.yaml") if a.startswith("--rdzv-id=")}

@@ -143,8 +143,15 @@ class EngineConfig:
 
     # auto | single | ddp | deepspeed; auto: deepspeed with GPUs, else single (ddp under torchrun)
     kind: str = "auto"
-    # data-parallel processes; None: one per GPU, or 1 without GPUs
+    # data-parallel processes over all nodes; None: one per GPU of every node, or 1 without GPUs
     world_size: int | None = None
+    # machines taking part, each running world_size / nodes processes under its own torchrun agent
+    nodes: int = 1
+    # host:port where the nodes' torchrun agents meet (c10d rendezvous); required with nodes > 1
+    rdzv_endpoint: str | None = None
+    # command prefix that starts one torchrun agent on every node, e.g. [srun, --nodes=2,
+    # --ntasks-per-node=1] under SLURM; empty: this machine's agent only (start the others alike)
+    launcher: tuple[str, ...] = ()
     # DeepSpeed ZeRO stage: 1, 2 (default) or 3
     zero_stage: int = 2
     # auto | fp32 | bf16; auto: bf16 on GPUs that support it, else fp32
@@ -164,6 +171,26 @@ class EngineConfig:
             raise ConfigError(
                 f"world_size: the single engine runs one process, got {self.world_size}"
             )
+        _positive_int("nodes", self.nodes)
+        if self.nodes > 1:
+            if self.kind == "single":
+                raise ConfigError(f"nodes: the single engine runs one process, got {self.nodes}")
+            host, _, port = str(self.rdzv_endpoint or "").rpartition(":")
+            if not host or not port.isdigit():
+                raise ConfigError(
+                    f"rdzv_endpoint: {self.nodes} nodes meet at a host:port, got "
+                    f"{self.rdzv_endpoint!r}"
+                )
+            if self.world_size is not None and self.world_size % self.nodes:
+                raise ConfigError(
+                    f"world_size: {self.world_size} processes do not split over {self.nodes} nodes"
+                )
+        launcher = self.launcher
+        if isinstance(launcher, list):
+            launcher = tuple(launcher)
+            object.__setattr__(self, "launcher", launcher)
+        if not isinstance(launcher, tuple) or not all(isinstance(a, str) for a in launcher):
+            raise ConfigError(f"launcher: must be a list of strings, got {self.launcher!r}")
         if self.zero_stage not in (1, 2, 3) or not _is_int(self.zero_stage):
             raise ConfigError(f"zero_stage: must be 1, 2 or 3, got {self.zero_stage!r}")
         if self.precision not in PRECISIONS:
@@ -201,13 +228,21 @@ class EngineConfig:
         kind = self.kind
         if kind == "auto":
             kind = "deepspeed" if num_gpus else ("ddp" if (self.world_size or 1) > 1 else "single")
-        world_size = self.world_size or (max(num_gpus, 1) if kind != "single" else 1)
+        world_size = self.world_size or (max(num_gpus, 1) * self.nodes if kind != "single" else 1)
         precision = self.precision
         if precision == "auto":
             precision = "bf16" if num_gpus and bf16_supported else "fp32"
-        if num_gpus and kind != "single" and world_size > num_gpus:
-            raise ConfigError(f"world_size: {world_size} processes but only {num_gpus} GPU(s)")
+        per_node = world_size // self.nodes
+        if num_gpus and kind != "single" and per_node > num_gpus:
+            raise ConfigError(
+                f"world_size: {per_node} processes per node but only {num_gpus} GPU(s) here"
+            )
         return replace(self, kind=kind, world_size=world_size, precision=precision)
+
+    @property
+    def processes_per_node(self) -> int:
+        """Processes each node's torchrun agent starts (resolved configurations)."""
+        return (self.world_size or 1) // self.nodes
 
 
 @dataclass(frozen=True)
@@ -465,6 +500,8 @@ class TrainConfig:
                 section[_LAMBDA_KEY] = section.pop("lam")
             if name == "optimizer":
                 section["betas"] = list(section["betas"])
+            if name == "engine":
+                section["launcher"] = list(section["launcher"])
             out[name] = section
         return out
 

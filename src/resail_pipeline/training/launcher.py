@@ -12,6 +12,7 @@ run's metrics and the PI-sensitivity probe's rows.
 from __future__ import annotations
 
 import collections
+import hashlib
 import json
 import logging
 import os
@@ -36,11 +37,14 @@ __all__ = [
     "CONFIG_FILE",
     "ERROR_FILE",
     "LOG_FILE",
+    "Job",
     "TrainResult",
     "TrainingFailed",
+    "collect",
     "command",
     "first_failure",
     "launch",
+    "prepare",
 ]
 
 logger = logging.getLogger(__name__)
@@ -81,21 +85,27 @@ def command(config: TrainConfig, config_path: str | Path) -> list[str]:
     """The trainer's command line for a resolved ``config``.
 
     ``single`` runs ``python -m resail_pipeline.training``; ``ddp`` and ``deepspeed`` run the
-    same module under ``torchrun --standalone --nproc_per_node=<world_size>``.
+    same module under torchrun: ``--standalone`` on one node, else an agent per node that meets
+    the others at ``engine.rdzv_endpoint`` (c10d), behind ``engine.launcher`` (e.g. ``srun``).
     """
-    if not config.engine.resolved:
+    engine = config.engine
+    if not engine.resolved:
         raise ValueError("config: resolve the engine before building its command")
     entry = ["-m", "resail_pipeline.training", "--config", str(config_path)]
-    if config.engine.kind == "single":
+    if engine.kind == "single":
         return [sys.executable, *entry]
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={config.engine.world_size}",
-        *entry,
-    ]
+    torchrun = [sys.executable, "-m", "torch.distributed.run"]
+    if engine.nodes == 1:
+        torchrun += ["--standalone"]
+    else:
+        run_id = hashlib.sha256(str(Path(config.run.run_dir).resolve()).encode()).hexdigest()
+        torchrun += [
+            f"--nnodes={engine.nodes}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={engine.rdzv_endpoint}",
+            f"--rdzv-id={run_id[:16]}",
+        ]
+    return [*engine.launcher, *torchrun, f"--nproc_per_node={engine.processes_per_node}", *entry]
 
 
 def first_failure(error_file: Path, max_lines: int = 30) -> str:
@@ -109,6 +119,48 @@ def first_failure(error_file: Path, max_lines: int = 30) -> str:
         return f"; first failure: {message}"
     stack = str(message.get("extraInfo", {}).get("py_callstack", "")).rstrip().splitlines()
     return f"; first failure ({error_file}):\n" + "\n".join(stack[-max_lines:])
+
+
+@dataclass(frozen=True)
+class Job:
+    """A training run ready to start: its resolved configuration (written into the run directory),
+    the command, the environment, and where its log and recorded error go."""
+
+    config: TrainConfig
+    command: list[str]
+    env: dict[str, str]
+    log_path: Path
+    error_file: Path
+
+
+def prepare(config: TrainConfig, log_path: str | Path | None = None) -> Job:
+    """Check the manifest, resolve ``config`` for this machine and write it; nothing starts."""
+    config.run.check_set()
+    read_manifest(config.run.manifest, verify=False)  # exists and parses, before anything starts
+    resolved = resolve_for_machine(config)
+    run_dir = Path(resolved.run.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config_path = resolved.to_yaml(run_dir / CONFIG_FILE)
+    log_path = Path(log_path) if log_path is not None else run_dir / LOG_FILE
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    error_file = run_dir / ERROR_FILE
+    error_file.unlink(missing_ok=True)  # a rerun's failure is its own
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TORCHELASTIC_ERROR_FILE": str(error_file)}
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(Path.cwd() / ".cache" / "torch_extensions"))
+    return Job(resolved, command(resolved, config_path), env, log_path, error_file)
+
+
+def collect(job: Job) -> TrainResult:
+    """What a finished run published (rank 0, in the run directory and at the checkpoint)."""
+    run_dir = Path(job.config.run.run_dir)
+    return TrainResult(
+        checkpoint=read_checkpoint_info(job.config.run.checkpoint),
+        metrics=pd.read_parquet(run_dir / METRICS_FILE),
+        selected=pd.read_parquet(run_dir / SELECTED_FILE),
+        probe=pd.read_parquet(run_dir / PROBE_FILE),
+        config=job.config,
+        log_path=job.log_path,
+    )
 
 
 def launch(
@@ -128,26 +180,13 @@ def launch(
     Raises:
         TrainingFailed: the trainer exited non-zero (nothing was published at the checkpoint path).
     """
-    config.run.check_set()
-    read_manifest(config.run.manifest, verify=False)  # exists and parses, before anything starts
-    resolved = resolve_for_machine(config)
-    run_dir = Path(resolved.run.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    config_path = resolved.to_yaml(run_dir / CONFIG_FILE)
-    log_path = Path(log_path) if log_path is not None else run_dir / LOG_FILE
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-
-    cmd = command(resolved, config_path)
-    error_file = run_dir / ERROR_FILE
-    error_file.unlink(missing_ok=True)  # a rerun's failure is its own
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TORCHELASTIC_ERROR_FILE": str(error_file)}
-    env.setdefault("TORCH_EXTENSIONS_DIR", str(Path.cwd() / ".cache" / "torch_extensions"))
-    logger.info("training: %s (log: %s)", " ".join(cmd), log_path)
+    job = prepare(config, log_path)
+    logger.info("training: %s (log: %s)", " ".join(job.command), job.log_path)
     tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
     with (
-        open(log_path, "w") as log,
+        open(job.log_path, "w") as log,
         subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+            job.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=job.env
         ) as process,
     ):
         for line in process.stdout:
@@ -160,15 +199,8 @@ def launch(
     if returncode != 0:
         raise TrainingFailed(
             f"the trainer exited with status {returncode}"
-            + first_failure(error_file)
-            + f"; last lines of {log_path}:\n"
+            + first_failure(job.error_file)
+            + f"; last lines of {job.log_path}:\n"
             + "\n".join(tail)
         )
-    return TrainResult(
-        checkpoint=read_checkpoint_info(resolved.run.checkpoint),
-        metrics=pd.read_parquet(run_dir / METRICS_FILE),
-        selected=pd.read_parquet(run_dir / SELECTED_FILE),
-        probe=pd.read_parquet(run_dir / PROBE_FILE),
-        config=resolved,
-        log_path=log_path,
-    )
+    return collect(job)
