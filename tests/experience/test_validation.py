@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from resail_pipeline.experience.evidence import build_evidence_table
@@ -313,3 +315,54 @@ def test_a_long_observation_may_not_be_copied_verbatim(delta):
 def test_unknown_outcome_is_an_error():
     with pytest.raises(ValueError, match="outcome: expected one of"):
         validate_summary(SUCCESS, "partial")
+
+
+# the regular expression the field scan replaced, for equivalence on ordinary lines
+_OLD_FIELD = re.compile(r"^[-*]\s*(?P<name>[^:]{1,60}?)\s*:(?P<value>.*)$")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "- Minimal plan: get 1 oak logs",
+        "* **Checks:** the inventory",
+        "-Avoid:x",
+        "- : empty name",
+        "-:",
+        "-   :   spaces only",
+        "- a: b: c",
+        "- " + "n" * 60 + ": value",
+        "- " + "n" * 61 + ": too long a name",
+        "-   " + "n" * 60 + "   : padded",
+        "- no colon here",
+        "+ Minimal plan: another bullet",
+        "Minimal plan: no bullet",
+        "",
+    ],
+)
+def test_the_field_scan_reads_lines_as_the_expression_did(line):
+    from resail_pipeline.experience.validation import _field
+
+    old = _OLD_FIELD.match(line)
+    assert _field(line) == (None if old is None else (old["name"], old["value"]))
+
+
+@pytest.mark.parametrize("size", [10_000, 100_000])
+def test_a_long_run_of_spaces_is_rejected_in_one_pass(size):
+    """``"-" + " " * 10_000 + "x"`` took 9.4 s, and 100,000 spaces more than 100 s, with the
+    expression (benchmarks/parsers.py prints the worst case now)."""
+    verdict = validate_summary("-" + " " * size + "x", "success")
+    assert not verdict.accepted
+    verdict = validate_summary("Guidance summary:\n- Checks:" + " " * size + "x", "success")
+    assert not verdict.accepted
+    if size > 16_384:  # beyond the cap, rejected before any line is read
+        assert verdict.reasons == (f"too_long: {size + 28} visible characters, at most 16384",)
+    else:
+        assert any(r.startswith("missing_field") for r in verdict.reasons)
+
+
+def test_the_cap_counts_visible_text_only():
+    from resail_pipeline.experience.validation import MAX_SUMMARY_CHARS
+
+    thinking = "<thinking>" + "x" * 2 * MAX_SUMMARY_CHARS + "</thinking>\n"
+    assert validate_summary(thinking + SUCCESS, "success").accepted

@@ -70,6 +70,12 @@ REASON_DUPLICATE_FIELD = "duplicate_field"
 REASON_UNKNOWN_FIELD = "unknown_field"  # includes the other outcome's fields
 REASON_UNEXPECTED_LINE = "unexpected_line"  # text before the heading or outside the fields
 REASON_COPIED = "copied_evidence"
+REASON_TOO_LONG = "too_long"  # more visible text than any summary of the template has
+
+#: Visible characters a summary may have: four fields of a few sentences take under 2,000; the
+#: cap (four times a 1,024-token generation) keeps a runaway generation from costing more than it
+#: is worth to read.
+MAX_SUMMARY_CHARS = 16_384
 
 #: Consecutive evidence pieces that, copied adjacently, count as a copied trajectory.
 COPY_RUN = 3
@@ -79,7 +85,8 @@ COPY_GAP = 40
 COPY_LONG_CHARS = 160
 
 # "- Field: value" (also "* Field:" and markdown bold around the name), unindented.
-_FIELD = re.compile(r"^[-*]\s*(?P<name>[^:]{1,60}?)\s*:(?P<value>.*)$")
+#: the longest field name a field line may have
+_FIELD_NAME_CHARS = 60
 # A heading line: a short label ending in ":" with nothing after it, or a markdown heading.
 _HEADING = re.compile(r"^(?:#{1,6}\s*\S.*|[^\s:-][^:]{0,60}:)$")
 # A list item continuing a field's value: "- x", "* x", "+ x", "1. x", "2) x".
@@ -128,6 +135,24 @@ def visible_text(text: str) -> str:
     if _STRAY_CLOSE in visible:
         visible = visible.rsplit(_STRAY_CLOSE, 1)[1]
     return visible
+
+
+def _field(line: str) -> tuple[str, str] | None:
+    """``(name, value)`` of a field line ``- Name: value`` (``*`` bullets too), else ``None``.
+
+    The name is the text between the bullet and the first colon, without surrounding whitespace
+    (a name of only whitespace is kept as one space), at most 60 characters. A scan, linear in the
+    line (the regular expression it replaces backtracked cubically over a long run of spaces).
+    """
+    if not line or line[0] not in "-*":
+        return None
+    head, colon, value = line[1:].partition(":")
+    if not colon or not head:
+        return None
+    name = head.strip() or head[:1]
+    if len(name) > _FIELD_NAME_CHARS:
+        return None
+    return name, value
 
 
 def _undecorate(line: str) -> str:
@@ -183,9 +208,9 @@ def _body_reasons(lines: list[str], outcome: str) -> tuple[list[str], dict[str, 
             current = None  # a repeated or wrong heading: reported by the caller
             continue
         indented = raw[:1].isspace()
-        field = None if indented else _FIELD.match(line)
+        field = None if indented else _field(line)
         if field is not None:
-            name = _undecorate(field["name"])
+            name = _undecorate(field[0])
             canonical = next((f for f in fields if f.lower() == name.lower()), None)
             current = None
             if canonical is None:
@@ -193,7 +218,7 @@ def _body_reasons(lines: list[str], outcome: str) -> tuple[list[str], dict[str, 
             elif canonical in values:
                 reasons.append(f"{REASON_DUPLICATE_FIELD}: {canonical!r}")
             else:
-                values[canonical] = [field["value"].strip(" *_")]
+                values[canonical] = [field[1].strip(" *_")]
                 current = canonical
         elif current is not None and (indented or _LIST_ITEM.match(line)):
             values[current].append(line)
@@ -217,7 +242,13 @@ def validate_summary(text: str, outcome: str, evidence: Evidence | None = None) 
     """
     if outcome not in OUTCOMES:
         raise ValueError(f"outcome: expected one of {OUTCOMES}, got {outcome!r}")
-    lines = [line.rstrip() for line in visible_text(text).splitlines() if line.strip()]
+    visible = visible_text(text)
+    if len(visible) > MAX_SUMMARY_CHARS:
+        return Validation(
+            False,
+            (f"{REASON_TOO_LONG}: {len(visible)} visible characters, at most {MAX_SUMMARY_CHARS}",),
+        )
+    lines = [line.rstrip() for line in visible.splitlines() if line.strip()]
     if not lines:
         return Validation(False, (f"{REASON_EMPTY}: no text outside the <thinking> block",))
 

@@ -1,6 +1,8 @@
 """Pure functions from model text to what the pipeline needs: the action, the visible text.
 
-Nothing here raises on model output: text that does not parse is an invalid action.
+Nothing here raises on model output: text that does not parse is an invalid action. Model output
+is untrusted input, so every function runs in time linear in its length (plain scans, no regular
+expression that backtracks over unbounded input).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from dataclasses import dataclass
 _THINKING = re.compile(r"<thinking>.*?(?:</thinking>|\Z)", re.DOTALL)
 # Qwen3's native thinking block, in case a chat template leaves one in the response.
 _NATIVE_THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL)
-_ACTION = re.compile(r"<action>(.*?)</action>", re.DOTALL)
+_OPEN, _CLOSE = "<action>", "</action>"
 _SPACES = re.compile(r"\s+")
 
 
@@ -31,16 +33,28 @@ def strip_thinking(text: str) -> str:
     return _NATIVE_THINK.sub("", _THINKING.sub("", text))
 
 
-def parse_action(text: str) -> ParsedAction:
+def parse_action(text: str | None) -> ParsedAction:
     """The action inside the last ``<action>...</action>`` outside the reasoning block.
+
+    Tags pair left to right, each ``<action>`` with the first ``</action>`` after it (so in
+    ``<action>a<action>b</action>`` the action is ``a<action>b``); ``None`` or text without a pair
+    is an invalid action.
 
     >>> parse_action("<thinking>x</thinking> <action> get 1  oak logs </action>").action
     'get 1 oak logs'
     >>> parse_action("no tag").valid
     False
     """
-    matches = _ACTION.findall(strip_thinking(text))
-    if not matches:
+    if not isinstance(text, str):
         return ParsedAction(None)
-    action = _SPACES.sub(" ", matches[-1]).strip()
+    visible = strip_thinking(text)
+    last, start = None, 0
+    while (opening := visible.find(_OPEN, start)) != -1:
+        closing = visible.find(_CLOSE, opening + len(_OPEN))
+        if closing == -1:
+            break
+        last, start = visible[opening + len(_OPEN) : closing], closing + len(_CLOSE)
+    if last is None:
+        return ParsedAction(None)
+    action = _SPACES.sub(" ", last).strip()
     return ParsedAction(action or None)
