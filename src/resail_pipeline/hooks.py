@@ -13,6 +13,7 @@ from kedro.framework.hooks import hook_impl
 from resail_pipeline.collection import check_collection_settings
 from resail_pipeline.pipelines.collect.nodes import collect_config, settings_of
 from resail_pipeline.pipelines.common import RunConfig, cycle_namespace, policy_info
+from resail_pipeline.pipelines.parameters import check_parameters
 
 logger = logging.getLogger(__name__)
 
@@ -49,19 +50,23 @@ class DeviceMemoryHook:
             torch.cuda.empty_cache()
 
 
-class CollectionSettingsHook:
-    """Checks, before any node runs, that every collection the run would reuse was made with the
-    run's settings.
+class PreflightHook:
+    """Checks, before any node runs, what would otherwise fail hours into a run.
 
-    A cycle's ``tasks`` table records how it was collected. When it exists, a rerun (``make run``
-    uses ``--only-missing-outputs``) skips the collection and trains on what is there: the
-    cycle-1 corpus shared by every method of an environment (appendix A.2), or an experiment's own
-    later cycles. A run whose collection settings differ (another budget, seed or decoding) fails
-    here, naming each setting, instead of training on a corpus it did not ask for.
+    1. Every pipeline's parameters (:func:`~resail_pipeline.pipelines.parameters.check_parameters`),
+       the same functions the nodes parse them with: a bad ``evaluate`` value fails before cycle 1
+       collects, a misspelt section (``trian``) is no longer ignored.
+    2. Every collection the run would reuse was made with the run's settings. A cycle's ``tasks``
+       table records how it was collected. When it exists, a rerun (``make run`` uses
+       ``--only-missing-outputs``) skips the collection and trains on what is there: the cycle-1
+       corpus shared by every method of an environment (appendix A.2), or an experiment's own
+       later cycles. A run whose collection settings differ (another budget, seed or decoding)
+       fails here, naming each setting, instead of training on a corpus it did not ask for.
     """
 
     @hook_impl
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
+        check_parameters(catalog.load("parameters"))
         names = pipeline.datasets()
         cycles = sorted(
             int(name.split(".")[0].removeprefix("cycle_"))

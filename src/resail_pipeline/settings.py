@@ -1,8 +1,8 @@
 """Project settings (Kedro defaults unless stated)."""
 
-from resail_pipeline.hooks import CollectionSettingsHook, DeviceMemoryHook, NodeTimingHook
+from resail_pipeline.hooks import DeviceMemoryHook, NodeTimingHook, PreflightHook
 
-HOOKS = (NodeTimingHook(), DeviceMemoryHook(), CollectionSettingsHook())
+HOOKS = (NodeTimingHook(), DeviceMemoryHook(), PreflightHook())
 
 CONFIG_LOADER_ARGS = {
     "base_env": "base",

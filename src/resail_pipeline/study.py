@@ -23,7 +23,6 @@ import argparse
 import csv
 import logging
 import os
-import re
 import resource
 import subprocess
 import sys
@@ -35,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from resail_pipeline.io import atomic_path
+from resail_pipeline.io import atomic_path, check_folder_name
 from resail_pipeline.training.config import METHODS, REACT
 
 __all__ = ["Experiment", "StudyPlan", "load_plan", "main", "run_study"]
@@ -43,7 +42,6 @@ __all__ = ["Experiment", "StudyPlan", "load_plan", "main", "run_study"]
 logger = logging.getLogger(__name__)
 
 PLAN_FILE = "study.yml"
-_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 @dataclass(frozen=True)
@@ -66,10 +64,7 @@ class Experiment:
             raise ValueError(f"cycles: must be a positive integer, got {self.cycles!r}")
         if not self.name:
             object.__setattr__(self, "name", self.method)
-        if not _NAME.match(self.name) or self.name in (".", ".."):
-            raise ValueError(
-                f"name: must be a folder name (letters, digits, _ . -), got {self.name!r}"
-            )
+        check_folder_name(self.name, "name")
         for key in self.params:
             if key.split(".")[0] == "run":
                 raise ValueError(f"params: {key!r}; the method and name are given as such")

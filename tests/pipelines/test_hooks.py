@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 import torch
 
-from resail_pipeline.hooks import CollectionSettingsHook, DeviceMemoryHook, NodeTimingHook
+from resail_pipeline.hooks import DeviceMemoryHook, NodeTimingHook, PreflightHook
 from resail_pipeline.settings import HOOKS
 
 
@@ -19,10 +20,11 @@ def test_every_hook_is_registered():
     assert {type(hook) for hook in HOOKS} == {
         NodeTimingHook,
         DeviceMemoryHook,
-        CollectionSettingsHook,
+        PreflightHook,
     }
 
 
+CONF = Path(__file__).resolve().parents[2] / "conf"
 RUN = {
     "env": "textcraft",
     "method": "oel",
@@ -33,14 +35,21 @@ COLLECT = {"split": "train", "num_trajectories": None, "temperature": 0.4, "max_
 TRAIN = {"schedule": {"updates": 2, "trajectories_per_update": 3}}
 
 
-def _catalog(tasks: pd.DataFrame | None, policy: pd.DataFrame, **params):
+def _catalog(tasks: pd.DataFrame | None, policy: pd.DataFrame, **sections):
+    """The run's catalog: the project's parameters with these run, collect and train sections."""
+    from kedro.config import OmegaConfigLoader
     from kedro.io import DataCatalog, MemoryDataset
 
-    datasets = {"cycle_0.checkpoint": MemoryDataset(policy)}
+    from resail_pipeline.settings import CONFIG_LOADER_ARGS
+
+    params = OmegaConfigLoader(str(CONF), **CONFIG_LOADER_ARGS)["parameters"]
+    params.update(run=RUN, collect=COLLECT, train={**params["train"], **TRAIN})
+    params.update(sections)
+    datasets = {"cycle_0.checkpoint": MemoryDataset(policy), "parameters": MemoryDataset(params)}
     if tasks is not None:
         datasets["cycle_1.tasks"] = MemoryDataset(tasks)
-    for name, default in (("run", RUN), ("collect", COLLECT), ("train", TRAIN)):
-        datasets[f"params:{name}"] = MemoryDataset(params.get(name, default), copy_mode="deepcopy")
+    for name in ("run", "collect", "train"):
+        datasets[f"params:{name}"] = MemoryDataset(params[name], copy_mode="deepcopy")
     return DataCatalog(datasets)
 
 
@@ -65,12 +74,12 @@ def test_a_reused_collection_must_match_the_runs_settings(cycle_1):
 
     policy, tasks = cycle_1
     pipeline = Pipeline([node(lambda x: x, "cycle_1.tasks", "cycle_1.out", name="reader")])
-    hook = CollectionSettingsHook()
+    hook = PreflightHook()
     hook.before_pipeline_run({}, pipeline, _catalog(tasks, policy))  # the same settings: passes
     hook.before_pipeline_run({}, pipeline, _catalog(None, policy))  # nothing collected yet
 
     # another budget (num_trajectories resolves from the schedule) and another temperature
-    other = {"schedule": {"updates": 3, "trajectories_per_update": 3}}
+    other = {"schedule": {"updates": 3, "trajectories_per_update": 3}, "probe": {}}
     with pytest.raises(ValueError) as error:
         hook.before_pipeline_run(
             {},
@@ -108,3 +117,20 @@ def test_the_cache_is_emptied_only_where_cuda_was_used(
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
     DeviceMemoryHook().after_node_run(SimpleNamespace(name="cycle_1.score_node"))
     assert len(calls) == emptied
+
+
+def test_every_parameter_is_checked_before_the_first_node(cycle_1):
+    from kedro.pipeline import Pipeline
+
+    policy, _ = cycle_1
+    hook, nothing = PreflightHook(), Pipeline([])
+    hook.before_pipeline_run({}, nothing, _catalog(None, policy))
+    catalog = _catalog(None, policy, trian={"resail": {"rho": 0.5}})
+    with pytest.raises(ValueError, match=r"unknown top-level key\(s\) \['trian'\]"):
+        hook.before_pipeline_run({}, nothing, catalog)
+    params = _catalog(None, policy).load("parameters")
+    evaluate = {**params["evaluate"], "temperature": -1.0}  # once failed after a whole cycle
+    with pytest.raises(ValueError, match=r"evaluate\.temperature"):
+        hook.before_pipeline_run({}, nothing, _catalog(None, policy, evaluate=evaluate))
+    with pytest.raises(ValueError, match=r"data_tag: must be a folder name"):
+        hook.before_pipeline_run({}, nothing, _catalog(None, policy, data_tag="/../x"))

@@ -44,3 +44,11 @@ def test_an_option_the_backend_does_not_take_fails_naming_it():
     flat = {**base, "generation": {"batch_size": 8}}  # the old, flat layout
     with pytest.raises(ValueError, match="'batch_size' is not a generation backend"):
         RunConfig.from_params(flat)
+
+
+@pytest.mark.parametrize("env", ["base", "smoke", "study", "paper"])
+def test_every_environment_passes_the_parameter_check(env):
+    from resail_pipeline.pipelines.parameters import check_parameters
+
+    loader = OmegaConfigLoader(str(CONF), **{**CONFIG_LOADER_ARGS, "default_run_env": env})
+    check_parameters(loader["parameters"])

@@ -29,6 +29,7 @@ from resail_pipeline.generation import (
     check_options,
     make_generator,
 )
+from resail_pipeline.io import check_folder_name
 from resail_pipeline.training.config import METHODS, REACT
 
 #: The input name under which every base pipeline receives the cycle-start policy.
@@ -98,8 +99,7 @@ class RunConfig:
                 f"run.backend: unknown generation backend {self.backend!r}; "
                 f"choose one of {sorted(GENERATOR_REGISTRY)}"
             )
-        if not self.experiment or "/" in self.experiment:
-            raise ValueError(f"run.experiment: must be a folder name, got {self.experiment!r}")
+        check_folder_name(self.experiment, "run.experiment")
         if self.generation is None:  # `generation:` left empty in YAML
             object.__setattr__(self, "generation", {})
         for backend, options in self.generation.items():

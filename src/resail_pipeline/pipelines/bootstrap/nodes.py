@@ -11,7 +11,7 @@ from resail_pipeline.bootstrap.config import BootstrapConfig
 from resail_pipeline.pipelines.common import RunConfig
 
 #: ``params:bootstrap`` keys that are not :class:`BootstrapConfig` fields.
-_NODE_KEYS = ("build_dir",)
+NODE_KEYS = ("build_dir",)
 
 
 def bootstrap_node(bootstrap_params: dict[str, Any], run_params: dict[str, Any]) -> pd.DataFrame:
@@ -19,7 +19,7 @@ def bootstrap_node(bootstrap_params: dict[str, Any], run_params: dict[str, Any])
     else one built by behaviour cloning on planner demonstrations (cached under ``build_dir``:
     the same settings reuse the built policy)."""
     run = RunConfig.from_params(run_params)
-    fields = {k: v for k, v in bootstrap_params.items() if k not in _NODE_KEYS}
+    fields = {k: v for k, v in bootstrap_params.items() if k not in NODE_KEYS}
     config = BootstrapConfig.from_dict({**fields, "env": run.env})
     info = resolve_initial_policy(config, bootstrap_params["build_dir"])
     return info.to_frame()

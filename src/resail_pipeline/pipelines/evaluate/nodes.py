@@ -20,7 +20,11 @@ logger = logging.getLogger(__name__)
 _REFERENCE_KEYS = ("reference_seed",)
 
 
-def _eval_config(params: dict[str, Any]) -> EvalConfig:
+def eval_config(params: dict[str, Any]) -> EvalConfig:
+    """``params:evaluate`` as the evaluation's configuration (``reference_seed`` checked apart)."""
+    seed = params.get("reference_seed")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"evaluate.reference_seed: must be an integer >= 0, got {seed!r}")
     fields = {k: v for k, v in params.items() if k not in _REFERENCE_KEYS}
     return dataclass_from_params(EvalConfig, fields, "evaluate")
 
@@ -37,7 +41,7 @@ def evaluate_node(
     sample SD per view) and ``eval_steps`` (every step, for inspection).
     """
     run = RunConfig.from_params(run_params)
-    config = _eval_config(evaluate_params)
+    config = eval_config(evaluate_params)
     info = policy_info(checkpoint)
     method = "react" if info.cycle == 0 else run.method
     make_env = run.environment(*config.splits)
@@ -65,7 +69,7 @@ def experience_node(
     ``summaries`` with each trajectory's ``task_id``).
     """
     run = RunConfig.from_params(run_params)
-    config = _eval_config(evaluate_params)
+    config = eval_config(evaluate_params)
     summarize = SummarizeConfig.from_dict(summarize_params)
     make_env = run.environment(*config.splits)
     return build_experience(

@@ -12,6 +12,9 @@ from resail_pipeline.evaluation import report
 
 logger = logging.getLogger(__name__)
 
+#: the keys of ``params:report``
+REPORT_KEYS = ("ablations",)
+
 
 def _with_cycle(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with a ``cycle`` column read from its ``namespace`` folder where it has none."""
@@ -30,9 +33,9 @@ def report_node(
     """Every experiment and cycle in the catalog, as table 1 (Markdown, CSV), the paired
     differences of each ReSAIL variant and its parent (Markdown, CSV), the ablation tables of
     ``report.ablations`` (Markdown), the cost table (Markdown, CSV) and figures 1a, 3, 5a and 6."""
-    unknown = sorted(set(report_params) - {"ablations"})
+    unknown = sorted(set(report_params) - set(REPORT_KEYS))
     if unknown:
-        raise ValueError(f"report: unknown parameter(s) {unknown}; known: ['ablations']")
+        raise ValueError(f"report: unknown parameter(s) {unknown}; known: {list(REPORT_KEYS)}")
     main = report.main_results_table(eval_summaries, source="eval_summary files")
     paired = report.paired_differences_table(_with_cycle(eval_results), source="eval_results files")
     ablations = "".join(

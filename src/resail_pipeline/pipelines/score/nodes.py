@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
-from resail_pipeline.pipelines.common import RunConfig, policy_info
+from resail_pipeline.pipelines.common import RunConfig, dataclass_from_params, policy_info
 from resail_pipeline.training import TrainConfig, sample_responses, score_steps, usable_steps
 from resail_pipeline.training.run import load_frozen, resolve_for_machine
+
+
+@dataclass(frozen=True)
+class ScoreParams:
+    """``params:score``."""
+
+    # seeds the cached cycle-start responses (sampled as train.responses)
+    seed: int = 0
+    # steps per scoring forward
+    micro_batch_steps: int = 16
+
+    def __post_init__(self) -> None:
+        for name, low in (("seed", 0), ("micro_batch_steps", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name}: must be an integer >= {low}, got {value!r}")
 
 
 def respond_node(
@@ -25,7 +42,8 @@ def respond_node(
     responses it fits)."""
     run = RunConfig.from_params(run_params)
     config = TrainConfig.from_dict({**train_params, "method": run.method})
-    params = config.responses.sampling_params(seed=int(score_params["seed"]))
+    score = dataclass_from_params(ScoreParams, score_params, "score")
+    params = config.responses.sampling_params(seed=score.seed)
     privileged = config.cached_response_view == "privileged"
     return sample_responses(
         run.generator(policy_info(policy)),
@@ -57,7 +75,9 @@ def score_node(
         responses,
         scorer_id=info.policy_id,
         top_k=config.resail.top_k,
-        micro_batch_steps=int(score_params["micro_batch_steps"]),
+        micro_batch_steps=dataclass_from_params(
+            ScoreParams, score_params, "score"
+        ).micro_batch_steps,
         max_response_tokens=config.responses.max_tokens,
         chunk_size=config.engine.chunk_size,
         precision=config.engine.autocast_precision,
