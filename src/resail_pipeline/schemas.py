@@ -1,7 +1,10 @@
-"""The Parquet data contracts: the columns every hand-off between pipelines must have.
+"""The Parquet data contracts: the columns every hand-off between pipelines must have, and the
+kind of value each holds (``bool``, ``int``, ``float``, ``str``, ``list``; ``?``: nulls allowed).
 
 One row per ... is given in each table's comment. Producers may add columns; consumers rely only
-on the ones listed. Identifiers:
+on the ones listed, and every reader checks them (:func:`check_columns`): a ``success`` column of
+the strings ``"True"``/``"False"`` is an error naming the file, never a trajectory read as a
+success. Identifiers:
 
 - ``traj_id``: ``"{cycle}/{env}/{split}/{task_id}/{decoding_seed}"`` for collected episodes, unique
   within a dataset; a trajectory's steps are numbered ``t = 0 .. num_steps - 1``.
@@ -11,127 +14,151 @@ on the ones listed. Identifiers:
 
 from __future__ import annotations
 
-import pandas as pd
+import math
 
-SCHEMAS: dict[str, tuple[str, ...]] = {
+import numpy as np
+import pandas as pd
+from pandas.api import types as ptypes
+
+#: value kinds of a column; ``?`` after a kind: nulls allowed
+BOOL, INT, FLOAT, STR, LIST = "bool", "int", "float", "str", "list"
+
+SCHEMAS: dict[str, dict[str, str]] = {
     # one row per task of a cycle's collection or of an evaluation
-    "tasks": ("env", "split", "task_id", "seed"),
+    "tasks": {"env": STR, "split": STR, "task_id": INT, "seed": INT},
     # one row per trajectory; `task` is the goal / task description shown to the agent
-    "trajectories": (
-        "traj_id",
-        "cycle",
-        "method",
-        "env",
-        "split",
-        "task_id",
-        "decoding_seed",
-        "policy_id",
-        "task",
-        "success",
-        "num_steps",
-        "end_reason",
-    ),
+    "trajectories": {
+        "traj_id": STR,
+        "cycle": INT,
+        "method": STR,
+        "env": STR,
+        "split": STR,
+        "task_id": INT,
+        "decoding_seed": INT,
+        "policy_id": STR,
+        "task": STR,
+        "success": BOOL,
+        "num_steps": INT,
+        "end_reason": STR,
+    },
     # one row per interaction step; `prompt` is the ordinary-view user message (before the chat
-    # template), `admissible_actions` is null where the environment lists none
-    "steps": (
-        "traj_id",
-        "t",
-        "observation",
-        "admissible_actions",
-        "prompt",
-        "response",
-        "action",
-        "action_valid",
-        "next_observation",
-        "reward",
-        "done",
-    ),
+    # template), `admissible_actions` is null where the environment lists none, `action` is ""
+    # where the response did not parse; a missing text reads as empty
+    "steps": {
+        "traj_id": STR,
+        "t": INT,
+        "observation": STR + "?",
+        "admissible_actions": LIST + "?",
+        "prompt": STR,
+        "response": STR + "?",
+        "action": STR + "?",
+        "action_valid": BOOL,
+        "next_observation": STR + "?",
+        "reward": FLOAT,
+        "done": BOOL,
+    },
     # one row per trajectory; `summary` is the accepted text (empty when rejected)
-    "summaries": (
-        "traj_id",
-        "outcome",
-        "summary",
-        "attempts",
-        "accepted",
-        "source",
-        "rejection_reasons",
-    ),
+    "summaries": {
+        "traj_id": STR,
+        "outcome": STR,
+        "summary": STR,
+        "attempts": INT,
+        "accepted": BOOL,
+        "source": STR,
+        "rejection_reasons": LIST,
+    },
     # one row per (step, sample): training responses with their behaviour log-probs
-    "responses": (
-        "traj_id",
-        "t",
-        "sample",
-        "response",
-        "token_ids",
-        "logprobs",
-        "policy_id",
-    ),
+    "responses": {
+        "traj_id": STR,
+        "t": INT,
+        "sample": INT,
+        "response": STR,
+        "token_ids": LIST,
+        "logprobs": LIST,
+        "policy_id": STR,
+    },
     # one row per scored step: the frozen teacher's PI sensitivity
-    "scores": ("traj_id", "t", "scorer_id", "jsd", "tokens"),
+    "scores": {"traj_id": STR, "t": INT, "scorer_id": STR, "jsd": FLOAT, "tokens": INT},
     # one row per update
-    "train_metrics": (
-        "update",
-        "loss",
-        "loss_sel",
-        "loss_ret",
-        "num_steps",
-        "num_selected",
-        "selected_per_traj",
-        "score_selected_mean",
-        "score_all_mean",
-        "tokens",
-        "seconds_response",
-        "seconds_scoring",
-        "seconds_optimisation",
-        "seconds_other",
-    ),
+    "train_metrics": {
+        "update": INT,
+        "loss": FLOAT,
+        "loss_sel": FLOAT,
+        "loss_ret": FLOAT,
+        "num_steps": INT,
+        "num_selected": INT,
+        "selected_per_traj": LIST,
+        "score_selected_mean": FLOAT,
+        "score_all_mean": FLOAT,
+        "tokens": INT,
+        "seconds_response": FLOAT,
+        "seconds_scoring": FLOAT,
+        "seconds_optimisation": FLOAT,
+        "seconds_other": FLOAT,
+    },
     # one row per (update, selected step)
-    "selected_steps": ("update", "traj_id", "t", "score"),
+    "selected_steps": {"update": INT, "traj_id": STR, "t": INT, "score": FLOAT},
     # one row per checkpoint: where it is and where it came from
-    "checkpoints": ("policy_id", "path", "parent_id", "method", "cycle", "sha256"),
+    "checkpoints": {
+        "policy_id": STR,
+        "path": STR,
+        "parent_id": STR,
+        "method": STR,
+        "cycle": INT,
+        "sha256": STR,
+    },
     # one row per evaluation episode
-    "eval_results": (
-        "policy_id",
-        "cycle",
-        "method",
-        "env",
-        "split",
-        "view",
-        "decoding_seed",
-        "task_id",
-        "success",
-        "num_steps",
-    ),
+    "eval_results": {
+        "policy_id": STR,
+        "cycle": INT,
+        "method": STR,
+        "env": STR,
+        "split": STR,
+        "view": STR,
+        "decoding_seed": INT,
+        "task_id": INT,
+        "success": BOOL,
+        "num_steps": INT,
+    },
     # one row per probe step (appendix D.3), built once from the initial policy's reference
     # episodes: token ids of both views' chat prompts and of the logged response, and `support`,
     # one list of K token ids per response token: the ordinary-view top-K of the initial model
     # `policy_id` at that position
-    "probe_set": (
-        "traj_id",
-        "t",
-        "ordinary_ids",
-        "privileged_ids",
-        "response_ids",
-        "support",
-        "policy_id",
-    ),
+    "probe_set": {
+        "traj_id": STR,
+        "t": INT,
+        "ordinary_ids": LIST,
+        "privileged_ids": LIST,
+        "response_ids": LIST,
+        "support": LIST,
+        "policy_id": STR,
+    },
     # one row per (update, probe step): the current student's PI sensitivity on the fixed probe
     # (appendix D.3), support fixed to the initial model's ordinary-view top-20 + tail; update 0
     # is the cycle start; `jsd` is the step's mean over its `tokens` response tokens, in nats
-    "probe": ("experiment", "method", "cycle", "update", "traj_id", "t", "jsd", "tokens"),
+    "probe": {
+        "experiment": STR,
+        "method": STR,
+        "cycle": INT,
+        "update": INT,
+        "traj_id": STR,
+        "t": INT,
+        "jsd": FLOAT,
+        "tokens": INT,
+    },
     # one row per (checkpoint, split, view)
-    "eval_summary": (
-        "policy_id",
-        "cycle",
-        "method",
-        "env",
-        "split",
-        "view",
-        "success_per_seed",
-        "mean",
-        "sd",
-        "episodes",
-    ),
+    "eval_summary": {
+        "policy_id": STR,
+        "cycle": INT,
+        "method": STR,
+        "env": STR,
+        "split": STR,
+        "view": STR,
+        "success_per_seed": LIST,
+        "mean": FLOAT,
+        "sd": FLOAT,
+        "episodes": INT,
+    },
 }
 
 
@@ -139,12 +166,47 @@ class SchemaError(ValueError):
     """A table lacks columns its contract requires."""
 
 
+def _kind_error(series: pd.Series, kind: str) -> str | None:
+    """Why ``series`` does not hold values of ``kind`` (``None``: it does)."""
+    nullable = kind.endswith("?")
+    kind = kind.rstrip("?")
+    dtype = series.dtype
+    if kind == BOOL:
+        return None if ptypes.is_bool_dtype(dtype) else f"dtype {dtype}"
+    numeric = ptypes.is_integer_dtype(dtype) or (kind == FLOAT and ptypes.is_float_dtype(dtype))
+    if kind in (INT, FLOAT):
+        return None if numeric and not ptypes.is_bool_dtype(dtype) else f"dtype {dtype}"
+    allowed = (str,) if kind == STR else (list, tuple, np.ndarray)
+    if not (ptypes.is_object_dtype(dtype) or ptypes.is_string_dtype(dtype)):
+        return f"dtype {dtype}"
+    for value in series:
+        if not isinstance(value, allowed) and not (nullable and _is_null(value)):
+            return f"a {type(value).__name__} value {value!r:.60}"
+    return None
+
+
+def _is_null(value: object) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
 def check_columns(frame: pd.DataFrame, schema: str, source: str = "<frame>") -> pd.DataFrame:
-    """Return ``frame`` if it has every column of ``schema``; else raise naming what is missing."""
+    """Return ``frame`` if it has every column of ``schema`` with values of the column's kind;
+    else raise naming what is missing or mistyped (and ``source``). An empty frame's types are
+    not checked: it has no value to misread."""
     missing = [c for c in SCHEMAS[schema] if c not in frame.columns]
     if missing:
         raise SchemaError(
             f"{source}: {schema} table is missing column(s) {missing}; "
             f"expected at least {list(SCHEMAS[schema])}"
         )
+    if frame.empty:
+        return frame
+    for column, kind in SCHEMAS[schema].items():
+        problem = _kind_error(frame[column], kind)
+        if problem is not None:
+            raise SchemaError(
+                f"{source}: column {column!r} of the {schema} table must hold "
+                f"{kind.rstrip('?')} values{' or nulls' if kind.endswith('?') else ''}, "
+                f"found {problem}"
+            )
     return frame

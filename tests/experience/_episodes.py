@@ -215,7 +215,7 @@ def tables(*episodes: Episode) -> tuple[pd.DataFrame, pd.DataFrame]:
                     "admissible_actions": None,
                     "prompt": f"prompt of step {t}",
                     "response": f"<action>{action}</action>" if action else "no action",
-                    "action": action,
+                    "action": action or "",  # as collection writes an unparsed one
                     "action_valid": valid,
                     "next_observation": next_observation,
                     "reward": 1.0 if last and e.success else 0.0,
