@@ -32,8 +32,8 @@ $(VENV)/.installed-%: $(BIN)/python pyproject.toml
 
 # The main job: the cycle pipeline (resuming from whatever datasets exist), then the report.
 run: $(VENV)/.installed-$(RUN_EXTRAS)
-	$(BIN)/kedro run --env $(KEDRO_ENV) --pipeline=cycle --only-missing-outputs
-	$(BIN)/kedro run --env $(KEDRO_ENV) --pipeline=report
+	$(BIN)/kedro run --env $(KEDRO_ENV) --pipelines=cycle --only-missing-outputs
+	$(BIN)/kedro run --env $(KEDRO_ENV) --pipelines=report
 	@echo "Results: the evaluation summary of every cycle, and the report (tables, figures):"
 	@find data/07_model_output -name eval_summary.parquet | sort
 	@find data/08_reporting -mindepth 1 -maxdepth 1 -type d | sort

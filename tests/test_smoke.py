@@ -68,7 +68,7 @@ def _data(project: Path, layer: str, *parts: str) -> Path:
 
 
 def test_smoke_run_resumes_reports_and_explores(project):
-    command = [*KEDRO, "run", "--env", "smoke", "--pipeline", "cycle", "--only-missing-outputs"]
+    command = [*KEDRO, "run", "--env", "smoke", "--pipelines", "cycle", "--only-missing-outputs"]
     # 1. start the main job and kill it once cycle 2 has begun
     cycle_2_started = _data(project, "02_intermediate", "oel_resail", "cycle_2", "steps.parquet")
     with subprocess.Popen(
@@ -118,7 +118,7 @@ def test_smoke_run_resumes_reports_and_explores(project):
         assert all(len(per_seed) == 2 for per_seed in summary["success_per_seed"])
 
     # 3. the report: table 1 and the four figures
-    report = _kedro(project, "run", "--env", "smoke", "--pipeline", "report", timeout=600)
+    report = _kedro(project, "run", "--env", "smoke", "--pipelines", "report", timeout=600)
     assert report.returncode == 0, report.stderr[-3000:]
     reporting = project / "data" / "08_reporting" / "textcraft-smoke"
     table = (reporting / "main_results.md").read_text()

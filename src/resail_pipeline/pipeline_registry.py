@@ -7,7 +7,7 @@ from kedro.pipeline import Pipeline
 
 
 def register_pipelines() -> dict[str, Pipeline]:
-    """Every pipeline folder is a ``--pipeline`` name; ``__default__`` is the ``cycle`` pipeline."""
+    """Every pipeline folder is a ``--pipelines`` name; ``__default__`` is the ``cycle`` pipeline."""
     pipelines = find_pipelines(raise_errors=True)
     pipelines["__default__"] = pipelines.get("cycle", Pipeline([]))
     return pipelines

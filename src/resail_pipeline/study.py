@@ -1,7 +1,7 @@
 """A study: several experiments of the cycle pipeline side by side, then one report.
 
 A plan (YAML, ``conf/base/study.yml`` unless the configuration environment has its own) lists the
-experiments; each is ``kedro run --pipeline=cycle --only-missing-outputs`` under its own
+experiments; each is ``kedro run --pipelines=cycle --only-missing-outputs`` under its own
 ``run.experiment`` with its method, its number of cycles (``RESAIL_CYCLES``) and its parameter
 overrides. The report pipeline then reads every experiment of the environment's data folder.
 Everything a run finishes is kept: killing the study anywhere and starting it again redoes
@@ -173,7 +173,7 @@ def run_study(plan: StudyPlan, env: str, project: Path, *, log: Path) -> None:
                 "run",
                 "--env",
                 env,
-                "--pipeline",
+                "--pipelines",
                 "cycle",
                 "--only-missing-outputs",
                 "--params",
@@ -199,7 +199,7 @@ def run_study(plan: StudyPlan, env: str, project: Path, *, log: Path) -> None:
                 f"study: experiment {experiment.name!r} failed (exit code {code}); what it "
                 "finished is kept, and running the study again continues from there"
             )
-    report = ["run", "--env", env, "--pipeline", "report"]
+    report = ["run", "--env", env, "--pipelines", "report"]
     if plan.params:  # e.g. the plan's data_tag: the report reads the same folder
         report += ["--params", ",".join(f"{k}={_cli_value(v)}" for k, v in plan.params.items())]
     if _kedro(report, project) != 0:

@@ -92,7 +92,7 @@ class RunConfig:
             raise ValueError(
                 "run.method: react is the initial policy, never trained: its results are "
                 "cycle_0's evaluation, which every run writes and the report draws flat across "
-                "cycles (`kedro run --pipeline=report`)"
+                "cycles (`kedro run --pipelines=report`)"
             )
         if self.backend not in GENERATOR_REGISTRY:
             raise ValueError(

@@ -7,7 +7,7 @@ with the fixed Experience built from its reference episodes), so that every meth
 from the shared initial model.
 
 The number of cycles shapes the graph, so it is fixed when pipelines are registered:
-``RESAIL_CYCLES`` (default 3, the paper's), e.g. ``RESAIL_CYCLES=5 kedro run --pipeline=cycle``.
+``RESAIL_CYCLES`` (default 3, the paper's), e.g. ``RESAIL_CYCLES=5 kedro run --pipelines=cycle``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 ``initial_policy_pipeline`` evaluates the initial policy (cycle 0) and builds the fixed Experience
 and the PI-sensitivity probe set from its reference episodes; ``base_pipeline`` evaluates a
 cycle's final checkpoint. Standalone,
-``kedro run --pipeline=evaluate`` does both for cycles 0 and 1; ``--namespaces=cycle_0`` keeps
+``kedro run --pipelines=evaluate`` does both for cycles 0 and 1; ``--namespaces=cycle_0`` keeps
 only the initial policy.
 """
 
