@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -48,3 +50,59 @@ def test_activation_checkpointing_under_either_transformers_name(tiny_model):
     assert (
         tiny_model.is_activation_checkpointing if new_name else tiny_model.is_gradient_checkpointing
     )
+
+
+@pytest.fixture()
+def copy_of(tiny_checkpoint, tmp_path):
+    """A copy of the tiny checkpoint to damage."""
+    import shutil
+
+    def make(name: str = "copy"):
+        return shutil.copytree(tiny_checkpoint, tmp_path / name)
+
+    return make
+
+
+def test_weights_are_verified_against_the_config_before_use(copy_of):
+    from resail_pipeline.checkpoints import CheckpointError, load_model, verify_weights
+
+    good = copy_of("good")
+    assert verify_weights(good) == good
+    truncated = copy_of("truncated")
+    weights = truncated / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    with pytest.raises(CheckpointError, match=r"truncated: model\.safetensors is unreadable"):
+        verify_weights(truncated)
+    with pytest.raises(CheckpointError, match=r"truncated: its weights do not load"):
+        load_model(truncated)
+    noise = copy_of("noise")
+    (noise / "model.safetensors").write_bytes(bytes(range(256)) * 64)
+    with pytest.raises(CheckpointError, match=r"model\.safetensors is unreadable"):
+        verify_weights(noise)
+    other = copy_of("other")
+    config = json.loads((other / "config.json").read_text())
+    config["intermediate_size"] *= 2  # a config the weights were not trained for
+    (other / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=r"tensor '.*mlp.*' has shape"):
+        verify_weights(other)
+
+
+def test_a_published_initial_policy_cannot_be_swapped_in_silence(copy_of, tmp_path):
+    from resail_pipeline.bootstrap.build import check_published
+    from resail_pipeline.bootstrap.config import BootstrapConfig
+    from resail_pipeline.checkpoints import read_checkpoint_info, save_policy
+
+    published = copy_of("published")
+    info = read_checkpoint_info(published)
+    check_published(info, BootstrapConfig(checkpoint=str(published)))
+    another = copy_of("another")
+    with pytest.raises(ValueError, match=r"asks for .*another.*data_tag"):
+        check_published(info, BootstrapConfig(checkpoint=str(another)))
+    from resail_pipeline.checkpoints import load_policy
+
+    model, tokenizer = load_policy(published)
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)
+    save_policy(model, tokenizer, published, name="changed")  # new weights, same directory
+    with pytest.raises(ValueError, match=r"weights in .*published changed"):
+        check_published(info, BootstrapConfig(checkpoint=str(published)))

@@ -39,6 +39,52 @@ def check_checkpoint(path: str | Path) -> Path:
     return path
 
 
+def verify_weights(path: str | Path) -> Path:
+    """Return ``path`` once its weights are readable and fit its config; else a
+    :class:`CheckpointError` naming the directory and the file or tensor.
+
+    Reads each safetensors file's header (a truncated or random file fails here) and compares
+    every tensor's shape with the model its ``config.json`` describes, built on the meta device
+    (nothing is allocated, so it costs the same for a 4B model as for the embedded one). The
+    output layer may be absent where it is tied to the embedding; any other missing or unexpected
+    tensor is an error.
+    """
+    from safetensors import SafetensorError, safe_open
+    from transformers import AutoConfig
+
+    path = check_checkpoint(path)
+    shapes: dict[str, tuple[int, ...]] = {}
+    for file in sorted(path.glob("*.safetensors")):
+        try:
+            with safe_open(str(file), framework="pt") as handle:
+                for name in handle.keys():  # noqa: SIM118 (safe_open is not a mapping)
+                    shapes[name] = tuple(handle.get_slice(name).get_shape())
+        except (SafetensorError, OSError, ValueError) as error:
+            raise CheckpointError(
+                f"checkpoint {path}: {file.name} is unreadable ({error})"
+            ) from None
+    config = AutoConfig.from_pretrained(str(path), trust_remote_code=False)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
+    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    missing = set(expected) - set(shapes)
+    if getattr(config, "tie_word_embeddings", False):  # the output layer is the embedding
+        missing = {name for name in missing if not name.endswith("lm_head.weight")}
+    if missing:
+        raise CheckpointError(f"checkpoint {path}: tensor(s) {sorted(missing)[:3]} missing")
+    for name, shape in shapes.items():
+        if name not in expected:
+            raise CheckpointError(
+                f"checkpoint {path}: tensor {name!r} is not in its config's model"
+            )
+        if shape != expected[name]:
+            raise CheckpointError(
+                f"checkpoint {path}: tensor {name!r} has shape {list(shape)}, its config's model "
+                f"{list(expected[name])}"
+            )
+    return path
+
+
 def weights_sha256(path: str | Path) -> str:
     """sha256 over the checkpoint's safetensors files (names and contents, sorted by name)."""
     return sha256_files(sorted(Path(path).glob("*.safetensors")))
@@ -81,12 +127,15 @@ def load_model(
     path: str | Path, dtype: torch.dtype | None = None, device: str | torch.device = "cpu"
 ) -> PreTrainedModel:
     """The causal LM of a local checkpoint directory, on ``device`` (see :func:`resolve_device`)."""
-    model = AutoModelForCausalLM.from_pretrained(
-        str(check_checkpoint(path)),
-        trust_remote_code=False,
-        use_safetensors=True,
-        dtype=dtype or torch.float32,
-    )
+    from safetensors import SafetensorError
+
+    path = check_checkpoint(path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            str(path), trust_remote_code=False, use_safetensors=True, dtype=dtype or torch.float32
+        )
+    except (SafetensorError, OSError, ValueError) as error:  # truncated or foreign weights
+        raise CheckpointError(f"checkpoint {path}: its weights do not load ({error})") from None
     return model.to(resolve_device(device))
 
 

@@ -10,12 +10,18 @@ from typing import Any
 import torch
 from kedro.framework.hooks import hook_impl
 
+from resail_pipeline.bootstrap.build import check_published
+from resail_pipeline.bootstrap.config import BootstrapConfig
 from resail_pipeline.collection import check_collection_settings
+from resail_pipeline.pipelines.bootstrap.nodes import NODE_KEYS
 from resail_pipeline.pipelines.collect.nodes import collect_config, settings_of
 from resail_pipeline.pipelines.common import RunConfig, cycle_namespace, policy_info
 from resail_pipeline.pipelines.parameters import check_parameters
 
 logger = logging.getLogger(__name__)
+
+#: the initial policy's manifest, shared by every experiment of a data folder
+INITIAL_POLICY = "cycle_0.checkpoint"
 
 
 class NodeTimingHook:
@@ -56,7 +62,11 @@ class PreflightHook:
     1. Every pipeline's parameters (:func:`~resail_pipeline.pipelines.parameters.check_parameters`),
        the same functions the nodes parse them with: a bad ``evaluate`` value fails before cycle 1
        collects, a misspelt section (``trian``) is no longer ignored.
-    2. Every collection the run would reuse was made with the run's settings. A cycle's ``tasks``
+    2. The initial policy the run asks for (``bootstrap.checkpoint``, the shipped reference) is
+       the one already published for the data folder, weights included: under
+       ``--only-missing-outputs`` the bootstrap node is skipped, and another policy would be
+       ignored in silence.
+    3. Every collection the run would reuse was made with the run's settings. A cycle's ``tasks``
        table records how it was collected. When it exists, a rerun (``make run`` uses
        ``--only-missing-outputs``) skips the collection and trains on what is there: the cycle-1
        corpus shared by every method of an environment (appendix A.2), or an experiment's own
@@ -66,8 +76,16 @@ class PreflightHook:
 
     @hook_impl
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
-        check_parameters(catalog.load("parameters"))
+        params = catalog.load("parameters")
+        check_parameters(params)
         names = pipeline.datasets()
+        if INITIAL_POLICY in names and catalog.exists(INITIAL_POLICY):
+            run = RunConfig.from_params(params["run"])
+            fields = {k: v for k, v in params["bootstrap"].items() if k not in NODE_KEYS}
+            check_published(
+                policy_info(catalog.load(INITIAL_POLICY)),
+                BootstrapConfig.from_dict({**fields, "env": run.env}),
+            )
         cycles = sorted(
             int(name.split(".")[0].removeprefix("cycle_"))
             for name in names

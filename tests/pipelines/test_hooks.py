@@ -134,3 +134,22 @@ def test_every_parameter_is_checked_before_the_first_node(cycle_1):
         hook.before_pipeline_run({}, nothing, _catalog(None, policy, evaluate=evaluate))
     with pytest.raises(ValueError, match=r"data_tag: must be a folder name"):
         hook.before_pipeline_run({}, nothing, _catalog(None, policy, data_tag="/../x"))
+
+
+def test_another_initial_policy_is_an_error_not_ignored(cycle_1, tiny_checkpoint, tmp_path):
+    """Under --only-missing-outputs the bootstrap node is skipped once cycle 0 exists: a run that
+    asks for another initial policy is stopped before any node, not silently given the old one."""
+    import shutil
+
+    from kedro.pipeline import Pipeline, node
+
+    policy, _ = cycle_1
+    reader = Pipeline([node(lambda x: x, "cycle_0.checkpoint", "out", name="reader")])
+    hook = PreflightHook()
+    params = _catalog(None, policy).load("parameters")
+    same = {**params["bootstrap"], "checkpoint": str(tiny_checkpoint)}
+    hook.before_pipeline_run({}, reader, _catalog(None, policy, bootstrap=same))
+    other = shutil.copytree(tiny_checkpoint, tmp_path / "other")
+    asked = {**params["bootstrap"], "checkpoint": str(other)}
+    with pytest.raises(ValueError, match=r"this data folder's initial policy is .* asks for"):
+        hook.before_pipeline_run({}, reader, _catalog(None, policy, bootstrap=asked))
