@@ -52,3 +52,19 @@ def test_every_environment_passes_the_parameter_check(env):
 
     loader = OmegaConfigLoader(str(CONF), **{**CONFIG_LOADER_ARGS, "default_run_env": env})
     check_parameters(loader["parameters"])
+
+
+def test_a_fresh_staging_path_removes_what_a_killed_run_of_the_same_label_left(tmp_path):
+    base = _run_params("base")
+    run = RunConfig.from_params({**base, "staging_dir": str(tmp_path)})
+    other = RunConfig.from_params({**base, "staging_dir": str(tmp_path), "experiment": "other"})
+    stale = tmp_path / f"{run.experiment}-cycle_2-0123456789ab"
+    (stale / "policy").mkdir(parents=True)
+    kept = [tmp_path / f"{run.experiment}-cycle_1-0123456789ab", tmp_path / "other-cycle_2-ab"]
+    for path in kept:
+        path.mkdir()
+    fresh = run.staging_path("cycle_2")
+    assert fresh.name.startswith(f"{run.experiment}-cycle_2-") and not fresh.exists()
+    assert not stale.exists() and all(path.exists() for path in kept)
+    assert other.staging_path("cycle_2").name.startswith("other-cycle_2-")
+    assert not kept[1].exists()  # the other experiment's own stale folder

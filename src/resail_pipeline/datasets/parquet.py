@@ -6,6 +6,7 @@ columns fails on load with an error naming the file and the column, before any n
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ from kedro.io import AbstractDataset, DatasetError
 
 from resail_pipeline.io import atomic_path
 from resail_pipeline.schemas import SCHEMAS, check_columns
+
+logger = logging.getLogger(__name__)
 
 
 class AtomicParquetDataset(AbstractDataset[pd.DataFrame, pd.DataFrame]):
@@ -52,7 +55,21 @@ class AtomicParquetDataset(AbstractDataset[pd.DataFrame, pd.DataFrame]):
             pq.write_table(table, tmp)
 
     def _exists(self) -> bool:
-        return self._filepath.is_file()
+        """A readable Parquet file exists here. A truncated or unreadable one (a disk filled
+        mid-copy) counts as missing, said in the log, so that ``--only-missing-outputs`` runs its
+        node again instead of skipping it and failing in the next node that reads it."""
+        if not self._filepath.is_file():
+            return False
+        try:
+            pq.read_metadata(self._filepath)  # the footer only
+        except (OSError, pa.ArrowException) as error:
+            logger.warning(
+                "%s: unreadable Parquet file (%s); treated as missing, its node runs again",
+                self._filepath,
+                error,
+            )
+            return False
+        return True
 
     def _describe(self) -> dict[str, Any]:
         return {"filepath": str(self._filepath), "schema": self._schema}

@@ -11,6 +11,7 @@ policy's manifest (cycle ``r`` starts from the checkpoint of cycle ``r - 1``).
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -137,8 +138,15 @@ class RunConfig:
         )
 
     def staging_path(self, label: str) -> Path:
-        """A fresh directory name in the staging area (not created)."""
-        return Path(self.staging_dir) / f"{label}-{uuid.uuid4().hex[:12]}"
+        """A fresh directory name in the staging area (not created) for this experiment's
+        ``label``; what a killed run of the same label left there is removed first (at the paper's
+        scale each is a whole model)."""
+        prefix = f"{self.experiment}-{label}-"
+        staging = Path(self.staging_dir)
+        if staging.is_dir():
+            for stale in staging.glob(f"{prefix}*"):
+                shutil.rmtree(stale, ignore_errors=True)
+        return staging / f"{prefix}{uuid.uuid4().hex[:12]}"
 
 
 def policy_info(policy: pd.DataFrame) -> CheckpointInfo:
