@@ -54,7 +54,7 @@ study-budgets: $(VENV)/.installed-$(RUN_EXTRAS)
 # The shipped reference initial policy, rebuilt: its four stages (each build cached by its
 # configuration and code, and resumed from its training state when interrupted), the appendix-D.2
 # evaluation kept in its manifest, and the copy into reference/ with the stages' manifests.
-# About 7 hours on 2 CPU cores (README, "The initial policy").
+# About 7 hours on 2 CPU cores (docs/initial-policy.md).
 BOOTSTRAP := $(BIN)/python -m resail_pipeline.bootstrap
 BUILDS := data/06_models
 reference: $(VENV)/.installed-$(RUN_EXTRAS)

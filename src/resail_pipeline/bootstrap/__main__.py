@@ -13,7 +13,7 @@
     # teacher-forced: does the policy follow a summary's corrected plan? (about a minute)
     python -m resail_pipeline.bootstrap guidance --policy reference/textcraft-initial --split test
 
-``make reference`` runs the whole chain of the shipped policy (README, "The initial policy").
+``make reference`` runs the whole chain of the shipped policy (docs/initial-policy.md).
 A parameters file holds one top-level ``bootstrap:`` mapping, as ``parameters_bootstrap.yml`` does.
 """
 
