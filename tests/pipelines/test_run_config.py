@@ -68,3 +68,39 @@ def test_a_fresh_staging_path_removes_what_a_killed_run_of_the_same_label_left(t
     assert not stale.exists() and all(path.exists() for path in kept)
     assert other.staging_path("cycle_2").name.startswith("other-cycle_2-")
     assert not kept[1].exists()  # the other experiment's own stale folder
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def test_the_paper_environments_differ_only_in_table_4s_rows():
+    """conf/paper (ALFWorld) and conf/paper-textcraft are one setting: only the benchmark and
+    table 4's per-benchmark values may differ."""
+    from resail_pipeline.pipelines.parameters import check_parameters
+
+    def parameters(env):
+        loader = OmegaConfigLoader(str(CONF), **{**CONFIG_LOADER_ARGS, "default_run_env": env})
+        return loader["parameters"], loader["globals"]
+
+    (alfworld, alfworld_globals), (textcraft, textcraft_globals) = map(
+        parameters, ("paper", "paper-textcraft")
+    )
+    check_parameters(textcraft)
+    a, t = _flat(alfworld), _flat(textcraft)
+    differing = {k: (a.get(k), t.get(k)) for k in a.keys() | t.keys() if a.get(k) != t.get(k)}
+    assert differing == {
+        "run.env": ("alfworld", "textcraft"),
+        "evaluate.splits": (["id", "ood"], ["test"]),
+        "train.resail.rho": (0.05, 0.25),
+        "train.resail.lambda": (0.5, 1.0),
+        "train.schedule.trajectories_per_update": (32, 8),
+    }
+    assert (alfworld_globals["env"], textcraft_globals["env"]) == ("alfworld", "textcraft")
+    assert t["train.probe.enabled"] is True and t["train.schedule.updates"] == 30
