@@ -88,9 +88,9 @@ def test_weights_are_verified_against_the_config_before_use(copy_of):
 
 
 def test_a_published_initial_policy_cannot_be_swapped_in_silence(copy_of, tmp_path):
-    from resail_pipeline.bootstrap.build import check_published
     from resail_pipeline.bootstrap.config import BootstrapConfig
     from resail_pipeline.checkpoints import read_checkpoint_info, save_policy
+    from resail_pipeline.initial_policy import check_published
 
     published = copy_of("published")
     info = read_checkpoint_info(published)

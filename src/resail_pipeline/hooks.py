@@ -10,9 +10,9 @@ from typing import Any
 import torch
 from kedro.framework.hooks import hook_impl
 
-from resail_pipeline.bootstrap.build import check_published
 from resail_pipeline.bootstrap.config import BootstrapConfig
 from resail_pipeline.collection import check_collection_settings
+from resail_pipeline.initial_policy import check_published
 from resail_pipeline.pipelines.bootstrap.nodes import NODE_KEYS
 from resail_pipeline.pipelines.collect.nodes import collect_config, settings_of
 from resail_pipeline.pipelines.common import RunConfig, cycle_namespace, policy_info

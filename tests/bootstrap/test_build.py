@@ -8,16 +8,12 @@ import pytest
 import torch
 
 from resail_pipeline.bootstrap import build
-from resail_pipeline.bootstrap.build import (
-    build_initial_policy,
-    cache_key,
-    resolve_initial_policy,
-    verify_reference,
-)
+from resail_pipeline.bootstrap.build import build_initial_policy, cache_key
 from resail_pipeline.bootstrap.cloning import training_precision
 from resail_pipeline.bootstrap.config import BootstrapConfig
 from resail_pipeline.bootstrap.demonstrations import demonstration_response
 from resail_pipeline.checkpoints import MANIFEST_NAME, CheckpointError, load_policy
+from resail_pipeline.initial_policy import resolve_initial_policy, verify_reference
 from resail_pipeline.prompts import EpisodeHistory, chat_prompt, render_user_message
 
 TINY = {

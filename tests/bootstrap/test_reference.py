@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from resail_pipeline.bootstrap.build import verify_reference
 from resail_pipeline.bootstrap.reference import (
     evaluate_and_record,
     lineage,
@@ -21,6 +20,7 @@ from resail_pipeline.envs import make_env
 from resail_pipeline.evaluation.evaluate import EvalConfig
 from resail_pipeline.generation.base import SamplingParams
 from resail_pipeline.generation.transformers_backend import TransformersGenerator
+from resail_pipeline.initial_policy import verify_reference
 from resail_pipeline.prompts import EpisodeHistory, chat_prompt, parse_action, render_user_message
 
 SHIPPED = Path(__file__).resolve().parents[2] / "reference" / "textcraft-initial"

@@ -1,8 +1,9 @@
 """The initial policy (cycle 0) of the embedded default, and how one is built from scratch.
 
-:func:`resolve_initial_policy` is what the ``bootstrap`` pipeline calls: a configured checkpoint,
-else the reference policy shipped in the repository, else one built here (cached). Building runs
-on the ``train`` tasks only:
+:func:`resail_pipeline.initial_policy.resolve_initial_policy` is what the ``bootstrap`` pipeline
+calls: a configured checkpoint, else the reference policy shipped in the repository, else one built
+here (cached; this package). Importing the package loads none of its modules. Building runs on
+the non-test tasks only:
 
 - :mod:`.demonstrations`: the exact planner plays TextCraft with injected mistakes and replans
   from the real inventory; each step's expert action is the training target;
@@ -16,31 +17,3 @@ on the ``train`` tasks only:
 
 ``python -m resail_pipeline.bootstrap`` runs the same calls from the command line.
 """
-
-from resail_pipeline.bootstrap.build import (
-    build_initial_policy,
-    cache_key,
-    prepare_training_data,
-    resolve_initial_policy,
-    verify_reference,
-)
-from resail_pipeline.bootstrap.config import (
-    BootstrapConfig,
-    DemonstrationSettings,
-    ModelShape,
-    TokenizerSettings,
-    TrainingSettings,
-)
-
-__all__ = [
-    "BootstrapConfig",
-    "DemonstrationSettings",
-    "ModelShape",
-    "TokenizerSettings",
-    "TrainingSettings",
-    "build_initial_policy",
-    "cache_key",
-    "prepare_training_data",
-    "resolve_initial_policy",
-    "verify_reference",
-]

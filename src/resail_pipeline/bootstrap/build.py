@@ -72,7 +72,6 @@ from resail_pipeline.checkpoints import (
     load_policy,
     read_checkpoint_info,
     save_policy,
-    verify_weights,
     weights_sha256,
 )
 from resail_pipeline.envs import make_env
@@ -544,73 +543,3 @@ def build_initial_policy(
     shutil.rmtree(work, ignore_errors=True)
     logger.info("bootstrap: published %s (%s)", info.policy_id, policy)
     return info
-
-
-def verify_reference(path: str | Path) -> CheckpointInfo:
-    """The shipped reference policy's info, after checking its weights against its manifest."""
-    path = check_checkpoint(path)
-    manifest = path / MANIFEST_NAME
-    if not manifest.is_file():
-        raise CheckpointError(f"reference policy {path}: {MANIFEST_NAME} is missing")
-    expected = json.loads(manifest.read_text()).get("sha256")
-    info = read_checkpoint_info(path)  # its sha256 is the weights' own, hashed here
-    if info.sha256 != expected:
-        raise CheckpointError(
-            f"reference policy {path}: weights sha256 {info.sha256[:12]} does not match the "
-            f"manifest's {str(expected)[:12]}"
-        )
-    return info
-
-
-def requested_policy(config: BootstrapConfig) -> Path | None:
-    """The directory ``config`` asks for as the initial policy: ``checkpoint``, else the shipped
-    ``reference`` where it exists; ``None`` for a build (found by its configuration and code)."""
-    if config.checkpoint is not None:
-        return Path(config.checkpoint)
-    if config.reference is not None and Path(config.reference).is_dir():
-        return Path(config.reference)
-    return None
-
-
-def check_published(published: CheckpointInfo, config: BootstrapConfig) -> None:
-    """Raise unless the initial policy ``config`` asks for is the one already ``published`` for
-    the data folder (every experiment's cycles start from it): another directory, or the same
-    directory with other weights, is an error that says how to start from another policy. A
-    build is not compared (its key includes the code, which may change under the same recipe)."""
-    requested = requested_policy(config)
-    if requested is None:
-        return
-    if requested.resolve() != Path(published.path).resolve():
-        raise ValueError(
-            f"bootstrap: this data folder's initial policy is {published.path} "
-            f"({published.policy_id}), and this run asks for {requested}. Every experiment of a "
-            "data folder starts from the same policy; to start from another, give the run its "
-            "own folder (--params data_tag=-<name>)."
-        )
-    sha256 = weights_sha256(check_checkpoint(requested))
-    if sha256 != published.sha256:
-        raise ValueError(
-            f"bootstrap: the weights in {requested} changed (sha256 {sha256[:12]}) since they were "
-            f"published as {published.policy_id}; restore them, or start a new data folder "
-            "(--params data_tag=-<name>)."
-        )
-
-
-def resolve_initial_policy(
-    config: BootstrapConfig,
-    out_dir: str | Path,
-    *,
-    command: str | None = None,
-    progress: bool = True,
-) -> CheckpointInfo:
-    """The initial policy, first match wins: ``config.checkpoint``, the shipped reference when
-    ``config.reference`` exists, else one built (or reused) under ``out_dir``. A given directory's
-    weights are checked against its config (:func:`~resail_pipeline.checkpoints.verify_weights`)
-    before it is returned to be published."""
-    if config.checkpoint is not None:
-        logger.info("bootstrap: using the configured checkpoint %s", config.checkpoint)
-        return read_checkpoint_info(verify_weights(config.checkpoint))
-    if config.reference is not None and Path(config.reference).is_dir():
-        logger.info("bootstrap: using the shipped reference policy %s", config.reference)
-        return verify_reference(verify_weights(config.reference))
-    return build_initial_policy(config, out_dir, command=command, progress=progress)

@@ -6,8 +6,8 @@ from typing import Any
 
 import pandas as pd
 
-from resail_pipeline.bootstrap.build import resolve_initial_policy
 from resail_pipeline.bootstrap.config import BootstrapConfig
+from resail_pipeline.initial_policy import resolve_initial_policy
 from resail_pipeline.pipelines.common import RunConfig
 
 #: ``params:bootstrap`` keys that are not :class:`BootstrapConfig` fields.
