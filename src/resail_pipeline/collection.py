@@ -122,11 +122,12 @@ def collection_settings(
     }
 
 
-def _flat(settings: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten_settings(settings: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested settings as one level of dotted keys (``{"a": {"b": 1}}`` -> ``{"a.b": 1}``)."""
     out: dict[str, Any] = {}
     for key, value in settings.items():
         if isinstance(value, Mapping):
-            out.update(_flat(value, f"{prefix}{key}."))
+            out.update(flatten_settings(value, f"{prefix}{key}."))
         else:
             out[f"{prefix}{key}"] = value
     return out
@@ -139,8 +140,8 @@ def check_collection_settings(
     ``expected``; the error names every setting that differs and ``source``."""
     if "settings" not in tasks.columns or tasks.empty:
         raise ValueError(f"{source}: records no collection settings to check this run against")
-    recorded = _flat(json.loads(tasks["settings"].iloc[0]))
-    wanted = _flat(json.loads(json.dumps(dict(expected))))  # as JSON gives them back
+    recorded = flatten_settings(json.loads(tasks["settings"].iloc[0]))
+    wanted = flatten_settings(json.loads(json.dumps(dict(expected))))  # as JSON gives them back
     differing = sorted(
         k for k in recorded.keys() | wanted.keys() if recorded.get(k) != wanted.get(k)
     )

@@ -14,8 +14,6 @@ success. Identifiers:
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pandas as pd
 from pandas.api import types as ptypes
@@ -180,13 +178,14 @@ def _kind_error(series: pd.Series, kind: str) -> str | None:
     if not (ptypes.is_object_dtype(dtype) or ptypes.is_string_dtype(dtype)):
         return f"dtype {dtype}"
     for value in series:
-        if not isinstance(value, allowed) and not (nullable and _is_null(value)):
+        if not isinstance(value, allowed) and not (nullable and is_null(value)):
             return f"a {type(value).__name__} value {value!r:.60}"
     return None
 
 
-def _is_null(value: object) -> bool:
-    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+def is_null(value: object) -> bool:
+    """``None``, NaN, ``pd.NA`` or ``NaT``: a missing Parquet value."""
+    return value is None or (ptypes.is_scalar(value) and bool(pd.isna(value)))
 
 
 def check_columns(frame: pd.DataFrame, schema: str, source: str = "<frame>") -> pd.DataFrame:

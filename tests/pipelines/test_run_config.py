@@ -70,19 +70,10 @@ def test_a_fresh_staging_path_removes_what_a_killed_run_of_the_same_label_left(t
     assert not kept[1].exists()  # the other experiment's own stale folder
 
 
-def _flat(tree: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def test_the_paper_environments_differ_only_in_table_4s_rows():
     """conf/paper (ALFWorld) and conf/paper-textcraft are one setting: only the benchmark and
     table 4's per-benchmark values may differ."""
+    from resail_pipeline.collection import flatten_settings
     from resail_pipeline.pipelines.parameters import check_parameters
 
     def parameters(env):
@@ -93,7 +84,7 @@ def test_the_paper_environments_differ_only_in_table_4s_rows():
         parameters, ("paper", "paper-textcraft")
     )
     check_parameters(textcraft)
-    a, t = _flat(alfworld), _flat(textcraft)
+    a, t = flatten_settings(alfworld), flatten_settings(textcraft)
     differing = {k: (a.get(k), t.get(k)) for k in a.keys() | t.keys() if a.get(k) != t.get(k)}
     assert differing == {
         "run.env": ("alfworld", "textcraft"),

@@ -24,7 +24,7 @@ import pandas as pd
 
 from resail_pipeline.prompts.common import OUTCOME_FAILURE, OUTCOME_SUCCESS
 from resail_pipeline.prompts.summaries import EVIDENCE_RECORD, FAILURE_PROMPT, SUCCESS_PROMPT
-from resail_pipeline.schemas import check_columns
+from resail_pipeline.schemas import check_columns, is_null
 
 #: Characters kept of each executed action.
 ACTION_CHARS = 240
@@ -128,18 +128,13 @@ class Evidence:
         return tuple(pieces)
 
 
-def _is_null(value: Any) -> bool:
-    """``None``, NaN, ``pd.NA`` or ``NaT`` (a missing Parquet value)."""
-    return value is None or (pd.api.types.is_scalar(value) and bool(pd.isna(value)))
-
-
 def _raw_text(value: Any) -> str:
     """``value`` as text, unnormalised; null -> ``""``."""
-    return "" if _is_null(value) else str(value)
+    return "" if is_null(value) else str(value)
 
 
 def _is_true(value: Any) -> bool:
-    return not _is_null(value) and bool(value)
+    return not is_null(value) and bool(value)
 
 
 def outcome_of(success: Any) -> str:
