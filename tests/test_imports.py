@@ -54,5 +54,8 @@ def test_library_code_never_imports_kedro():
         "resail_pipeline.collection",
         "resail_pipeline.rollout",
         "resail_pipeline.schemas",
+        "resail_pipeline.config",
+        "resail_pipeline.checkpoints",
+        "resail_pipeline.io",
     ]
     assert not any(m == "kedro" or m.startswith("kedro.") for m in _loaded_after_importing(library))

@@ -67,10 +67,10 @@ def test_an_experiment_becomes_kedro_params():
         ("experiments: []", "no experiments"),
         (
             "experiments: [{method: react, cycles: 3}]",
-            r"experiments\[0\]: method: .*react is cycle 0",
+            r"experiments\[0\]\.method: .*react is cycle 0",
         ),
-        ("experiments: [{method: oel, cycles: 0}]", r"experiments\[0\]: cycles"),
-        ("experiments: [{method: oel, cycles: 1, name: ../x}]", r"experiments\[0\]: name"),
+        ("experiments: [{method: oel, cycles: 0}]", r"experiments\[0\]\.cycles"),
+        ("experiments: [{method: oel, cycles: 1, name: ../x}]", r"experiments\[0\]\.name"),
         ("experiments: [{method: oel, cycles: 1, seeds: 3}]", r"unknown key\(s\) \['seeds'\]"),
         (
             "experiments: [{method: oel, cycles: 1, params: {run.seed: 1}}]",

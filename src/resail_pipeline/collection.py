@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from resail_pipeline.config import ConfigError, check_int
 from resail_pipeline.envs import Environment
 from resail_pipeline.generation.base import Generator, derive_seed
 from resail_pipeline.rollout import (
@@ -35,10 +36,7 @@ class CollectConfig(RolloutSettings):
     num_trajectories: int = 240
 
     def __post_init__(self) -> None:
-        if isinstance(self.num_trajectories, bool) or int(self.num_trajectories) < 1:
-            raise ValueError(
-                f"num_trajectories: must be a positive integer, got {self.num_trajectories!r}"
-            )
+        check_int("num_trajectories", self.num_trajectories, low=1)
         super().__post_init__()
 
 
@@ -50,7 +48,7 @@ def cycle_tasks(task_ids: list[int], num: int, cycle: int, seed: int) -> list[in
     if cycle < 1:
         raise ValueError(f"cycle: collection cycles start at 1, got {cycle}")
     if num > len(task_ids):
-        raise ValueError(f"num_trajectories: the split has {len(task_ids)} tasks, asked for {num}")
+        raise ConfigError(f"num_trajectories: the split has {len(task_ids)} tasks, asked for {num}")
     order = sample_tasks(task_ids, len(task_ids), seed)
     start = (cycle - 1) * num
     return [order[(start + i) % len(order)] for i in range(num)]
@@ -150,7 +148,7 @@ def check_collection_settings(
             f"{k}: collected with {recorded.get(k)!r}, this run {wanted.get(k)!r}"
             for k in differing
         )
-        raise ValueError(
+        raise ConfigError(
             f"{source}: the shared corpus was collected with other settings ({details}). Every "
             "run that shares it must collect as it did; remove it to collect again, or run with "
             "another data_tag."

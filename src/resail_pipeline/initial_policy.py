@@ -24,6 +24,7 @@ from resail_pipeline.checkpoints import (
     verify_weights,
     weights_sha256,
 )
+from resail_pipeline.config import ConfigError
 
 __all__ = ["check_published", "requested_policy", "resolve_initial_policy", "verify_reference"]
 
@@ -65,7 +66,7 @@ def check_published(published: CheckpointInfo, config: BootstrapConfig) -> None:
     if requested is None:
         return
     if requested.resolve() != Path(published.path).resolve():
-        raise ValueError(
+        raise ConfigError(
             f"bootstrap: this data folder's initial policy is {published.path} "
             f"({published.policy_id}), and this run asks for {requested}. Every experiment of a "
             "data folder starts from the same policy; to start from another, give the run its "
@@ -73,7 +74,7 @@ def check_published(published: CheckpointInfo, config: BootstrapConfig) -> None:
         )
     sha256 = weights_sha256(check_checkpoint(requested))
     if sha256 != published.sha256:
-        raise ValueError(
+        raise ConfigError(
             f"bootstrap: the weights in {requested} changed (sha256 {sha256[:12]}) since they were "
             f"published as {published.policy_id}; restore them, or start a new data folder "
             "(--params data_tag=-<name>)."

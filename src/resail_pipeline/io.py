@@ -5,26 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
-#: a name that becomes a folder or part of one: letters, digits, ``-``, ``_`` and ``.``, not leading
-_FOLDER_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}")
-
-
-def check_folder_name(value: object, field: str, *, empty: bool = False) -> str:
-    """``value`` if it is a safe folder name (see :data:`_FOLDER_NAME`; ``""`` where ``empty``),
-    else a ``ValueError`` naming ``field``: ``..``, ``/`` or a leading dot would leave the folder."""
-    if isinstance(value, str) and (_FOLDER_NAME.fullmatch(value) or (empty and value == "")):
-        return value
-    raise ValueError(
-        f"{field}: must be a folder name (letters, digits, '-', '_' and '.', not leading; at most "
-        f"100 characters), got {value!r}"
-    )
 
 
 @contextmanager

@@ -28,6 +28,7 @@ from typing import Any
 import pandas as pd
 from tqdm.auto import tqdm
 
+from resail_pipeline.config import check_int
 from resail_pipeline.envs.base import (
     END_ENV_DONE,
     END_STEP_LIMIT,
@@ -120,12 +121,7 @@ class RolloutSettings:
 
     def __post_init__(self) -> None:
         self.sampling()  # the range checks of SamplingParams, at construction
-        if self.max_live is not None and (
-            isinstance(self.max_live, bool)
-            or not isinstance(self.max_live, int)
-            or self.max_live < 1
-        ):
-            raise ValueError(f"max_live: must be a positive integer or null, got {self.max_live!r}")
+        check_int("max_live", self.max_live, low=1, optional=True)
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(

@@ -34,7 +34,8 @@ from typing import Any
 
 import yaml
 
-from resail_pipeline.io import atomic_path, check_folder_name
+from resail_pipeline.config import ConfigError, build, check_folder_name, check_int
+from resail_pipeline.io import atomic_path
 from resail_pipeline.training.config import METHODS, REACT
 
 __all__ = ["Experiment", "StudyPlan", "load_plan", "main", "run_study"]
@@ -56,18 +57,17 @@ class Experiment:
     def __post_init__(self) -> None:
         if self.method not in METHODS or self.method == REACT:
             trained = [m for m in METHODS if m != REACT]
-            raise ValueError(
+            raise ConfigError(
                 f"method: must be one of {trained} (react is cycle 0's evaluation, which every "
                 f"experiment writes), got {self.method!r}"
             )
-        if isinstance(self.cycles, bool) or not isinstance(self.cycles, int) or self.cycles < 1:
-            raise ValueError(f"cycles: must be a positive integer, got {self.cycles!r}")
+        check_int("cycles", self.cycles, low=1)
         if not self.name:
             object.__setattr__(self, "name", self.method)
         check_folder_name(self.name, "name")
         for key in self.params:
             if key.split(".")[0] == "run":
-                raise ValueError(f"params: {key!r}; the method and name are given as such")
+                raise ConfigError(f"params: {key!r}; the method and name are given as such")
 
     def kedro_params(self, shared: Mapping[str, Any]) -> str:
         """The ``--params`` value: the plan's shared overrides, this experiment's, its method."""
@@ -88,7 +88,7 @@ def _cli_value(value: Any) -> str:
     text = yaml.safe_dump(value, default_flow_style=True).strip()
     text = text.removesuffix("...").strip()
     if "," in text:  # kedro splits --params at every comma
-        raise ValueError(f"params: {value!r} holds a comma, which --params cannot carry")
+        raise ConfigError(f"params: {value!r} holds a comma, which --params cannot carry")
     return text
 
 
@@ -96,30 +96,21 @@ def load_plan(path: str | Path) -> StudyPlan:
     """Read and check a plan; errors name the file and the entry."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"{path}: no such study plan")
+        raise ConfigError(f"{path}: no such study plan")
     data = yaml.safe_load(path.read_text()) or {}
     unknown = sorted(set(data) - {"experiments", "params"})
     if unknown:
-        raise ValueError(f"{path}: unknown key(s) {unknown}; known: ['experiments', 'params']")
+        raise ConfigError(f"{path}: unknown key(s) {unknown}; known: ['experiments', 'params']")
     entries = data.get("experiments") or []
     if not entries:
-        raise ValueError(f"{path}: no experiments")
+        raise ConfigError(f"{path}: no experiments")
     experiments = []
     for i, entry in enumerate(entries):
-        try:
-            if not isinstance(entry, Mapping):
-                raise ValueError(f"expected a mapping, got {entry!r}")
-            known = {"method", "cycles", "name", "params"}
-            extra = sorted(set(entry) - known)
-            if extra:
-                raise ValueError(f"unknown key(s) {extra}; known: {sorted(known)}")
-            experiments.append(Experiment(**entry))
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"{path}: experiments[{i}]: {error}") from None
+        experiments.append(build(Experiment, entry, f"{path}: experiments[{i}]"))
     methods: dict[str, str] = {}
     for experiment in experiments:
         if methods.setdefault(experiment.name, experiment.method) != experiment.method:
-            raise ValueError(f"{path}: experiment {experiment.name!r} is listed with two methods")
+            raise ConfigError(f"{path}: experiment {experiment.name!r} is listed with two methods")
     return StudyPlan(experiments=tuple(experiments), params=dict(data.get("params") or {}))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from resail_pipeline.bootstrap.config import BootstrapConfig, TrainingSettings
+from resail_pipeline.config import ConfigError
 
 
 def test_from_dict_round_trips_and_fills_defaults():
@@ -28,8 +29,8 @@ def test_where_a_policy_is_trained_is_not_part_of_its_recipe():
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        ({"modle": {}}, r"bootstrap: unknown parameter\(s\) \['modle'\]"),
-        ({"model": {"width": 3}}, r"model: unknown parameter\(s\) \['width'\]"),
+        ({"modle": {}}, r"^bootstrap: unknown key\(s\) \['modle'\]"),
+        ({"model": {"width": 3}}, r"^bootstrap\.model: unknown key\(s\) \['width'\]"),
         ({"model": {"hidden_size": 250}}, "model.hidden_size: 250 is not a multiple"),
         ({"model": {"num_key_value_heads": 3}}, "model.num_key_value_heads"),
         ({"data": {"mistake_rate": 1.5}}, r"data.mistake_rate: must be in \[0.0, 0.9\]"),
@@ -37,7 +38,7 @@ def test_where_a_policy_is_trained_is_not_part_of_its_recipe():
         ({"data": {"ordinary_share": 1.5}}, r"data.ordinary_share: must be in \[0.0, 1.0\]"),
         (
             {"data": {"ordinary_share": 0.0, "privileged_share": 0.0}},
-            "data.ordinary_share: 0 with data.privileged_share 0 leaves nothing",
+            "data.ordinary_share: 0 with privileged_share 0 leaves nothing",
         ),
         ({"data": {"episodes_per_task": 1}}, "data.episodes_per_task: stalled"),
         ({"data": {"renamed_copies": -1}}, "data.renamed_copies: must be a non-negative"),
@@ -80,10 +81,12 @@ def test_where_a_policy_is_trained_is_not_part_of_its_recipe():
     ],
 )
 def test_bad_parameters_name_the_field(params, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ConfigError, match=message):
         BootstrapConfig.from_dict(params)
 
 
 def test_warmup_must_be_a_non_negative_integer():
-    with pytest.raises(ValueError, match=r"training\.warmup_steps"):
+    with pytest.raises(ConfigError, match=r"^warmup_steps: must be a non-negative integer"):
         TrainingSettings(warmup_steps=-1)
+    with pytest.raises(ConfigError, match=r"^bootstrap\.training\.warmup_steps: must be a non-"):
+        BootstrapConfig.from_dict({"training": {"warmup_steps": 1.5}})

@@ -7,6 +7,7 @@ import logging
 import pandas as pd
 import pytest
 
+from resail_pipeline.config import ConfigError, build
 from resail_pipeline.datasets import AtomicParquetDataset
 from resail_pipeline.experience.evidence import build_evidence_table
 from resail_pipeline.experience.summarize import (
@@ -145,29 +146,35 @@ def test_no_trajectories_give_an_empty_table():
 
 
 def test_config_from_parameters():
-    config = SummarizeConfig.from_dict(
+    config = build(
+        SummarizeConfig,
         {
             "source": "model",
             "max_attempts": 2,
             "sampling": {"temperature": 0.7, "max_new_tokens": 64},
-        }
+        },
+        "summarize",
     )
     assert config == SummarizeConfig(
         source="model", max_attempts=2, sampling=SamplingParams(temperature=0.7, max_new_tokens=64)
     )
-    assert SummarizeConfig.from_dict({}) == SummarizeConfig()
-    with pytest.raises(ValueError, match=r"summarize: unknown parameter\(s\) \['retries'\]"):
-        SummarizeConfig.from_dict({"retries": 2})
-    with pytest.raises(ValueError, match=r"summarize\.sampling: unknown parameter\(s\) \['temp'\]"):
-        SummarizeConfig.from_dict({"sampling": {"temp": 1.0}})
+    assert build(SummarizeConfig, {}) == SummarizeConfig()
+    with pytest.raises(ConfigError, match=r"^summarize: unknown key\(s\) \['retries'\]"):
+        build(SummarizeConfig, {"retries": 2}, "summarize")
+    with pytest.raises(ConfigError, match=r"^summarize\.sampling: unknown key\(s\) \['temp'\]"):
+        build(SummarizeConfig, {"sampling": {"temp": 1.0}}, "summarize")
+    with pytest.raises(
+        ConfigError, match=r"^summarize\.sampling\.top_p: must be a finite number, got '1'"
+    ):
+        build(SummarizeConfig, {"sampling": {"top_p": "1"}}, "summarize")
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
         ({"source": "oracle"}, "source: must be one of"),
-        ({"max_attempts": 0}, "max_attempts: must be >= 1"),
-        ({"max_attempts": 2.0}, "max_attempts: must be an integer"),
+        ({"max_attempts": 0}, "max_attempts: must be a positive integer"),
+        ({"max_attempts": 2.0}, "max_attempts: must be a positive integer"),
         ({"on_rejected": "keep"}, "on_rejected: must be one of"),
         ({"sampling": SamplingParams(n=2)}, r"sampling\.n: must be 1"),
         ({"sampling": SamplingParams(temperature=0.0)}, r"sampling\.temperature: greedy decoding"),

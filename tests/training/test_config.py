@@ -101,7 +101,7 @@ def test_yaml_round_trip_keeps_every_field(tmp_path):
         ({"schedule": {"updates": 0}}, "schedule.updates"),
         ({"schedule": {"trajectories_per_update": -2}}, "schedule.trajectories_per_update"),
         ({"optimizer": {"lr": 0}}, "optimizer.lr"),
-        ({"optimizer": {"betas": [0.9, 1.0]}}, "optimizer.betas"),
+        ({"optimizer": {"betas": [0.9, 1.0]}}, "optimizer.betas[1]"),
         ({"optimizer": {"weight_decay": -0.1}}, "optimizer.weight_decay"),
         ({"engine": {"kind": "fsdp"}}, "engine.kind"),
         ({"engine": {"zero_stage": 4}}, "engine.zero_stage"),
@@ -117,7 +117,7 @@ def test_yaml_round_trip_keeps_every_field(tmp_path):
         ({"probe": {"top_k": 0}}, "probe.top_k"),
         ({"probe": {"micro_batch_steps": 0}}, "probe.micro_batch_steps"),
         ({"schedule": {"epochs": 2}}, "schedule"),
-        ({"trainer": {}}, "config"),
+        ({"trainer": {}}, "TrainConfig"),
     ],
 )
 def test_bad_values_name_their_field(data, field):

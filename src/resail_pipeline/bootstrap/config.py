@@ -9,10 +9,17 @@ Every field is range-checked when the object is made, so bad parameters fail bef
 from __future__ import annotations
 
 import dataclasses
-import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from resail_pipeline.config import (
+    ConfigError,
+    build,
+    check_choice,
+    check_int,
+    check_number,
+)
 from resail_pipeline.envs import check_env_name
 
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -20,24 +27,6 @@ PRECISIONS = ("auto", "fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 #: how on-policy episodes are trained (``data.on_policy_training``)
 ON_POLICY_TRAINING = ("like_planner", "privileged_as_rolled_out")
-
-
-def _positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}: must be a positive integer, got {value!r}")
-
-
-def _non_negative_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name}: must be a non-negative integer, got {value!r}")
-
-
-def _in_range(name: str, value: Any, low: float, high: float, *, open_low: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        raise ValueError(f"{name}: must be a number, got {value!r}")
-    if (value <= low if open_low else value < low) or value > high:
-        bracket = "(" if open_low else "["
-        raise ValueError(f"{name}: must be in {bracket}{low}, {high}], got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -59,15 +48,15 @@ class ModelShape:
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
-            _positive_int(f"model.{f.name}", getattr(self, f.name))
+            check_int(f.name, getattr(self, f.name), low=1)
         if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
-                f"model.hidden_size: {self.hidden_size} is not a multiple of "
+            raise ConfigError(
+                f"hidden_size: {self.hidden_size} is not a multiple of "
                 f"num_attention_heads={self.num_attention_heads}"
             )
         if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError(
-                f"model.num_key_value_heads: {self.num_key_value_heads} does not divide "
+            raise ConfigError(
+                f"num_key_value_heads: {self.num_key_value_heads} does not divide "
                 f"num_attention_heads={self.num_attention_heads}"
             )
 
@@ -82,8 +71,8 @@ class TokenizerSettings:
     min_frequency: int = 1
 
     def __post_init__(self) -> None:
-        _positive_int("tokenizer.vocab_size", self.vocab_size)
-        _positive_int("tokenizer.min_frequency", self.min_frequency)
+        check_int("vocab_size", self.vocab_size, low=1)
+        check_int("min_frequency", self.min_frequency, low=1)
 
 
 @dataclass(frozen=True)
@@ -141,41 +130,36 @@ class DemonstrationSettings:
     task_limit: int | None = None
 
     def __post_init__(self) -> None:
-        _positive_int("data.episodes_per_task", self.episodes_per_task)
-        _in_range("data.mistake_rate", self.mistake_rate, 0.0, 0.9)
-        _in_range("data.stalled_share", self.stalled_share, 0.0, 0.9)
-        _in_range("data.privileged_share", self.privileged_share, 0.0, 1.0)
-        _in_range("data.ordinary_share", self.ordinary_share, 0.0, 1.0)
+        check_int("episodes_per_task", self.episodes_per_task, low=1)
+        check_number("mistake_rate", self.mistake_rate, low=0.0, high=0.9)
+        check_number("stalled_share", self.stalled_share, low=0.0, high=0.9)
+        check_number("privileged_share", self.privileged_share, low=0.0, high=1.0)
+        check_number("ordinary_share", self.ordinary_share, low=0.0, high=1.0)
         if self.ordinary_share == 0 and self.privileged_share == 0:
-            raise ValueError(
-                "data.ordinary_share: 0 with data.privileged_share 0 leaves nothing to train on"
+            raise ConfigError(
+                "ordinary_share: 0 with privileged_share 0 leaves nothing to train on"
             )
-        _positive_int("data.max_branches", self.max_branches)
-        _non_negative_int("data.renamed_copies", self.renamed_copies)
-        _non_negative_int("data.copying_drills", self.copying_drills)
-        _non_negative_int("data.on_policy_episodes", self.on_policy_episodes)
-        _non_negative_int("data.on_policy_privileged", self.on_policy_privileged)
+        check_int("max_branches", self.max_branches, low=1)
+        check_int("renamed_copies", self.renamed_copies, low=0)
+        check_int("copying_drills", self.copying_drills, low=0)
+        check_int("on_policy_episodes", self.on_policy_episodes, low=0)
+        check_int("on_policy_privileged", self.on_policy_privileged, low=0)
         if self.on_policy_privileged and not self.on_policy_episodes:
-            raise ValueError(
-                "data.on_policy_privileged: privileged rollouts take their summary from the "
-                "task's first on-policy episode; set data.on_policy_episodes >= 1"
+            raise ConfigError(
+                "on_policy_privileged: privileged rollouts take their summary from the "
+                "task's first on-policy episode; set on_policy_episodes >= 1"
             )
-        if self.on_policy_training not in ON_POLICY_TRAINING:
-            raise ValueError(
-                f"data.on_policy_training: must be one of {ON_POLICY_TRAINING}, "
-                f"got {self.on_policy_training!r}"
-            )
+        check_choice("on_policy_training", self.on_policy_training, ON_POLICY_TRAINING)
         if self.on_policy_training == "privileged_as_rolled_out" and not self.on_policy_privileged:
-            raise ValueError(
-                "data.on_policy_training: privileged_as_rolled_out trains the privileged on-policy "
-                "episodes only; set data.on_policy_privileged >= 1"
+            raise ConfigError(
+                "on_policy_training: privileged_as_rolled_out trains the privileged on-policy "
+                "episodes only; set on_policy_privileged >= 1"
             )
-        _in_range("data.on_policy_temperature", self.on_policy_temperature, 0.0, 2.0)
-        if self.task_limit is not None:
-            _positive_int("data.task_limit", self.task_limit)
+        check_number("on_policy_temperature", self.on_policy_temperature, low=0.0, high=2.0)
+        check_int("task_limit", self.task_limit, low=1, optional=True)
         if self.stalled_share > 0 and self.episodes_per_task < 2:
-            raise ValueError(
-                "data.episodes_per_task: stalled demonstrations need at least 2 episodes per task"
+            raise ConfigError(
+                "episodes_per_task: stalled demonstrations need at least 2 episodes per task"
             )
 
 
@@ -224,30 +208,23 @@ class TrainingSettings:
     device: str = "auto"
 
     def __post_init__(self) -> None:
-        _in_range("training.learning_rate", self.learning_rate, 0.0, 1.0, open_low=True)
-        _in_range("training.min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
-        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int):
-            raise ValueError(
-                f"training.warmup_steps: must be an integer, got {self.warmup_steps!r}"
-            )
-        if self.warmup_steps < 0:
-            raise ValueError(f"training.warmup_steps: must be >= 0, got {self.warmup_steps}")
-        _in_range("training.weight_decay", self.weight_decay, 0.0, 1.0)
-        _in_range("training.beta1", self.beta1, 0.0, 0.9999)
-        _in_range("training.beta2", self.beta2, 0.0, 0.99999)
-        _in_range("training.grad_clip", self.grad_clip, 0.0, 1e6, open_low=True)
-        _positive_int("training.batch_tokens", self.batch_tokens)
-        _in_range("training.prompt_loss_weight", self.prompt_loss_weight, 0.0, 100.0)
-        _in_range("training.epochs", self.epochs, 0.0, 1e4, open_low=True)
-        _in_range("training.time_budget_s", self.time_budget_s, 0.0, 1e7, open_low=True)
-        _in_range("training.checkpoint_every_s", self.checkpoint_every_s, 0.0, 1e7, open_low=True)
-        if self.precision not in PRECISIONS:
-            raise ValueError(
-                f"training.precision: must be one of {PRECISIONS}, got {self.precision!r}"
-            )
-        _positive_int("training.threads", self.threads)
-        if self.device not in DEVICES:
-            raise ValueError(f"training.device: must be one of {DEVICES}, got {self.device!r}")
+        check_number("learning_rate", self.learning_rate, low=0.0, high=1.0, low_open=True)
+        check_number("min_lr_ratio", self.min_lr_ratio, low=0.0, high=1.0)
+        check_int("warmup_steps", self.warmup_steps, low=0)
+        check_number("weight_decay", self.weight_decay, low=0.0, high=1.0)
+        check_number("beta1", self.beta1, low=0.0, high=0.9999)
+        check_number("beta2", self.beta2, low=0.0, high=0.99999)
+        check_number("grad_clip", self.grad_clip, low=0.0, high=1e6, low_open=True)
+        check_int("batch_tokens", self.batch_tokens, low=1)
+        check_number("prompt_loss_weight", self.prompt_loss_weight, low=0.0, high=100.0)
+        check_number("epochs", self.epochs, low=0.0, high=1e4, low_open=True)
+        check_number("time_budget_s", self.time_budget_s, low=0.0, high=1e7, low_open=True)
+        check_number(
+            "checkpoint_every_s", self.checkpoint_every_s, low=0.0, high=1e7, low_open=True
+        )
+        check_choice("precision", self.precision, PRECISIONS)
+        check_int("threads", self.threads, low=1)
+        check_choice("device", self.device, DEVICES)
 
 
 _PARTS = {
@@ -298,41 +275,25 @@ class BootstrapConfig:
         if self.warm_start is not None and (
             not isinstance(self.warm_start, str) or not self.warm_start
         ):
-            raise ValueError(
+            raise ConfigError(
                 f"warm_start: must be a policy directory or null, got {self.warm_start!r}"
             )
         if self.data.on_policy_episodes and self.warm_start is None:
-            raise ValueError(
+            raise ConfigError(
                 "data.on_policy_episodes: on-policy episodes are rolled out by the warm start "
                 "policy; set warm_start (or data.on_policy_episodes: 0)"
             )
         if not self.name or "@" in self.name or "/" in self.name:
-            raise ValueError(f"name: must be non-empty without '@' or '/', got {self.name!r}")
-        _non_negative_int("seed", self.seed)
+            raise ConfigError(f"name: must be non-empty without '@' or '/', got {self.name!r}")
+        check_int("seed", self.seed, low=0)
         for part, kind in _PARTS.items():
             if not isinstance(getattr(self, part), kind):
-                raise ValueError(f"{part}: expected {kind.__name__}, got {getattr(self, part)!r}")
+                raise ConfigError(f"{part}: expected {kind.__name__}, got {getattr(self, part)!r}")
 
     @classmethod
-    def from_dict(cls, params: dict[str, Any]) -> BootstrapConfig:
+    def from_dict(cls, params: Mapping[str, Any], path: str = "bootstrap") -> BootstrapConfig:
         """The config of a parameters mapping (nested like :meth:`to_dict`); unknown keys raise."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(params) - known)
-        if unknown:
-            raise ValueError(f"bootstrap: unknown parameter(s) {unknown}; known: {sorted(known)}")
-        values = dict(params)
-        for part, kind in _PARTS.items():
-            given = values.get(part)
-            if given is None:
-                continue
-            if not isinstance(given, dict):
-                raise ValueError(f"{part}: expected a mapping, got {given!r}")
-            fields = {f.name for f in dataclasses.fields(kind)}
-            extra = sorted(set(given) - fields)
-            if extra:
-                raise ValueError(f"{part}: unknown parameter(s) {extra}; known: {sorted(fields)}")
-            values[part] = kind(**given)
-        return cls(**values)
+        return build(cls, params, path)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

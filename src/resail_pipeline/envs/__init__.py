@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from resail_pipeline.config import ConfigError
 from resail_pipeline.envs.base import (
     END_ENV_DONE,
     END_STEP_LIMIT,
@@ -27,9 +28,11 @@ ENV_REGISTRY: dict[str, str] = {
 
 
 def check_env_name(name: str) -> str:
-    """Return ``name`` if it is a registered environment, else raise a ``ValueError`` naming it."""
+    """Return ``name`` if it is a registered environment, else raise a ``ConfigError`` naming it."""
     if name not in ENV_REGISTRY:
-        raise ValueError(f"env: unknown environment {name!r}; choose one of {sorted(ENV_REGISTRY)}")
+        raise ConfigError(
+            f"env: unknown environment {name!r}; choose one of {sorted(ENV_REGISTRY)}"
+        )
     return name
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from resail_pipeline.config import ConfigError, check_int
 from resail_pipeline.envs import Environment
 from resail_pipeline.experience import SummarizeConfig, summarize_trajectories
 from resail_pipeline.generation.base import Generator
@@ -53,26 +54,20 @@ class EvalConfig(RolloutSettings):
     views: tuple[str, ...] = (VIEW_ORDINARY,)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "decoding_seeds", tuple(int(s) for s in self.decoding_seeds))
-        object.__setattr__(self, "views", tuple(self.views))
-        object.__setattr__(self, "splits", tuple(self.splits))
+        for name in ("splits", "decoding_seeds", "views"):
+            if not isinstance(getattr(self, name), tuple | list):
+                raise ConfigError(f"{name}: must be a list, got {getattr(self, name)!r}")
+            object.__setattr__(self, name, tuple(getattr(self, name)))
         if not self.splits or len(set(self.splits)) != len(self.splits):
-            raise ValueError(f"splits: must be distinct split names, got {list(self.splits)}")
-        if self.num_tasks is not None and (
-            isinstance(self.num_tasks, bool) or int(self.num_tasks) < 1
-        ):
-            raise ValueError(
-                f"num_tasks: must be a positive integer or null, got {self.num_tasks!r}"
-            )
-        if not self.decoding_seeds:
-            raise ValueError("decoding_seeds: at least one seed is needed")
-        if len(set(self.decoding_seeds)) != len(self.decoding_seeds):
-            raise ValueError(f"decoding_seeds: must be distinct, got {list(self.decoding_seeds)}")
-        if any(s < 0 for s in self.decoding_seeds):
-            raise ValueError(f"decoding_seeds: must be >= 0, got {list(self.decoding_seeds)}")
+            raise ConfigError(f"splits: must be distinct split names, got {list(self.splits)}")
+        check_int("num_tasks", self.num_tasks, low=1, optional=True)
+        if not self.decoding_seeds or len(set(self.decoding_seeds)) != len(self.decoding_seeds):
+            raise ConfigError(f"decoding_seeds: must be distinct, got {list(self.decoding_seeds)}")
+        for seed in self.decoding_seeds:
+            check_int("decoding_seeds", seed, low=0)
         unknown = [v for v in self.views if v not in VIEWS]
         if unknown or not self.views or len(set(self.views)) != len(self.views):
-            raise ValueError(f"views: must be distinct values of {VIEWS}, got {list(self.views)}")
+            raise ConfigError(f"views: must be distinct values of {VIEWS}, got {list(self.views)}")
         super().__post_init__()
 
     @property
@@ -96,7 +91,7 @@ def evaluation_tasks(env: Environment, config: EvalConfig) -> list[tuple[str, in
     for split in config.splits:
         ids = env.task_ids(split)
         if config.num_tasks is not None and config.num_tasks > len(ids):
-            raise ValueError(
+            raise ConfigError(
                 f"num_tasks: {split!r} has {len(ids)} tasks, asked for {config.num_tasks}"
             )
         tasks += [(split, t) for t in spread(ids, config.num_tasks)]

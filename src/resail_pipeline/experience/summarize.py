@@ -15,12 +15,12 @@ trajectory out; ``rules`` puts the rules-based summary in its place, recorded wi
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
+from resail_pipeline.config import ConfigError, check_choice, check_int
 from resail_pipeline.experience.evidence import build_evidence_table, outcome_of
 from resail_pipeline.experience.extraction import (
     SOURCE_MODEL,
@@ -64,43 +64,18 @@ class SummarizeConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
 
     def __post_init__(self) -> None:
-        if self.source not in SOURCES:
-            raise ValueError(f"source: must be one of {SOURCES}, got {self.source!r}")
-        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
-            raise ValueError(f"max_attempts: must be an integer, got {self.max_attempts!r}")
-        if self.max_attempts < 1:
-            raise ValueError(f"max_attempts: must be >= 1, got {self.max_attempts}")
-        if self.on_rejected not in ON_REJECTED:
-            raise ValueError(f"on_rejected: must be one of {ON_REJECTED}, got {self.on_rejected!r}")
+        check_choice("source", self.source, SOURCES)
+        check_int("max_attempts", self.max_attempts, low=1)
+        check_choice("on_rejected", self.on_rejected, ON_REJECTED)
         if self.sampling.n != 1:
-            raise ValueError(
+            raise ConfigError(
                 f"sampling.n: must be 1 (one summary per attempt), got {self.sampling.n}"
             )
         if self.source == SOURCE_MODEL and self.max_attempts > 1 and self.sampling.temperature == 0:
-            raise ValueError(
+            raise ConfigError(
                 "sampling.temperature: greedy decoding repeats the same text on every retry; "
                 f"use temperature > 0 or max_attempts: 1 (got {self.max_attempts})"
             )
-
-    @classmethod
-    def from_dict(cls, params: Mapping[str, Any]) -> SummarizeConfig:
-        """The config from a parameters mapping (``sampling`` nested); unknown keys raise."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(params) - known)
-        if unknown:
-            raise ValueError(f"summarize: unknown parameter(s) {unknown}; known: {sorted(known)}")
-        values = dict(params)
-        sampling = values.pop("sampling", None)
-        if sampling is not None:
-            sampling_keys = {f.name for f in fields(SamplingParams)}
-            unknown = sorted(set(sampling) - sampling_keys)
-            if unknown:
-                raise ValueError(
-                    f"summarize.sampling: unknown parameter(s) {unknown}; "
-                    f"known: {sorted(sampling_keys)}"
-                )
-            values["sampling"] = SamplingParams(**sampling)
-        return cls(**values)
 
 
 def _row(extraction: Extraction) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from resail_pipeline.config import ConfigError
 from resail_pipeline.generation.base import (
     Generation,
     Generator,
@@ -58,7 +59,7 @@ def check_options(backend: str, options: Mapping[str, Any], source: str = "optio
         return
     unknown = sorted(set(options) - known)
     if unknown:
-        raise ValueError(
+        raise ConfigError(
             f"{source}: the {backend} backend takes no option(s) {unknown}; known: {sorted(known)}"
         )
 

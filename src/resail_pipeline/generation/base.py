@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from resail_pipeline.config import check_int, check_number, is_int
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -34,18 +36,13 @@ class SamplingParams:
     n: int = 1
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError(f"temperature: must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p: must be in (0, 1], got {self.top_p}")
-        if self.top_k == 0 or self.top_k < -1:
-            raise ValueError(f"top_k: must be -1 (off) or positive, got {self.top_k}")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens: must be >= 1, got {self.max_new_tokens}")
-        if self.seed < 0:
-            raise ValueError(f"seed: must be >= 0, got {self.seed}")
-        if self.n < 1:
-            raise ValueError(f"n: must be >= 1, got {self.n}")
+        check_number("temperature", self.temperature, low=0)
+        check_number("top_p", self.top_p, low=0, high=1, low_open=True)
+        if not (is_int(self.top_k) and self.top_k == -1):
+            check_int("top_k", self.top_k, low=1)  # -1: off
+        check_int("max_new_tokens", self.max_new_tokens, low=1)
+        check_int("seed", self.seed, low=0)
+        check_int("n", self.n, low=1)
 
 
 @dataclass(frozen=True)

@@ -17,16 +17,16 @@ With balancing on, ``rho = 1`` is *not* the uniform mean: steps are weighted per
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from resail_pipeline.config import check_bool, check_choice, check_int, check_number
 from resail_pipeline.objectives.distillation import DEFAULT_TOP_K, token_divergences
 from resail_pipeline.objectives.selection import (
     SELECTION_STRATEGIES,
-    check_rho,
     check_trajectory_index,
     select_steps,
     trajectory_balanced_mean,
@@ -61,28 +61,17 @@ class ResailConfig:
     # retention view: "privileged" (PR, eq. 6), "ordinary" (ablation control), or "none"
     retention: str = "privileged"
     # retention weight lambda >= 0; ignored when retention is "none"
-    lam: float = 1.0
+    lam: float = field(default=1.0, metadata={"key": "lambda"})
     # support size K of the top-K plus tail distributions
     top_k: int = DEFAULT_TOP_K
 
     def __post_init__(self) -> None:
-        if self.selection not in SELECTIONS:
-            raise ValueError(f"selection: must be one of {SELECTIONS}, got {self.selection!r}")
-        check_rho(self.rho)
-        if not isinstance(self.balancing, bool):
-            raise ValueError(f"balancing: must be true or false, got {self.balancing!r}")
-        if self.retention not in RETENTION_VIEWS:
-            raise ValueError(f"retention: must be one of {RETENTION_VIEWS}, got {self.retention!r}")
-        if (
-            isinstance(self.lam, bool)
-            or not isinstance(self.lam, (int, float))
-            or not 0 <= self.lam < float("inf")
-        ):
-            raise ValueError(
-                f"lam: the retention weight must be a finite number >= 0, got {self.lam!r}"
-            )
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1:
-            raise ValueError(f"top_k: must be a positive integer, got {self.top_k!r}")
+        check_choice("selection", self.selection, SELECTIONS)
+        check_number("rho", self.rho, low=0, high=1, low_open=True)
+        check_bool("balancing", self.balancing)
+        check_choice("retention", self.retention, RETENTION_VIEWS)
+        check_number("lambda", self.lam, low=0)  # the YAML key (a keyword in Python)
+        check_int("top_k", self.top_k, low=1)
 
     @classmethod
     def off(cls, top_k: int = DEFAULT_TOP_K) -> ResailConfig:

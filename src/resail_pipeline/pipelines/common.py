@@ -23,6 +23,7 @@ import pandas as pd
 from kedro.pipeline import Pipeline
 
 from resail_pipeline.checkpoints import CheckpointInfo
+from resail_pipeline.config import ConfigError, build, check_choice, check_folder_name
 from resail_pipeline.envs import Environment, check_env_name, make_env
 from resail_pipeline.generation import (
     GENERATOR_REGISTRY,
@@ -30,7 +31,6 @@ from resail_pipeline.generation import (
     check_options,
     make_generator,
 )
-from resail_pipeline.io import check_folder_name
 from resail_pipeline.training.config import METHODS, REACT
 
 #: The input name under which every base pipeline receives the cycle-start policy.
@@ -87,31 +87,30 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         check_env_name(self.env)
-        if self.method not in METHODS:
-            raise ValueError(f"run.method: must be one of {METHODS}, got {self.method!r}")
+        check_choice("method", self.method, METHODS)
         if self.method == REACT:
-            raise ValueError(
-                "run.method: react is the initial policy, never trained: its results are "
+            raise ConfigError(
+                "method: react is the initial policy, never trained: its results are "
                 "cycle_0's evaluation, which every run writes and the report draws flat across "
                 "cycles (`kedro run --pipelines=report`)"
             )
         if self.backend not in GENERATOR_REGISTRY:
-            raise ValueError(
-                f"run.backend: unknown generation backend {self.backend!r}; "
+            raise ConfigError(
+                f"backend: unknown generation backend {self.backend!r}; "
                 f"choose one of {sorted(GENERATOR_REGISTRY)}"
             )
-        check_folder_name(self.experiment, "run.experiment")
+        check_folder_name(self.experiment, "experiment")
         if self.generation is None:  # `generation:` left empty in YAML
             object.__setattr__(self, "generation", {})
         for backend, options in self.generation.items():
             if backend not in GENERATOR_REGISTRY:
-                raise ValueError(
-                    f"run.generation: {backend!r} is not a generation backend; give each "
+                raise ConfigError(
+                    f"generation: {backend!r} is not a generation backend; give each "
                     f"backend's options under its name, one of {sorted(GENERATOR_REGISTRY)}"
                 )
             if not isinstance(options, dict):
-                raise ValueError(f"run.generation.{backend}: expected a mapping, got {options!r}")
-        check_options(self.backend, self.generation_options, f"run.generation.{self.backend}")
+                raise ConfigError(f"generation.{backend}: expected a mapping, got {options!r}")
+        check_options(self.backend, self.generation_options, f"generation.{self.backend}")
 
     @property
     def generation_options(self) -> dict[str, Any]:
@@ -120,7 +119,7 @@ class RunConfig:
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> RunConfig:
-        return dataclass_from_params(cls, params, "run")
+        return build(cls, params, "run")
 
     def environment(self, *splits: str) -> Callable[[], Environment]:
         """A factory of fresh environments (one per episode in a batched rollout), checked first:
@@ -152,16 +151,3 @@ class RunConfig:
 def policy_info(policy: pd.DataFrame) -> CheckpointInfo:
     """The checkpoint a node acts with, from its one-row manifest."""
     return CheckpointInfo.from_frame(policy, source="policy")
-
-
-def dataclass_from_params(cls: type, params: dict[str, Any], name: str) -> Any:
-    """``cls(**params)``; an unknown key or a value out of range is an error naming the parameter
-    as it is written in the configuration (``evaluate.num_tasks: ...``)."""
-    known = set(cls.__dataclass_fields__)
-    unknown = sorted(set(params) - known)
-    if unknown:
-        raise ValueError(f"{name}: unknown parameter(s) {unknown}; known: {sorted(known)}")
-    try:
-        return cls(**params)
-    except ValueError as error:  # the config's own checks name the field; add the section
-        raise ValueError(f"{name}.{error}") from None

@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from resail_pipeline.bootstrap.config import BootstrapConfig
+from resail_pipeline.config import ConfigError, build, check_folder_name
 from resail_pipeline.experience import SummarizeConfig
-from resail_pipeline.io import check_folder_name
 from resail_pipeline.pipelines.bootstrap.nodes import NODE_KEYS as BOOTSTRAP_NODE_KEYS
 from resail_pipeline.pipelines.collect.nodes import collect_config
-from resail_pipeline.pipelines.common import RunConfig, dataclass_from_params
+from resail_pipeline.pipelines.common import RunConfig
 from resail_pipeline.pipelines.evaluate.nodes import eval_config
 from resail_pipeline.pipelines.report.nodes import REPORT_KEYS
 from resail_pipeline.pipelines.score.nodes import ScoreParams
@@ -28,26 +28,26 @@ RUNTIME_KEYS = ("data_tag",)
 
 
 def check_parameters(params: Mapping[str, Any]) -> None:
-    """Raise ``ValueError`` naming the first bad parameter (``section.field: ...``) of ``params``,
+    """Raise :class:`ConfigError` naming the first bad parameter (``section.field: ...``) of ``params``,
     the whole parameter tree of a run."""
     unknown = sorted(set(params) - set(SECTIONS) - set(RUNTIME_KEYS))
     if unknown:
-        raise ValueError(
+        raise ConfigError(
             f"parameters: unknown top-level key(s) {unknown}; the sections are {list(SECTIONS)}"
         )
     missing = [section for section in SECTIONS if not isinstance(params.get(section), Mapping)]
     if missing:
-        raise ValueError(f"parameters: section(s) {missing} missing or not a mapping")
+        raise ConfigError(f"parameters: section(s) {missing} missing or not a mapping")
     if "data_tag" in params:
         check_folder_name(params["data_tag"], "data_tag", empty=True)
     run = RunConfig.from_params(dict(params["run"]))
     bootstrap = {k: v for k, v in params["bootstrap"].items() if k not in BOOTSTRAP_NODE_KEYS}
     BootstrapConfig.from_dict({**bootstrap, "env": run.env})
     collect_config(dict(params["collect"]), dict(params["train"]), run)
-    SummarizeConfig.from_dict(dict(params["summarize"]))
-    dataclass_from_params(ScoreParams, dict(params["score"]), "score")
-    TrainConfig.from_dict({**params["train"], "method": run.method})
+    build(SummarizeConfig, dict(params["summarize"]), "summarize")
+    build(ScoreParams, dict(params["score"]), "score")
+    TrainConfig.from_dict({**params["train"], "method": run.method}, "train")
     eval_config(dict(params["evaluate"]))
     extra = sorted(set(params["report"]) - set(REPORT_KEYS))
     if extra:
-        raise ValueError(f"report: unknown parameter(s) {extra}; known: {list(REPORT_KEYS)}")
+        raise ConfigError(f"report: unknown parameter(s) {extra}; known: {list(REPORT_KEYS)}")

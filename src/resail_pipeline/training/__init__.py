@@ -13,7 +13,8 @@
   where it takes more than one process) and collects its outputs.
 """
 
-from resail_pipeline.training.config import METHODS, ConfigError, TrainConfig
+from resail_pipeline.config import ConfigError
+from resail_pipeline.training.config import METHODS, TrainConfig
 from resail_pipeline.training.data import (
     InputError,
     InputManifest,

@@ -13,8 +13,6 @@ or the clipping norm; the defaults here are Megatron-LM's (its training framewor
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,6 +20,15 @@ from typing import Any
 
 import yaml
 
+from resail_pipeline.config import (
+    ConfigError,
+    build,
+    check_bool,
+    check_choice,
+    check_int,
+    check_number,
+    to_data,
+)
 from resail_pipeline.generation import SamplingParams
 from resail_pipeline.io import atomic_path
 from resail_pipeline.objectives import ResailConfig
@@ -32,7 +39,6 @@ __all__ = [
     "PRECISIONS",
     "REACT",
     "RESPONSE_SOURCES",
-    "ConfigError",
     "EngineConfig",
     "GrpoConfig",
     "OptimizerConfig",
@@ -61,30 +67,6 @@ RESPONSE_SOURCES = {
 ENGINES = ("auto", "single", "ddp", "deepspeed")
 #: ``bf16``: bf16 parameters under DeepSpeed, bf16 autocast otherwise
 PRECISIONS = ("auto", "fp32", "bf16")
-#: YAML key of the retention weight (``lambda`` is a Python keyword; the field is ``lam``)
-_LAMBDA_KEY = "lambda"
-
-
-class ConfigError(ValueError):
-    """A configuration value is missing, unknown or out of range; the message names the field."""
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _positive_int(name: str, value: Any) -> None:
-    if not _is_int(value) or value < 1:
-        raise ConfigError(f"{name}: must be a positive integer, got {value!r}")
-
-
-def _optional_positive_int(name: str, value: Any) -> None:
-    if value is not None:
-        _positive_int(name, value)
 
 
 @dataclass(frozen=True)
@@ -99,10 +81,9 @@ class ScheduleConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _positive_int("updates", self.updates)
-        _positive_int("trajectories_per_update", self.trajectories_per_update)
-        if not _is_int(self.seed) or self.seed < 0:
-            raise ConfigError(f"seed: must be a non-negative integer, got {self.seed!r}")
+        check_int("updates", self.updates, low=1)
+        check_int("trajectories_per_update", self.trajectories_per_update, low=1)
+        check_int("seed", self.seed, low=0)
 
 
 @dataclass(frozen=True)
@@ -121,20 +102,16 @@ class OptimizerConfig:
     grad_clip: float | None = 1.0
 
     def __post_init__(self) -> None:
-        if not _is_number(self.lr) or self.lr <= 0:
-            raise ConfigError(f"lr: must be a finite number > 0, got {self.lr!r}")
-        betas = tuple(self.betas) if isinstance(self.betas, (list, tuple)) else None
-        if betas is None or len(betas) != 2 or not all(_is_number(b) and 0 <= b < 1 for b in betas):
+        check_number("lr", self.lr, low=0, low_open=True)
+        betas = tuple(self.betas) if isinstance(self.betas, (list, tuple)) else ()
+        if len(betas) != 2:
             raise ConfigError(f"betas: must be two numbers in [0, 1), got {self.betas!r}")
+        for i, beta in enumerate(betas):
+            check_number(f"betas[{i}]", beta, low=0, high=1, high_open=True)
         object.__setattr__(self, "betas", (float(betas[0]), float(betas[1])))
-        if not _is_number(self.eps) or self.eps <= 0:
-            raise ConfigError(f"eps: must be a finite number > 0, got {self.eps!r}")
-        if not _is_number(self.weight_decay) or self.weight_decay < 0:
-            raise ConfigError(
-                f"weight_decay: must be a finite number >= 0, got {self.weight_decay!r}"
-            )
-        if self.grad_clip is not None and (not _is_number(self.grad_clip) or self.grad_clip <= 0):
-            raise ConfigError(f"grad_clip: must be null or a number > 0, got {self.grad_clip!r}")
+        check_number("eps", self.eps, low=0, low_open=True)
+        check_number("weight_decay", self.weight_decay, low=0)
+        check_number("grad_clip", self.grad_clip, low=0, low_open=True, optional=True)
 
 
 @dataclass(frozen=True)
@@ -164,14 +141,13 @@ class EngineConfig:
     gradient_checkpointing: bool = False
 
     def __post_init__(self) -> None:
-        if self.kind not in ENGINES:
-            raise ConfigError(f"kind: must be one of {ENGINES}, got {self.kind!r}")
-        _optional_positive_int("world_size", self.world_size)
+        check_choice("kind", self.kind, ENGINES)
+        check_int("world_size", self.world_size, low=1, optional=True)
         if self.kind == "single" and self.world_size not in (None, 1):
             raise ConfigError(
                 f"world_size: the single engine runs one process, got {self.world_size}"
             )
-        _positive_int("nodes", self.nodes)
+        check_int("nodes", self.nodes, low=1)
         if self.nodes > 1:
             if self.kind == "single":
                 raise ConfigError(f"nodes: the single engine runs one process, got {self.nodes}")
@@ -191,16 +167,11 @@ class EngineConfig:
             object.__setattr__(self, "launcher", launcher)
         if not isinstance(launcher, tuple) or not all(isinstance(a, str) for a in launcher):
             raise ConfigError(f"launcher: must be a list of strings, got {self.launcher!r}")
-        if self.zero_stage not in (1, 2, 3) or not _is_int(self.zero_stage):
-            raise ConfigError(f"zero_stage: must be 1, 2 or 3, got {self.zero_stage!r}")
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"precision: must be one of {PRECISIONS}, got {self.precision!r}")
-        _optional_positive_int("micro_batch_steps", self.micro_batch_steps)
-        _optional_positive_int("chunk_size", self.chunk_size)
-        if not isinstance(self.gradient_checkpointing, bool):
-            raise ConfigError(
-                f"gradient_checkpointing: must be true or false, got {self.gradient_checkpointing!r}"
-            )
+        check_choice("zero_stage", self.zero_stage, (1, 2, 3))
+        check_choice("precision", self.precision, PRECISIONS)
+        check_int("micro_batch_steps", self.micro_batch_steps, low=1, optional=True)
+        check_int("chunk_size", self.chunk_size, low=1, optional=True)
+        check_bool("gradient_checkpointing", self.gradient_checkpointing)
 
     @property
     def bf16_parameters(self) -> bool:
@@ -265,19 +236,11 @@ class ResponseConfig:
     max_batch_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        _optional_positive_int("max_batch_tokens", self.max_batch_tokens)
-        if not _is_number(self.temperature) or self.temperature <= 0:
-            raise ConfigError(
-                f"temperature: training responses are sampled, must be > 0, got {self.temperature!r}"
-            )
-        _positive_int("max_tokens", self.max_tokens)
-        _positive_int("batch_size", self.batch_size)
-        if not _is_int(self.top_k):
-            raise ConfigError(f"top_k: must be -1 (off) or a positive integer, got {self.top_k!r}")
-        try:
-            self.sampling_params(seed=0)
-        except ValueError as error:
-            raise ConfigError(str(error)) from None
+        check_int("max_batch_tokens", self.max_batch_tokens, low=1, optional=True)
+        check_number("temperature", self.temperature, low=0, low_open=True)  # sampled
+        check_int("max_tokens", self.max_tokens, low=1)
+        check_int("batch_size", self.batch_size, low=1)
+        self.sampling_params(seed=0)  # top_p and top_k, checked as every sampler checks them
 
     def sampling_params(self, seed: int) -> SamplingParams:
         """One response per prompt with these settings."""
@@ -311,11 +274,10 @@ class ProbeConfig:
     micro_batch_steps: int = 8
 
     def __post_init__(self) -> None:
-        if not isinstance(self.enabled, bool):
-            raise ConfigError(f"enabled: must be true or false, got {self.enabled!r}")
-        _positive_int("num_trajectories", self.num_trajectories)
-        _positive_int("top_k", self.top_k)
-        _positive_int("micro_batch_steps", self.micro_batch_steps)
+        check_bool("enabled", self.enabled)
+        check_int("num_trajectories", self.num_trajectories, low=1)
+        check_int("top_k", self.top_k, low=1)
+        check_int("micro_batch_steps", self.micro_batch_steps, low=1)
 
 
 @dataclass(frozen=True)
@@ -333,14 +295,10 @@ class GrpoConfig:
     kl_beta: float = 0.01
 
     def __post_init__(self) -> None:
-        if not _is_int(self.samples) or self.samples < 2:
-            raise ConfigError(f"samples: a group needs at least 2, got {self.samples!r}")
-        if not _is_number(self.clip_low) or not 0 <= self.clip_low < 1:
-            raise ConfigError(f"clip_low: must be in [0, 1), got {self.clip_low!r}")
-        if not _is_number(self.clip_high) or self.clip_high < 0:
-            raise ConfigError(f"clip_high: must be a number >= 0, got {self.clip_high!r}")
-        if not _is_number(self.kl_beta) or self.kl_beta < 0:
-            raise ConfigError(f"kl_beta: must be a number >= 0, got {self.kl_beta!r}")
+        check_int("samples", self.samples, low=2)  # advantages need a group of two
+        check_number("clip_low", self.clip_low, low=0, high=1, high_open=True)
+        check_number("clip_high", self.clip_high, low=0)
+        check_number("kl_beta", self.kl_beta, low=0)
 
 
 @dataclass(frozen=True)
@@ -364,8 +322,7 @@ class RunPaths:
                 raise ConfigError(f"{name}: must be a path string, got {getattr(self, name)!r}")
         if not isinstance(self.policy_name, str) or not self.policy_name:
             raise ConfigError(f"policy_name: must be a non-empty string, got {self.policy_name!r}")
-        if not _is_int(self.cycle) or self.cycle < 0:
-            raise ConfigError(f"cycle: must be a non-negative integer, got {self.cycle!r}")
+        check_int("cycle", self.cycle, low=0)
 
     def check_set(self) -> None:
         """Raise unless the three paths a run needs are given."""
@@ -412,8 +369,7 @@ class TrainConfig:
     run: RunPaths = field(default_factory=RunPaths)
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ConfigError(f"method: must be one of {METHODS}, got {self.method!r}")
+        check_choice("method", self.method, METHODS)
         for name, cls in _SECTIONS.items():
             if not isinstance(getattr(self, name), cls):
                 raise ConfigError(
@@ -476,34 +432,14 @@ class TrainConfig:
     # YAML
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TrainConfig:
-        """Build from nested plain data (e.g. YAML or Kedro parameters); unknown keys are errors."""
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"config: expected a mapping, got {type(data).__name__}")
-        unknown = sorted(set(data) - {"method", *_SECTIONS})
-        if unknown:
-            raise ConfigError(f"config: unknown key(s) {unknown}; known: {['method', *_SECTIONS]}")
-        kwargs: dict[str, Any] = {}
-        if "method" in data:
-            kwargs["method"] = data["method"]
-        for name, section_cls in _SECTIONS.items():
-            if data.get(name) is not None:
-                kwargs[name] = _build_section(name, section_cls, data[name])
-        return cls(**kwargs)
+    def from_dict(cls, data: Mapping[str, Any], path: str = "") -> TrainConfig:
+        """Build from nested plain data (YAML, Kedro parameters); unknown keys are errors, named
+        under ``path`` (``train``)."""
+        return build(cls, data, path)
 
     def to_dict(self) -> dict[str, Any]:
         """Nested plain data that :meth:`from_dict` reads back to an equal object."""
-        out: dict[str, Any] = {"method": self.method}
-        for name in _SECTIONS:
-            section = dataclasses.asdict(getattr(self, name))
-            if name == "resail":
-                section[_LAMBDA_KEY] = section.pop("lam")
-            if name == "optimizer":
-                section["betas"] = list(section["betas"])
-            if name == "engine":
-                section["launcher"] = list(section["launcher"])
-            out[name] = section
-        return out
+        return to_data(self)
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> TrainConfig:
@@ -536,30 +472,3 @@ class TrainConfig:
         except ConfigError as error:
             raise ConfigError(f"engine.{error}") from None
         return replace(self, engine=engine)
-
-
-def _build_section(name: str, cls: type, data: Any) -> Any:
-    """One section dataclass from a mapping; errors are prefixed with the section name."""
-    if isinstance(data, cls):
-        return data
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{name}: expected a mapping, got {type(data).__name__}")
-    values = dict(data)
-    if cls is ResailConfig and _LAMBDA_KEY in values:
-        if "lam" in values:
-            raise ConfigError(f"{name}: give the retention weight once, as '{_LAMBDA_KEY}'")
-        values["lam"] = values.pop(_LAMBDA_KEY)
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        shown = sorted(_LAMBDA_KEY if k == "lam" else k for k in known)
-        raise ConfigError(f"{name}: unknown key(s) {unknown}; known: {shown}")
-    if cls is OptimizerConfig and isinstance(values.get("betas"), list):
-        values["betas"] = tuple(values["betas"])
-    try:
-        return cls(**values)
-    except (ValueError, TypeError) as error:
-        message = str(error)
-        if cls is ResailConfig:
-            message = message.replace("lam:", f"{_LAMBDA_KEY}:", 1)
-        raise ConfigError(f"{name}.{message}") from None

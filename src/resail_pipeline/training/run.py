@@ -33,10 +33,11 @@ from resail_pipeline.checkpoints import (
     read_checkpoint_info,
     save_policy,
 )
+from resail_pipeline.config import ConfigError
 from resail_pipeline.prompts import OUTCOME_SUCCESS
 from resail_pipeline.schemas import SCHEMAS
 from resail_pipeline.training.baselines import CrossEntropyTrainer, GrpoTrainer
-from resail_pipeline.training.config import ConfigError, EngineConfig, TrainConfig
+from resail_pipeline.training.config import EngineConfig, TrainConfig
 from resail_pipeline.training.data import (
     InputError,
     TrainingData,

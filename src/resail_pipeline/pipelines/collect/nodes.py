@@ -8,7 +8,8 @@ import pandas as pd
 
 from resail_pipeline.checkpoints import CheckpointInfo
 from resail_pipeline.collection import CollectConfig, collect, collection_settings
-from resail_pipeline.pipelines.common import RunConfig, dataclass_from_params, policy_info
+from resail_pipeline.config import build
+from resail_pipeline.pipelines.common import RunConfig, policy_info
 from resail_pipeline.training import TrainConfig
 
 
@@ -19,9 +20,9 @@ def collect_config(
     in a cycle (``train.schedule``: updates x trajectories per update)."""
     params = dict(collect_params)
     if params.get("num_trajectories") is None:
-        schedule = TrainConfig.from_dict({**train_params, "method": run.method}).schedule
+        schedule = TrainConfig.from_dict({**train_params, "method": run.method}, "train").schedule
         params["num_trajectories"] = schedule.updates * schedule.trajectories_per_update
-    return dataclass_from_params(CollectConfig, params, "collect")
+    return build(CollectConfig, params, "collect")
 
 
 def settings_of(config: CollectConfig, run: RunConfig, policy: CheckpointInfo) -> dict[str, Any]:

@@ -7,10 +7,11 @@ from typing import Any
 
 import pandas as pd
 
+from resail_pipeline.config import ConfigError, build
 from resail_pipeline.evaluation.evaluate import EvalConfig, build_experience, evaluate_policy
 from resail_pipeline.evaluation.stats import summarize_eval_results
 from resail_pipeline.experience import SummarizeConfig
-from resail_pipeline.pipelines.common import RunConfig, dataclass_from_params, policy_info
+from resail_pipeline.pipelines.common import RunConfig, policy_info
 from resail_pipeline.training import TrainConfig, build_probe_set, empty_probe_set
 from resail_pipeline.training.run import load_frozen, resolve_for_machine
 
@@ -24,9 +25,9 @@ def eval_config(params: dict[str, Any]) -> EvalConfig:
     """``params:evaluate`` as the evaluation's configuration (``reference_seed`` checked apart)."""
     seed = params.get("reference_seed")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"evaluate.reference_seed: must be an integer >= 0, got {seed!r}")
+        raise ConfigError(f"evaluate.reference_seed: must be an integer >= 0, got {seed!r}")
     fields = {k: v for k, v in params.items() if k not in _REFERENCE_KEYS}
-    return dataclass_from_params(EvalConfig, fields, "evaluate")
+    return build(EvalConfig, fields, "evaluate")
 
 
 def evaluate_node(
@@ -70,7 +71,7 @@ def experience_node(
     """
     run = RunConfig.from_params(run_params)
     config = eval_config(evaluate_params)
-    summarize = SummarizeConfig.from_dict(summarize_params)
+    summarize = build(SummarizeConfig, summarize_params, "summarize")
     make_env = run.environment(*config.splits)
     return build_experience(
         make_env,
@@ -94,7 +95,7 @@ def probe_set_node(
     (``train.probe.top_k``) at every response position, computed on the device and in the
     precision the trainer runs in. With ``train.probe.enabled`` off nothing reads it: it is kept
     empty, without loading the model."""
-    config = TrainConfig.from_dict(train_params)
+    config = TrainConfig.from_dict(train_params, "train")
     if not config.probe.enabled:
         logger.info("train.probe.enabled is false: the probe set is left empty")
         return empty_probe_set()

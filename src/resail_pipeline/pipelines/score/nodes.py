@@ -7,7 +7,8 @@ from typing import Any
 
 import pandas as pd
 
-from resail_pipeline.pipelines.common import RunConfig, dataclass_from_params, policy_info
+from resail_pipeline.config import build, check_int
+from resail_pipeline.pipelines.common import RunConfig, policy_info
 from resail_pipeline.training import TrainConfig, sample_responses, score_steps, usable_steps
 from resail_pipeline.training.run import load_frozen, resolve_for_machine
 
@@ -22,10 +23,8 @@ class ScoreParams:
     micro_batch_steps: int = 16
 
     def __post_init__(self) -> None:
-        for name, low in (("seed", 0), ("micro_batch_steps", 1)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name}: must be an integer >= {low}, got {value!r}")
+        check_int("seed", self.seed, low=0)
+        check_int("micro_batch_steps", self.micro_batch_steps, low=1)
 
 
 def respond_node(
@@ -41,8 +40,8 @@ def respond_node(
     cache, and what the scores are computed on), or for EPD in the privileged view (the teacher's
     responses it fits)."""
     run = RunConfig.from_params(run_params)
-    config = TrainConfig.from_dict({**train_params, "method": run.method})
-    score = dataclass_from_params(ScoreParams, score_params, "score")
+    config = TrainConfig.from_dict({**train_params, "method": run.method}, "train")
+    score = build(ScoreParams, score_params, "score")
     params = config.responses.sampling_params(seed=score.seed)
     privileged = config.cached_response_view == "privileged"
     return sample_responses(
@@ -64,7 +63,7 @@ def score_node(
     """The frozen cycle-start teacher's PI sensitivity of every step over its cached response (the
     function the trainer scores with online, on the device and in the precision it trains in: bf16
     weights without autocast under DeepSpeed in bf16, fp32 weights under autocast otherwise)."""
-    config = resolve_for_machine(TrainConfig.from_dict(train_params))
+    config = resolve_for_machine(TrainConfig.from_dict(train_params, "train"))
     info = policy_info(policy)
     model, tokenizer = load_frozen(info.path, config.engine)
     return score_steps(
@@ -75,9 +74,7 @@ def score_node(
         responses,
         scorer_id=info.policy_id,
         top_k=config.resail.top_k,
-        micro_batch_steps=dataclass_from_params(
-            ScoreParams, score_params, "score"
-        ).micro_batch_steps,
+        micro_batch_steps=build(ScoreParams, score_params, "score").micro_batch_steps,
         max_response_tokens=config.responses.max_tokens,
         chunk_size=config.engine.chunk_size,
         precision=config.engine.autocast_precision,

@@ -6,6 +6,7 @@ from typing import Any
 
 import pandas as pd
 
+from resail_pipeline.config import build
 from resail_pipeline.experience import SummarizeConfig, summarize_trajectories
 from resail_pipeline.experience.extraction import SOURCE_MODEL
 from resail_pipeline.pipelines.common import RunConfig, policy_info
@@ -21,6 +22,6 @@ def summarize_node(
     """The cycle's ``summaries``: written by the frozen cycle-start policy (``source: model``) or
     built from each trajectory (``source: rules``); rejections are recorded, never raised."""
     run = RunConfig.from_params(run_params)
-    config = SummarizeConfig.from_dict(summarize_params)
+    config = build(SummarizeConfig, summarize_params, "summarize")
     generator = run.generator(policy_info(policy)) if config.source == SOURCE_MODEL else None
     return summarize_trajectories(trajectories, steps, config, generator)

@@ -49,7 +49,8 @@ def train_node(
                 "policy_name": f"{run.experiment}-cycle_{cycle}",
                 "cycle": cycle,
             },
-        }
+        },
+        "train",
     )
     manifest = write_inputs(
         work / "run",
