@@ -1,0 +1,54 @@
+"""Project commands: Kedro's own ``kedro run``, with configuration errors on one line.
+
+Kedro loads this module's ``cli`` group and lets its commands replace the built-in ones of the
+same name. ``run`` is Kedro's ``run`` (same options, same behaviour) except that a configuration
+error (:class:`~resail_pipeline.config.ConfigError`: a parameter out of range, an unknown key,
+an initial policy or a shared corpus that differs from what the run asks for) or a checkpoint
+that cannot be used prints one line naming the field, value and what is allowed, and exits
+with status 2, instead of a page of traceback. Every other error keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from typing import Any
+
+import click
+from kedro.framework.cli.project import run as kedro_run
+
+from resail_pipeline.checkpoints import CheckpointError
+from resail_pipeline.config import ConfigError
+
+#: errors whose message says all a user needs: what to change, and where
+USER_ERRORS = (ConfigError, CheckpointError)
+
+
+class UserError(click.ClickException):
+    """Printed by click as ``Error: <message>``, exit status 2."""
+
+    exit_code = 2
+
+
+def one_line_errors(command: click.Command) -> click.Command:
+    """A copy of ``command`` whose :data:`USER_ERRORS` print as one line."""
+    callback = command.callback
+
+    @functools.wraps(callback)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return callback(*args, **kwargs)
+        except USER_ERRORS as error:
+            raise UserError(str(error)) from None
+
+    guarded_command = copy.copy(command)
+    guarded_command.callback = guarded
+    return guarded_command
+
+
+@click.group(name="resail_pipeline")
+def cli() -> None:
+    """Commands of the resail_pipeline project."""
+
+
+cli.add_command(one_line_errors(kedro_run), name="run")

@@ -1,0 +1,72 @@
+"""``kedro run``: a configuration error is one line and exit status 2, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from resail_pipeline.checkpoints import CheckpointError
+from resail_pipeline.cli import one_line_errors
+from resail_pipeline.config import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _command(error: Exception) -> click.Command:
+    @click.command()
+    @click.option("--value", default=1)
+    def fake_run(value: int) -> None:
+        raise error
+
+    return fake_run
+
+
+@pytest.mark.parametrize(
+    "error", [ConfigError("train.resail.rho: must be in (0, 1], got 2"), CheckpointError("x: gone")]
+)
+def test_user_errors_print_one_line(error):
+    result = CliRunner().invoke(one_line_errors(_command(error)), ["--value", "3"])
+    assert result.exit_code == 2
+    assert result.output == f"Error: {error}\n"
+
+
+def test_other_errors_keep_their_traceback():
+    result = CliRunner().invoke(one_line_errors(_command(RuntimeError("bug"))), [])
+    assert isinstance(result.exception, RuntimeError)
+
+
+def test_the_guarded_run_keeps_kedros_options():
+    from kedro.framework.cli.project import run
+
+    guarded = one_line_errors(run)
+    assert [p.name for p in guarded.params] == [p.name for p in run.params]
+    assert run.callback is not guarded.callback  # Kedro's own command is left as it was
+
+
+@pytest.mark.parametrize(
+    ("params", "line"),
+    [
+        ("evaluate.temperature=-1", "Error: evaluate.temperature: must be >= 0, got -1"),
+        ("trian.resail.rho=0.5", "Error: parameters: unknown top-level key(s) ['trian']"),
+    ],
+)
+def test_kedro_run_prints_a_configuration_error_as_one_line(params, line):
+    env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "true"}
+    done = subprocess.run(
+        [sys.executable, "-m", "kedro", "run", "--pipelines=cycle", "--params", params],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output
+    assert output.rstrip().splitlines()[-1].startswith(line)
+    assert "Traceback" not in output
