@@ -189,7 +189,7 @@ class WarmStart:
 
 
 @dataclass(frozen=True)
-class TrainingData:
+class CloningData:
     """Everything behaviour cloning is given.
 
     Attributes:
@@ -390,7 +390,7 @@ def prepare_training_data(
     *,
     warm_start: WarmStart | None = None,
     progress: bool = True,
-) -> TrainingData:
+) -> CloningData:
     """Demonstrations on the train tasks, their summaries, the tokenizer and the packed rows.
 
     ``warm_start`` is the loaded ``config.warm_start``: its tokenizer is used instead of training
@@ -435,7 +435,7 @@ def prepare_training_data(
     rows = tuple(pack_rows(groups, tokenizer, max_branches=data.max_branches))
     if warm_start is not None:
         _check_known_words(rows, tokenizer, str(config.warm_start))
-    return TrainingData(tuple(demos), trained, tokenizer, rows, rows_sha256(rows))
+    return CloningData(tuple(demos), trained, tokenizer, rows, rows_sha256(rows))
 
 
 def _check_shape(model_config, shape: ModelShape, source: str) -> None:

@@ -10,10 +10,10 @@ Both views of a step share the whole ordinary user message as a token prefix, an
 (the first steps of a task's demonstrations, before any mistake) occur many times.
 
 A :class:`PackedRow` therefore holds one *trunk* (the common prefix) followed by several
-*branches* (the rest of each sequence). Under the tree attention mask of :func:`collate` each
-branch attends to the trunk and to itself only, and its positions continue from the end of the
-trunk, so every branch computes exactly what it would as a separate sequence, while the trunk is
-computed once. A repeated sequence is one branch with a weight equal to its number of occurrences.
+*branches* (the rest of each sequence), laid out by :mod:`resail_pipeline.packing` under its tree
+attention mask, so that every branch computes exactly what it would as a separate sequence while
+the trunk is computed once. A repeated sequence is one branch with a weight equal to its number of
+occurrences.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, fields
 import torch
 
 from resail_pipeline.bootstrap.demonstrations import Demonstration, demonstration_response
+from resail_pipeline.packing import TreeRow, common_prefix_length, lay_out
 from resail_pipeline.prompts import Summary, add_privileged, chat_prompt, render_user_message
 
 
@@ -161,16 +162,6 @@ def guided_groups(demos: Sequence[Demonstration]) -> list[StepGroup]:
     return list(groups.values())
 
 
-def _common_prefix(sequences: Sequence[Sequence[int]]) -> int:
-    """Length of the longest prefix shared by every sequence (the whole sequence if only one)."""
-    first = sequences[0]
-    n = min(len(s) for s in sequences)
-    for i in range(n):
-        if any(s[i] != first[i] for s in sequences[1:]):
-            return i
-    return n
-
-
 def pack_rows(groups: Sequence[StepGroup], tokenizer, *, max_branches: int) -> list[PackedRow]:
     """Tokenize ``groups`` into rows of at most ``max_branches`` branches each.
 
@@ -194,7 +185,7 @@ def pack_rows(groups: Sequence[StepGroup], tokenizer, *, max_branches: int) -> l
             for m, _, _ in views
         ]
         response = [*tokenizer(group.response, add_special_tokens=False).input_ids, eos]
-        trunk_len = _common_prefix(prompts)
+        trunk_len = common_prefix_length(prompts)
         trunk = tuple(prompts[0][:trunk_len])
         branches = [
             Branch(tuple(p[trunk_len:] + response), len(p) - trunk_len, weight, privileged)
@@ -252,52 +243,34 @@ def collate(
     """
     if any(not r.trunk for r in rows):
         raise ValueError("rows: every packed row needs a trunk (the first token has no predictor)")
-    width = max(len(r) for r in rows)
-    width = -(-width // pad_to_multiple_of) * pad_to_multiple_of
-    count = len(rows)
-    input_ids = torch.full((count, width), pad_id, dtype=torch.long)
-    position_ids = torch.zeros((count, width), dtype=torch.long)
-    segment = torch.full((count, width), -1, dtype=torch.long)  # 0 trunk, b + 1 branch b, -1 pad
+    layout = lay_out(
+        [TreeRow(r.trunk, [b.ids for b in r.branches]) for r in rows],
+        pad_id,
+        pad_to_multiple_of=pad_to_multiple_of,
+    )
+    width = layout.width
     sources: list[int] = []
     targets: list[int] = []
     weights: list[float] = []
     response: list[bool] = []
     for i, row in enumerate(rows):
         n = len(row.trunk)
-        input_ids[i, :n] = torch.tensor(row.trunk, dtype=torch.long)
-        position_ids[i, :n] = torch.arange(n)
-        segment[i, :n] = 0
         if prompt_targets:
             shared = sum(b.weight for b in row.branches)
             sources += [i * width + j - 1 for j in range(1, n)]
             targets += row.trunk[1:]
             weights += [shared] * (n - 1)
             response += [False] * (n - 1)
-        start = n
-        for b, branch in enumerate(row.branches, start=1):
-            k = len(branch.ids)
-            input_ids[i, start : start + k] = torch.tensor(branch.ids, dtype=torch.long)
-            position_ids[i, start : start + k] = torch.arange(n, n + k)
-            segment[i, start : start + k] = b
-            for j in range(0 if prompt_targets else branch.prompt_len, k):
-                # the token at branch offset j is predicted by the token before it in the branch,
-                # or by the trunk's last token when it opens the branch
-                before = start + j - 1 if j > 0 else n - 1
-                sources.append(i * width + before)
-                targets.append(branch.ids[j])
-                weights.append(branch.weight)
-                response.append(j >= branch.prompt_len)
-            start += k
-    index = torch.arange(width)
-    causal = index[None, :] <= index[:, None]  # (T, T): key <= query
-    same = segment[:, :, None] == segment[:, None, :]  # (B, T, T)
-    to_trunk = (segment[:, None, :] == 0) & (segment[:, :, None] >= 0)  # (B, T, T)
-    diagonal = torch.eye(width, dtype=torch.bool)[None]  # pads attend to themselves only
-    mask = (causal[None] & (same | to_trunk)) | diagonal  # (B, T, T)
+        for b, branch in enumerate(row.branches):
+            offsets = range(0 if prompt_targets else branch.prompt_len, len(branch.ids))
+            sources += [i * width + c for c in layout.predictors(i, b, offsets)]
+            targets += [branch.ids[j] for j in offsets]
+            weights += [branch.weight] * len(offsets)
+            response += [j >= branch.prompt_len for j in offsets]
     return Batch(
-        input_ids=input_ids,
-        position_ids=position_ids,
-        attention_mask=mask[:, None],  # (B, 1, T, T)
+        input_ids=layout.input_ids,
+        position_ids=layout.position_ids,
+        attention_mask=layout.tree_mask(),  # (B, 1, T, T)
         source=torch.tensor(sources, dtype=torch.long),
         target=torch.tensor(targets, dtype=torch.long),
         weight=torch.tensor(weights, dtype=torch.float32),

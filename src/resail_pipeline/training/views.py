@@ -2,10 +2,9 @@
 
 A step's privileged prompt is its ordinary prompt with an insert after the user message, so the
 two views share a long prefix (the chat header and the whole history). When a row carries both
-views it is packed as ``[shared prefix | ordinary rest + z | privileged rest + z]``: position ids
-restart after the prefix for each branch and a 4-D attention mask lets every token see the prefix
-and the earlier tokens of its own branch only. The prefix is then computed once, and each
-branch's logits equal those of a separate forward of that view (to float rounding).
+views it is packed as ``[shared prefix | ordinary rest + z | privileged rest + z]`` by
+:mod:`resail_pipeline.packing`: the prefix is computed once, and each branch's logits equal those
+of a separate forward of that view (to float rounding).
 
 Logits are computed only where they are needed: the decoder's hidden states are gathered at the
 positions that predict the response tokens, and only those go through the output layer.
@@ -20,6 +19,7 @@ import torch
 from torch import Tensor, nn
 from transformers import PreTrainedModel
 
+from resail_pipeline.packing import TreeRow, common_prefix_length, lay_out
 from resail_pipeline.training.data import StepExample
 
 __all__ = [
@@ -32,7 +32,6 @@ __all__ = [
     "ViewRow",
     "forward_views",
     "pack_rows",
-    "shared_prefix_length",
     "view_logits",
 ]
 
@@ -104,15 +103,6 @@ class ViewRow:
     response: Sequence[int]
 
 
-def shared_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
-    """Number of leading tokens ``a`` and ``b`` have in common."""
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
-
-
 @dataclass(frozen=True)
 class PackedRows:
     """Model inputs for a list of :class:`ViewRow` (right-padded).
@@ -149,66 +139,32 @@ def pack_rows(
     if t_max == 0:
         raise ValueError("rows: every response is empty")
 
-    tokens: list[list[int]] = []
-    positions_1d: list[list[int]] = []
-    segments: list[list[int]] = []  # 0: shared prefix, j + 1: branch j
-    gathers: list[list[int]] = []
+    trees: list[TreeRow] = []
     for row in rows:
         response = list(row.response)
         if not response:
             raise ValueError("rows: a response is empty")
-        if len(row.prompts) == 1:
-            prefix = 0
-        else:
-            prefix = shared_prefix_length(row.prompts[0], row.prompts[1])
-            prefix = min(prefix, len(row.prompts[0]) - 1, len(row.prompts[1]) - 1)
-        seq = list(row.prompts[0][:prefix])
-        pos = list(range(prefix))
-        seg = [0] * prefix
+        prefix = 0
+        if len(row.prompts) > 1:  # leaving each branch a prompt token, its response's predictor
+            prefix = min(common_prefix_length(row.prompts), *(len(p) - 1 for p in row.prompts))
+        trunk = row.prompts[0][:prefix]
+        trees.append(TreeRow(trunk, [[*p[prefix:], *response] for p in row.prompts]))
+    layout = lay_out(trees, pad_id)
+    gathers: list[list[int]] = []
+    for i, row in enumerate(rows):
         gather: list[int] = []
+        prefix = layout.trunk_lengths[i]
         for j, prompt in enumerate(row.prompts):
-            start = len(seq)
-            branch = list(prompt[prefix:]) + response
-            seq += branch
-            pos += range(prefix, prefix + len(branch))
-            seg += [j + 1] * len(branch)
-            # position start + (len(prompt) - prefix) - 1 + k predicts z_k
-            first = start + len(prompt) - prefix - 1
-            gather += [first + k for k in range(len(response))] + [0] * (t_max - len(response))
-        gather += [0] * (t_max * (num_branches - len(row.prompts)))
-        tokens.append(seq)
-        positions_1d.append(pos)
-        segments.append(seg)
-        gathers.append(gather)
-
-    length = max(len(s) for s in tokens)
-    r = len(rows)
-    input_ids = torch.full((r, length), pad_id, dtype=torch.long)
-    position_ids = torch.zeros((r, length), dtype=torch.long)
-    padding = torch.zeros((r, length), dtype=torch.long)
-    segment = torch.full((r, length), -1, dtype=torch.long)  # -1: padding
-    for i, (seq, pos, seg) in enumerate(zip(tokens, positions_1d, segments, strict=True)):
-        input_ids[i, : len(seq)] = torch.tensor(seq)
-        position_ids[i, : len(seq)] = torch.tensor(pos)
-        padding[i, : len(seq)] = 1
-        segment[i, : len(seq)] = torch.tensor(seg)
-
-    if num_branches == 1:
-        attention_mask = padding
-    else:
-        q = torch.arange(length).view(1, length, 1)  # (1, L, 1)
-        k = torch.arange(length).view(1, 1, length)  # (1, 1, L)
-        seg_q = segment.unsqueeze(2)  # (R, L, 1)
-        seg_k = segment.unsqueeze(1)  # (R, 1, L)
-        visible = (seg_k == 0) | (seg_k == seg_q)  # (R, L, L): the prefix, or the same branch
-        # padding queries see themselves only, so that no row of the mask is empty
-        attention_mask = ((k <= q) & visible & (seg_k >= 0)) | ((seg_q < 0) & (k == q))
-        attention_mask = attention_mask.unsqueeze(1)  # (R, 1, L, L)
+            first = len(prompt) - prefix  # the response's first offset in the branch
+            offsets = range(first, first + len(row.response))
+            gather += layout.predictors(i, j, offsets) + [0] * (t_max - len(row.response))
+        gathers.append(gather + [0] * (t_max * (num_branches - len(row.prompts))))
+    attention_mask = layout.padding_mask() if num_branches == 1 else layout.tree_mask()
 
     return PackedRows(
-        input_ids=input_ids.to(device),
+        input_ids=layout.input_ids.to(device),
         attention_mask=attention_mask.to(device),
-        position_ids=position_ids.to(device),
+        position_ids=layout.position_ids.to(device),
         positions=torch.tensor(gathers, dtype=torch.long, device=device),
         num_branches=num_branches,
         max_response=t_max,
