@@ -51,23 +51,25 @@ study: $(VENV)/.installed-$(RUN_EXTRAS)
 study-budgets: $(VENV)/.installed-$(RUN_EXTRAS)
 	$(BIN)/python -m resail_pipeline.study --env study --plan conf/study/budgets.yml
 
-# The shipped reference initial policy, rebuilt: its four stages (each build cached by its
-# configuration and code, and resumed from its training state when interrupted), the appendix-D.2
-# evaluation kept in its manifest, and the copy into reference/ with the stages' manifests.
-# About 7 hours on 2 CPU cores (docs/initial-policy.md).
+# The shipped reference initial policy, rebuilt from the recipes of reference/chain/ (overrides of
+# conf/base/parameters_bootstrap.yml), in order, each stage continuing the one before: the first
+# is kept in reference/ (the second continues it), the last evaluated (appendix D.2, recorded in
+# its manifest) and shipped with its stages' manifests. Each build is cached by its configuration
+# and code, and resumes from its training state when interrupted. About 7 hours on 2 CPU cores.
 BOOTSTRAP := $(BIN)/python -m resail_pipeline.bootstrap
-BUILDS := data/06_models
+CHAIN := $(sort $(wildcard reference/chain/*.yml))
+CHAIN_BUILDS := data/06_models/reference-chain
 reference: $(VENV)/.installed-$(RUN_EXTRAS)
-	$(BOOTSTRAP) build --params reference/textcraft-initial.yml --out $(BUILDS)/bootstrap-reference
-	$(BOOTSTRAP) ship --policy $(BUILDS)/bootstrap-reference/policy \
-		--to reference/textcraft-initial-first-stage
-	$(BOOTSTRAP) build --params reference/textcraft-initial-prompt-loss.yml \
-		--out $(BUILDS)/bootstrap-prompt-loss
-	$(BOOTSTRAP) build --params reference/textcraft-initial-drills.yml --out $(BUILDS)/bootstrap-drills
-	$(BOOTSTRAP) build --params reference/textcraft-initial-privileged-as-rolled-out.yml \
-		--out $(BUILDS)/bootstrap-privileged-as-rolled-out
-	$(BOOTSTRAP) evaluate --policy $(BUILDS)/bootstrap-privileged-as-rolled-out/policy
-	$(BOOTSTRAP) ship --policy $(BUILDS)/bootstrap-privileged-as-rolled-out/policy \
+	set -e; for recipe in $(CHAIN); do \
+		stage=$$(basename $$recipe .yml); \
+		$(BOOTSTRAP) build --params $$recipe --out $(CHAIN_BUILDS)/$$stage; \
+		if [ $$recipe = $(firstword $(CHAIN)) ]; then \
+			$(BOOTSTRAP) ship --policy $(CHAIN_BUILDS)/$$stage/policy \
+				--to reference/textcraft-initial-first-stage; \
+		fi; \
+	done
+	$(BOOTSTRAP) evaluate --policy $(CHAIN_BUILDS)/$(basename $(notdir $(lastword $(CHAIN))))/policy
+	$(BOOTSTRAP) ship --policy $(CHAIN_BUILDS)/$(basename $(notdir $(lastword $(CHAIN))))/policy \
 		--to reference/textcraft-initial
 
 # pytest exits 5 when it collects no test; that is not a failure of the code under test.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 from pathlib import Path
@@ -24,7 +23,7 @@ from resail_pipeline.initial_policy import verify_reference
 from resail_pipeline.prompts import EpisodeHistory, chat_prompt, parse_action, render_user_message
 
 SHIPPED = Path(__file__).resolve().parents[2] / "reference" / "textcraft-initial"
-#: The first stage of the shipped policy's chain, which the other stages tried continue.
+#: The first stage of the shipped policy's chain, kept: the second stage continues it.
 FIRST_STAGE = SHIPPED.with_name("textcraft-initial-first-stage")
 #: The size limit of a policy shipped in the repository.
 MAX_BYTES = 25 * 1024 * 1024
@@ -260,90 +259,46 @@ def test_shipped_policy_acts_validly_on_a_test_task(shipped, tmp_path):
     assert env.step(action).action_valid, action
 
 
-def test_the_shipped_policy_is_the_privileged_as_rolled_out_stage_and_keeps_its_chain():
-    """Its manifest and its stages' manifests hold the four named configurations, in order."""
+def test_the_shipped_policy_rebuilds_from_the_chain_of_recipes():
+    """Its manifest and its stages' manifests hold the configurations of reference/chain/, in
+    order (each recipe laid over conf/base/parameters_bootstrap.yml), each stage continuing the
+    weights of the one before; the kept first stage is the chain's first."""
     from resail_pipeline.bootstrap.__main__ import load_config
     from resail_pipeline.bootstrap.config import BootstrapConfig
 
-    manifest = json.loads((SHIPPED / MANIFEST_NAME).read_text())
-    names = [
-        "textcraft-initial-privileged-as-rolled-out",
-        "textcraft-initial-drills",
-        "textcraft-initial-prompt-loss",
-        "textcraft-initial",
+    root = SHIPPED.parents[1]
+    recipes = sorted((root / "reference" / "chain").glob("*.yml"))
+    assert [r.stem for r in recipes] == [
+        "01-first-stage",
+        "02-prompt-loss",
+        "03-drills",
+        "04-privileged-as-rolled-out",
     ]
-    stages = [manifest, *manifest["lineage"]]
-    assert len(stages) == len(names)
-    for stage, name in zip(stages, names, strict=True):
+    manifest = json.loads((SHIPPED / MANIFEST_NAME).read_text())
+    stages = [*reversed(manifest["lineage"]), manifest]  # first stage first
+    assert len(stages) == len(recipes)
+    for stage, recipe in zip(stages, recipes, strict=True):
         # a warm start counts by its weights, not its path (the stages have moved since)
-        config = load_config(SHIPPED.parent / f"{name}.yml").to_dict()
-        built = BootstrapConfig.from_dict(stage["configuration"]).to_dict()
-        assert {**built, "warm_start": None} == {**config, "warm_start": None}, name
-        assert f"--params reference/{name}.yml" in stage["command"]
+        wanted = load_config(recipe, root / "conf" / "base" / "parameters_bootstrap.yml")
+        built = BootstrapConfig.from_dict(stage["configuration"])
+        assert {**built.to_dict(), "warm_start": None} == {**wanted.to_dict(), "warm_start": None}
         assert stage["training_data_sha256"] and stage["training"]["seconds"] > 0
-    for stage, earlier in itertools.pairwise(stages):
+    for earlier, stage in itertools.pairwise(stages):
         assert stage["warm_start"]["sha256"] == earlier["sha256"]
-    assert stages[-1].get("warm_start") is None  # built from scratch
-    first_stage = verify_reference(FIRST_STAGE)
-    assert first_stage.sha256 == stages[-1]["sha256"]
+    assert stages[0].get("warm_start") is None  # built from scratch
+    assert verify_reference(FIRST_STAGE).sha256 == stages[0]["sha256"]
 
 
-def test_the_named_configurations_parse_and_continue_the_right_stages():
+def test_a_recipe_overrides_the_base_parameters(tmp_path):
     from resail_pipeline.bootstrap.__main__ import load_config
+    from resail_pipeline.config import ConfigError
 
-    first = load_config(SHIPPED.parent / "textcraft-initial.yml")
-    second = load_config(SHIPPED.parent / "textcraft-initial-stage2.yml")
-    assert second.warm_start == "data/06_models/bootstrap-reference/policy"
-    assert second.model == first.model and second.data.renamed_copies > 0
-    copy = load_config(SHIPPED.parent / "textcraft-initial-copy.yml")
-    assert copy.warm_start == str(FIRST_STAGE.relative_to(SHIPPED.parent.parent))
-    assert copy.data.ordinary_share == 0 and copy.data.privileged_share == 1
-    mix = load_config(SHIPPED.parent / "textcraft-initial-copy-mix.yml")
-    assert mix.model == first.model and mix.data.ordinary_share == 1
-    renamed = load_config(SHIPPED.parent / "textcraft-initial-renamed.yml")
-    assert renamed.warm_start is None and renamed.model == first.model
-    assert renamed.data.renamed_copies == 2 and renamed.training.precision == "fp32"
-    more = load_config(SHIPPED.parent / "textcraft-initial-renamed-more.yml")
-    assert more.warm_start == "data/06_models/bootstrap-renamed/policy"
-    assert more.data == renamed.data and more.seed == renamed.seed  # the same training data
-    dagger = load_config(SHIPPED.parent / "textcraft-initial-dagger.yml")
-    assert dagger.warm_start == copy.warm_start and dagger.model == first.model
-    assert dagger.data.on_policy_episodes == 1 and dagger.seed != first.seed
-    alone = load_config(SHIPPED.parent / "textcraft-initial-privileged-only.yml")
-    assert alone.warm_start is None and alone.seed == renamed.seed
-    assert alone.data == dataclasses.replace(renamed.data, ordinary_share=0.0)
-    dense = load_config(SHIPPED.parent / "textcraft-initial-prompt-loss.yml")
-    assert dense.warm_start == copy.warm_start and dense.training.prompt_loss_weight == 1.0
-    assert (dense.seed, dense.data) == (second.seed, second.data)  # the second stage's data
-    assert second.training.prompt_loss_weight == 0.0
-    drills = load_config(SHIPPED.parent / "textcraft-initial-drills.yml")
-    assert drills.warm_start == "data/06_models/bootstrap-prompt-loss/policy"
-    assert drills.data.copying_drills == 2 and drills.training.prompt_loss_weight == 1.0
-    assert drills.model == first.model and drills.seed not in (first.seed, second.seed)
-    assert all(c.data.copying_drills == 0 for c in (first, second, dense))
-    more_drills = load_config(SHIPPED.parent / "textcraft-initial-drills-more.yml")
-    assert more_drills.warm_start == "data/06_models/bootstrap-drills/policy"
-    assert more_drills.data == dataclasses.replace(drills.data, copying_drills=4)
-    assert more_drills.seed not in (first.seed, second.seed, drills.seed)  # fresh demonstrations
-    mistakes = load_config(SHIPPED.parent / "textcraft-initial-mistakes.yml")
-    assert mistakes.warm_start == more_drills.warm_start  # the drills stage
-    assert mistakes.data == dataclasses.replace(drills.data, mistake_rate=0.3)
-    assert mistakes.seed not in (first.seed, second.seed, drills.seed, more_drills.seed)
-    longer = load_config(SHIPPED.parent / "textcraft-initial-mistakes-longer.yml")
-    assert longer.warm_start == "data/06_models/bootstrap-mistakes/policy"
-    assert longer.data == mistakes.data and longer.model == first.model
-    assert longer.seed not in (first.seed, second.seed, drills.seed, mistakes.seed)
-    own = load_config(SHIPPED.parent / "textcraft-initial-privileged-dagger.yml")
-    assert own.model == first.model and own.training == mistakes.training
-    assert own.data == dataclasses.replace(
-        mistakes.data, on_policy_episodes=1, on_policy_privileged=1
-    )
-    seeds = (first.seed, second.seed, drills.seed, more_drills.seed, mistakes.seed, longer.seed)
-    assert own.seed not in seeds  # fresh demonstrations
-    # the same episodes, trained as they were rolled out; fresh planner demonstrations
-    as_rolled_out = load_config(SHIPPED.parent / "textcraft-initial-privileged-as-rolled-out.yml")
-    assert as_rolled_out.warm_start == own.warm_start and as_rolled_out.training == own.training
-    assert as_rolled_out.data == dataclasses.replace(
-        own.data, on_policy_training="privileged_as_rolled_out"
-    )
-    assert as_rolled_out.seed not in (*seeds, own.seed)
+    base = tmp_path / "base.yml"
+    base.write_text("bootstrap:\n  build_dir: x\n  seed: 3\n  data: {episodes_per_task: 5}\n")
+    recipe = tmp_path / "recipe.yml"
+    recipe.write_text("bootstrap:\n  data: {mistake_rate: 0.2}\n")
+    config = load_config(recipe, base)
+    assert (config.seed, config.data.episodes_per_task, config.data.mistake_rate) == (3, 5, 0.2)
+    recipe.write_text("bootstrap:\n  data: {mistake_rat: 0.2}\n")
+    with pytest.raises(ConfigError, match=r"recipe\.yml: bootstrap\.data: unknown key\(s\)"):
+        load_config(recipe, base)

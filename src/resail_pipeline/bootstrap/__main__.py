@@ -1,20 +1,21 @@
 """Build, evaluate and ship the initial policy outside Kedro (the same library calls).
 
-    # build (or resume, or reuse) the policy of a named configuration into <out>/policy
-    python -m resail_pipeline.bootstrap build --params reference/textcraft-initial-drills.yml \\
-        --out data/06_models/bootstrap-drills
+    # build (or resume, or reuse) the policy of a recipe (overrides of
+    # conf/base/parameters_bootstrap.yml) into <out>/policy
+    python -m resail_pipeline.bootstrap build --params reference/chain/03-drills.yml \\
+        --out data/06_models/reference-chain/03-drills
     # dual-view evaluation (appendix D.2) on the 100 test tasks x 3 seeds, kept in its manifest
-    python -m resail_pipeline.bootstrap evaluate --policy data/06_models/bootstrap-drills/policy
+    python -m resail_pipeline.bootstrap evaluate --policy data/06_models/reference-chain/03-drills/policy
     # ... keeping every episode and the fixed Experience as Parquet in <dir>
     python -m resail_pipeline.bootstrap evaluate --policy <policy> --results <dir>
     # copy it into the repository, with the manifests of the stages it continues
-    python -m resail_pipeline.bootstrap ship --policy data/06_models/bootstrap-drills/policy \\
+    python -m resail_pipeline.bootstrap ship --policy data/06_models/reference-chain/03-drills/policy \\
         --to reference/textcraft-initial
     # teacher-forced: does the policy follow a summary's corrected plan? (about a minute)
     python -m resail_pipeline.bootstrap guidance --policy reference/textcraft-initial --split test
 
 ``make reference`` runs the whole chain of the shipped policy (docs/initial-policy.md).
-A parameters file holds one top-level ``bootstrap:`` mapping, as ``parameters_bootstrap.yml`` does.
+A recipe holds one top-level ``bootstrap:`` mapping, the keys it changes from ``--base``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from resail_pipeline.bootstrap.demonstrations import RESPONSE_MAX_NEW_TOKENS
 from resail_pipeline.bootstrap.diagnostics import guidance_use
 from resail_pipeline.bootstrap.reference import evaluate_and_record, ship
 from resail_pipeline.checkpoints import load_policy
+from resail_pipeline.config import ConfigError
 from resail_pipeline.envs import make_env
 from resail_pipeline.evaluation.evaluate import EvalConfig, spread
 from resail_pipeline.generation.transformers_backend import DTYPES
@@ -40,22 +42,52 @@ from resail_pipeline.generation.transformers_backend import DTYPES
 logger = logging.getLogger(__name__)
 
 
-def load_config(path: str | Path) -> BootstrapConfig:
-    """The ``bootstrap`` mapping of a YAML parameters file as a config."""
-    path = Path(path)
+#: the parameters a recipe overrides (``--base``); ``build_dir`` is the Kedro node's, not a recipe's
+BASE_PARAMS = Path("conf/base/parameters_bootstrap.yml")
+
+
+def _bootstrap_mapping(path: Path) -> dict:
     if not path.is_file():
-        raise FileNotFoundError(f"params: {path} does not exist")
+        raise ConfigError(f"params: {path} does not exist")
     params = yaml.safe_load(path.read_text()) or {}
-    if "bootstrap" not in params:
-        raise ValueError(f"params: {path} has no top-level 'bootstrap' mapping")
-    return BootstrapConfig.from_dict(params["bootstrap"])
+    if not isinstance(params.get("bootstrap"), dict):
+        raise ConfigError(f"params: {path} has no top-level 'bootstrap' mapping")
+    return params["bootstrap"]
+
+
+def _overlay(base: dict, override: dict) -> dict:
+    """``base`` with ``override``'s keys replaced, mappings merged key by key."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            value = _overlay(out[key], value)
+        out[key] = value
+    return out
+
+
+def load_config(path: str | Path, base: str | Path | None = BASE_PARAMS) -> BootstrapConfig:
+    """The ``bootstrap`` mapping of the YAML file ``path``, laid over that of ``base`` (the
+    project's defaults; ``None``: the dataclass defaults alone), as a config."""
+    params = _bootstrap_mapping(Path(path))
+    if base is not None:
+        params = _overlay(_bootstrap_mapping(Path(base)), params)
+    params.pop("build_dir", None)
+    try:
+        return BootstrapConfig.from_dict(params)
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error}") from None
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m resail_pipeline.bootstrap")
     commands = parser.add_subparsers(dest="command", required=True)
     build = commands.add_parser("build", help="build (or resume, or reuse) the initial policy")
-    build.add_argument("--params", required=True, help="YAML file with a 'bootstrap' mapping")
+    build.add_argument(
+        "--params", required=True, help="YAML file with a 'bootstrap' mapping: overrides of --base"
+    )
+    build.add_argument(
+        "--base", default=str(BASE_PARAMS), help="the parameters it overrides (%(default)s)"
+    )
     build.add_argument("--out", required=True, help="output directory (policy in <out>/policy)")
     copy = commands.add_parser("ship", help="copy a built policy into the repository")
     copy.add_argument("--policy", required=True, help="the built policy directory")
@@ -109,7 +141,9 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     command = shlex.join(["python", "-m", "resail_pipeline.bootstrap", *argv])
     if args.command == "build":
-        info = build_initial_policy(load_config(args.params), args.out, command=command)
+        info = build_initial_policy(
+            load_config(args.params, args.base), args.out, command=command
+        )
         logger.info("initial policy %s at %s", info.policy_id, info.path)
     elif args.command == "ship":
         ship(args.policy, args.to)
