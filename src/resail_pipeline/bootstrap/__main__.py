@@ -141,9 +141,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     command = shlex.join(["python", "-m", "resail_pipeline.bootstrap", *argv])
     if args.command == "build":
-        info = build_initial_policy(
-            load_config(args.params, args.base), args.out, command=command
-        )
+        info = build_initial_policy(load_config(args.params, args.base), args.out, command=command)
         logger.info("initial policy %s at %s", info.policy_id, info.path)
     elif args.command == "ship":
         ship(args.policy, args.to)
