@@ -59,3 +59,9 @@ def test_library_code_never_imports_kedro():
         "resail_pipeline.io",
     ]
     assert not any(m == "kedro" or m.startswith("kedro.") for m in _loaded_after_importing(library))
+
+
+def test_the_dataset_layer_does_not_import_the_report():
+    loaded = _loaded_after_importing(["resail_pipeline.datasets"])
+    assert "resail_pipeline.datasets.collections" in loaded
+    assert not any(m.startswith("resail_pipeline.evaluation.report") for m in loaded)

@@ -58,3 +58,5 @@ def test_text_and_figure_outputs(tmp_path):
     assert png.load()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(DatasetError, match="expected a matplotlib Figure"):
         png.save("not a figure")
+    with pytest.raises(DatasetError, match=r"f\.pdf: figures are written as \.png"):
+        FigureDataset(str(tmp_path / "r" / "f.pdf"))

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 from matplotlib.container import BarContainer, ErrorbarContainer
 
+from resail_pipeline.datasets import FigureDataset
 from resail_pipeline.evaluation.report import (
     COST_COMPONENTS,
     ablation_table,
@@ -23,9 +24,6 @@ from resail_pipeline.evaluation.report import (
     sensitivity_per_update,
     success_figure,
     table_to_markdown,
-    write_figure,
-    write_report,
-    write_table,
 )
 from resail_pipeline.evaluation.stats import mean_and_sd
 from resail_pipeline.schemas import SCHEMAS, SchemaError
@@ -147,14 +145,6 @@ def test_main_table_markdown_and_csv(tmp_path):
         "| ReAct | 62.0 (2.0) |\n"
         "| OEL | 55.0 (5.0) |\n"
     )
-    markdown, csv = write_table(table, tmp_path / "reporting" / "main_results")
-    assert markdown.read_text() == table_to_markdown(table)
-    assert csv.name == "main_results.csv"
-    pd.testing.assert_frame_equal(pd.read_csv(csv, dtype=str), table)
-    assert sorted(p.name for p in (tmp_path / "reporting").iterdir()) == [
-        "main_results.csv",
-        "main_results.md",
-    ]
 
 
 @pytest.mark.parametrize(
@@ -363,8 +353,8 @@ def test_cost_figure_stacks_the_four_components_per_method_and_cycle():
 def test_figures_without_data_say_so_in_their_title(build, columns, tmp_path):
     figure = build(pd.DataFrame(columns=list(columns)))
     assert "no data" in figure.get_suptitle()
-    path = write_figure(figure, tmp_path / "empty.png")
-    assert path.read_bytes().startswith(PNG_SIGNATURE)
+    FigureDataset(str(tmp_path / "empty.png")).save(figure)
+    assert (tmp_path / "empty.png").read_bytes().startswith(PNG_SIGNATURE)
 
 
 def test_figures_of_one_method_and_one_cycle_without_c0():
@@ -379,37 +369,21 @@ def test_figures_of_one_method_and_one_cycle_without_c0():
     assert not [line for line in ax.lines if line.get_label().startswith("_")]  # no boundary
 
 
-def test_write_report_writes_the_tables_and_four_figures(eval_summary, tmp_path):
+def test_every_figure_of_full_data_saves_as_a_png(eval_summary, tmp_path):
     probe = pd.DataFrame(_probe("oel", 2, 3, 0.2))
-    out = tmp_path / "08_reporting"
-    written = write_report(eval_summary, _train_metrics(), probe, out)
-    assert [p.name for p in written] == [
-        "main_results.md",
-        "main_results.csv",
-        "cost_breakdown.md",
-        "cost_breakdown.csv",
-        "fig1a_success.png",
-        "fig3_dual_view.png",
-        "fig5a_cost.png",
-        "fig6_sensitivity.png",
-    ]
-    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in written)
-    for path in written:
-        assert path.stat().st_size > 0
-        if path.suffix == ".png":
-            assert path.read_bytes().startswith(PNG_SIGNATURE)
-    assert "+ ReSAIL" in (out / "main_results.md").read_text()
-
-
-def test_write_report_with_partial_data_and_bad_input(eval_summary, tmp_path):
-    no_rows = pd.DataFrame()
-    written = write_report(eval_summary, no_rows, no_rows, tmp_path / "partial")
-    assert "cost_breakdown.csv" not in {p.name for p in written} and len(written) == 6
+    figures = {
+        "fig1a_success.png": success_figure(eval_summary),
+        "fig3_dual_view.png": dual_view_figure(eval_summary),
+        "fig5a_cost.png": cost_figure(_train_metrics()),
+        "fig6_sensitivity.png": sensitivity_figure(probe),
+    }
+    for name, figure in figures.items():
+        assert "no data" not in figure.get_suptitle(), name
+        FigureDataset(str(tmp_path / name)).save(figure)
+        assert (tmp_path / name).read_bytes().startswith(PNG_SIGNATURE)
+    assert "+ ReSAIL" in table_to_markdown(main_results_table(eval_summary))
     with pytest.raises(ValueError, match="eval_summary: no rows"):
-        write_report(eval_summary.iloc[:0], no_rows, no_rows, tmp_path / "bad")
-    assert not (tmp_path / "bad").exists()
-    with pytest.raises(ValueError, match=r"\.png"):
-        write_figure(success_figure(eval_summary), tmp_path / "figure.pdf")
+        main_results_table(eval_summary.iloc[:0])
 
 
 def test_report_reads_its_inputs_after_a_parquet_round_trip(eval_summary, tmp_path):

@@ -18,9 +18,11 @@ import pyarrow.parquet as pq
 from kedro.io import AbstractDataset, DatasetError
 from matplotlib.figure import Figure
 
-from resail_pipeline.evaluation.report import write_figure
 from resail_pipeline.io import atomic_path
 from resail_pipeline.schemas import SCHEMAS, check_columns
+
+#: resolution of the written figures
+DPI = 150
 
 
 class ParquetCollectionDataset(AbstractDataset[pd.DataFrame, pd.DataFrame]):
@@ -102,10 +104,13 @@ class TextDataset(AbstractDataset[str, str]):
 
 
 class FigureDataset(AbstractDataset[Figure, bytes]):
-    """A matplotlib figure saved as PNG (``evaluation.report.write_figure``); loads the bytes."""
+    """A matplotlib figure saved as a PNG of :data:`DPI` dots per inch, atomically; loads the
+    bytes."""
 
     def __init__(self, filepath: str, metadata: dict | None = None):
         self._filepath = Path(filepath)
+        if self._filepath.suffix != ".png":
+            raise DatasetError(f"{self._filepath}: figures are written as .png")
         self.metadata = metadata
 
     def _load(self) -> bytes:
@@ -114,7 +119,8 @@ class FigureDataset(AbstractDataset[Figure, bytes]):
     def _save(self, data: Figure) -> None:
         if not isinstance(data, Figure):
             raise DatasetError(f"{self._filepath}: expected a matplotlib Figure, got {type(data)}")
-        write_figure(data, self._filepath)
+        with atomic_path(self._filepath) as tmp:
+            data.savefig(tmp, format="png", dpi=DPI, bbox_inches="tight")
 
     def _exists(self) -> bool:
         return self._filepath.is_file()

@@ -1,0 +1,94 @@
+"""The evaluation report: the paper's main-results table, cost table and four figures.
+
+Built from whatever experiments and cycles the catalog holds:
+
+- :func:`main_results_table`: table 1. Rows are methods (ReAct, RFT, GRPO, EPD, SDPO, + ReSAIL,
+  OEL, + ReSAIL, then any others), columns are benchmark x cycle, cells are success without PI as
+  ``"mean (SD)"`` in percent with one decimal, ``--`` where nothing was evaluated. ReAct is the
+  shared initial model, never updated: its row repeats cycle 0 under every cycle.
+- :func:`paired_differences_table`: every experiment against the initial model, and each ReSAIL
+  variant against its parent, at every cycle and view: the paired difference on the same tasks
+  and seeds with a 95% bootstrap interval over tasks.
+- :func:`ablation_table`: table 3 style, named experiments as rows (e.g. the retention views).
+- :func:`success_figure`: figure 1a, success without PI per cycle, ±1 SD error bars; ReAct, the
+  initial model, as a flat dashed line.
+- :func:`dual_view_figure`: figure 3 (appendix D.2, table 7), success without and with PI per
+  cycle.
+- :func:`sensitivity_figure`: figure 6 (appendix D.3), the probe's JSD per update, averaged over
+  all response tokens, with the cycle boundaries marked.
+- :func:`cost_table` and :func:`cost_figure`: table 6 / figure 5a, wall time per cycle spent in
+  response generation, scoring, optimisation and the rest of the training loop.
+
+Inputs are the catalog's tables concatenated over experiments, every row tagged with
+``experiment`` (the run's name, usually its method):
+
+- ``eval_summary``: the columns of :data:`~resail_pipeline.schemas.SCHEMAS` plus ``experiment``.
+  Rates are fractions; the report shows percent. Cycle 0 rows are the shared initial model,
+  whatever their method: ReAct in the table and the figures, and the first point of every curve.
+  All cycle 0 rows of one benchmark and view must come from one checkpoint.
+- ``eval_results``: the ``eval_results`` contract plus ``experiment``, one row per episode (the
+  paired differences).
+- ``train_metrics``: the report relies only on :data:`COST_COLUMNS` (``experiment``, ``cycle`` and
+  the four ``seconds_*`` columns of the ``train_metrics`` contract), one row per update.
+- ``probe``: the ``probe`` contract, one row per (update, probe step); update 0 is the cycle start.
+
+A table without rows is an error naming the dataset; a figure built from partial data shows what
+there is. :mod:`.tables` and :mod:`.figures` build them from what :mod:`.frames` reads; the
+Kedro datasets write them.
+"""
+
+from resail_pipeline.evaluation.report.figures import (
+    cost_figure,
+    dual_view_figure,
+    sensitivity_figure,
+    success_figure,
+)
+from resail_pipeline.evaluation.report.frames import (
+    BENCHMARK_LABELS,
+    COST_COLUMNS,
+    COST_COMPONENTS,
+    INITIAL_LABEL,
+    INITIAL_METHOD,
+    METHOD_LABELS,
+    MISSING,
+    RESAIL_PARENTS,
+    VIEWS,
+    benchmark_label,
+    format_cell,
+    method_label,
+    sensitivity_per_update,
+)
+from resail_pipeline.evaluation.report.tables import (
+    ablation_table,
+    cost_table,
+    main_results_table,
+    paired_differences_table,
+    rejected_summaries_note,
+    table_to_markdown,
+)
+
+__all__ = [
+    "BENCHMARK_LABELS",
+    "COST_COLUMNS",
+    "COST_COMPONENTS",
+    "INITIAL_LABEL",
+    "INITIAL_METHOD",
+    "METHOD_LABELS",
+    "MISSING",
+    "RESAIL_PARENTS",
+    "VIEWS",
+    "ablation_table",
+    "benchmark_label",
+    "cost_figure",
+    "cost_table",
+    "dual_view_figure",
+    "format_cell",
+    "main_results_table",
+    "method_label",
+    "paired_differences_table",
+    "rejected_summaries_note",
+    "sensitivity_figure",
+    "sensitivity_per_update",
+    "success_figure",
+    "table_to_markdown",
+]

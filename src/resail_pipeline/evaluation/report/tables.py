@@ -1,0 +1,267 @@
+"""The report's tables: table 1, the paired differences, ablations, the rejected-summaries note,
+the cost table (table 6), and their Markdown."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from resail_pipeline.evaluation.report.frames import (
+    COST_COMPONENTS,
+    INITIAL_METHOD,
+    METHOD_LABELS,
+    MISSING,
+    RESAIL_PARENTS,
+    VIEWS,
+    benchmark_label,
+    checked_eval_summary,
+    cycle_costs,
+    experiment_methods,
+    format_cell,
+    initial_rows,
+    method_label,
+    ordered_benchmarks,
+    ordered_experiments,
+    require,
+    rows_where,
+)
+from resail_pipeline.evaluation.stats import paired_difference
+from resail_pipeline.schemas import check_columns
+
+
+def main_results_table(eval_summary: pd.DataFrame, *, source: str = "eval_summary") -> pd.DataFrame:
+    """Table 1: success without PI, rows = methods, columns = benchmark x cycle.
+
+    Args:
+        eval_summary: ``eval_summary`` rows of every experiment, with ``experiment``.
+        source: the dataset's name in error messages.
+
+    Returns:
+        Strings only: a ``"Method"`` column, then one column per benchmark and cycle named
+        ``"<benchmark>, Cycle <r>"``; cells as :func:`format_cell`, ``--`` where missing. ReAct
+        (the cycle 0 model, never updated) repeats its cell under every cycle; a ReSAIL variant
+        directly after its parent is labelled ``"+ ReSAIL"``.
+
+    Raises:
+        ValueError: no rows, or no ordinary-view rows (naming ``source``); inconsistent rows.
+    """
+    if eval_summary.empty:
+        raise ValueError(
+            f"{source}: no rows; the main-results table needs the evaluate pipeline's {source} "
+            "of at least one checkpoint"
+        )
+    frame = checked_eval_summary(eval_summary, source)
+    ordinary = frame[frame["view"] == "ordinary"]
+    if ordinary.empty:
+        raise ValueError(
+            f"{source}: no ordinary-view rows; the main results are success without PI"
+        )
+    initial = initial_rows(ordinary)
+    trained = ordinary[ordinary["cycle"] > 0]
+    benchmarks = ordered_benchmarks(ordinary)
+    cycles = sorted({1, *trained["cycle"].unique().tolist()})
+    columns = {
+        (env, split, cycle): f"{benchmark_label(env, split)}, Cycle {cycle}"
+        for env, split in benchmarks
+        for cycle in cycles
+    }
+
+    rows: list[dict[str, str]] = []
+    if not initial.empty:  # never updated: the same model, hence the same cell, at every cycle
+        cells = {
+            (r.env, r.split, cycle): format_cell(r.mean, r.sd)
+            for r in initial.itertuples()
+            for cycle in cycles
+        }
+        rows.append(_table_row(METHOD_LABELS[INITIAL_METHOD], cells, columns))
+    previous = INITIAL_METHOD
+    for experiment in ordered_experiments(experiment_methods(trained, source)):
+        runs = trained[trained["experiment"] == experiment]
+        cells = {(r.env, r.split, r.cycle): format_cell(r.mean, r.sd) for r in runs.itertuples()}
+        short = experiment in RESAIL_PARENTS and previous == RESAIL_PARENTS[experiment]
+        rows.append(_table_row("+ ReSAIL" if short else method_label(experiment), cells, columns))
+        previous = experiment
+    return pd.DataFrame(rows, columns=["Method", *columns.values()])
+
+
+def _table_row(
+    label: str, cells: Mapping[tuple, str], columns: Mapping[tuple, str]
+) -> dict[str, str]:
+    return {"Method": label} | {name: cells.get(key, MISSING) for key, name in columns.items()}
+
+
+def paired_differences_table(
+    eval_results: pd.DataFrame, *, source: str = "eval_results"
+) -> pd.DataFrame:
+    """Paired differences in success (same tasks, same decoding seeds;
+    :func:`~resail_pipeline.evaluation.stats.paired_difference`) in percentage points, with 95%
+    bootstrap intervals over tasks: first every experiment at every cycle against the initial
+    model (ReAct, cycle 0), then each ReSAIL variant against its parent (the experiments named
+    after the two methods) at every cycle both reached; per benchmark and view.
+
+    Returns:
+        Columns ``Comparison``, ``Benchmark``, ``View``, ``Cycle``, ``Difference (pp)``,
+        ``95% CI (pp)``, ``Tasks``; no rows where no pair was evaluated.
+    """
+    columns = [
+        "Comparison",
+        "Benchmark",
+        "View",
+        "Cycle",
+        "Difference (pp)",
+        "95% CI (pp)",
+        "Tasks",
+    ]
+    if eval_results.empty:
+        return pd.DataFrame(columns=columns)
+    check_columns(eval_results, "eval_results", source=source)
+    require(eval_results, ("experiment",), source)
+    trained = eval_results[eval_results["cycle"] > 0]
+    initial = eval_results[eval_results["cycle"] == 0]
+    label = METHOD_LABELS[INITIAL_METHOD]
+    pairs = [  # (label, rows, baseline rows, whether the baseline is the initial model)
+        (f"{method_label(e)} - {label}", trained[trained["experiment"] == e], initial, True)
+        for e in ordered_experiments(experiment_methods(trained, source))
+    ]
+    pairs += [
+        (
+            f"{method_label(variant)} - {method_label(parent)}",
+            trained[trained["experiment"] == variant],
+            trained[trained["experiment"] == parent],
+            False,
+        )
+        for variant, parent in RESAIL_PARENTS.items()
+    ]
+    rows = []
+    for name, ours, theirs, from_initial in pairs:
+        keys = ["env", "split", "view", "cycle"]
+        for (env, split, view, cycle), group in ours.groupby(keys, sort=True):
+            where = {"env": env, "split": split, "view": view}
+            base = (
+                rows_where(theirs, **where)
+                if from_initial
+                else rows_where(theirs, cycle=cycle, **where)
+            )
+            if base.empty:
+                continue
+            d = paired_difference(group, base)
+            rows.append(
+                {
+                    "Comparison": name,
+                    "Benchmark": benchmark_label(env, split),
+                    "View": view,
+                    "Cycle": int(cycle),
+                    "Difference (pp)": 100 * d["difference"],
+                    "95% CI (pp)": f"[{100 * d['low']:.1f}, {100 * d['high']:.1f}]",
+                    "Tasks": d["tasks"],
+                }
+            )
+    return pd.DataFrame(rows, columns=columns)
+
+
+def ablation_table(
+    eval_summary: pd.DataFrame, rows: Mapping[str, str], *, source: str = "eval_summary"
+) -> pd.DataFrame:
+    """An ablation in table 3's format: one row per ``label -> experiment`` of ``rows``, columns
+    benchmark x cycle (the cycles every variant evaluated there reached), success without PI and,
+    where evaluated, with PI (``"(with PI)"``).
+
+    Cells as :func:`format_cell`; ``--`` where an experiment (or a cycle of it) is missing.
+    """
+    frame = checked_eval_summary(eval_summary, source) if not eval_summary.empty else eval_summary
+    trained = frame[frame["cycle"] > 0] if not frame.empty else frame
+    chosen = trained[trained["experiment"].isin(list(rows.values()))] if not frame.empty else frame
+    columns: dict[tuple, str] = {}
+    if not chosen.empty:
+        for env, split in ordered_benchmarks(chosen):
+            for view in VIEWS:
+                suffix = "" if view == "ordinary" else " (with PI)"
+                here = rows_where(chosen, env=env, split=split, view=view)
+                # the cycles every variant run here reached: the rows compare like with like
+                reached = [set(g["cycle"]) for _, g in here.groupby("experiment")]
+                for cycle in sorted(set.intersection(*reached) if reached else ()):
+                    columns[(env, split, view, int(cycle))] = (
+                        f"{benchmark_label(env, split)}, Cycle {cycle}{suffix}"
+                    )
+    table = []
+    for label, experiment in rows.items():
+        runs = chosen[chosen["experiment"] == experiment] if not chosen.empty else chosen
+        cells = {
+            (r.env, r.split, r.view, r.cycle): format_cell(r.mean, r.sd) for r in runs.itertuples()
+        }
+        table.append({"Variant": label} | {n: cells.get(k, MISSING) for k, n in columns.items()})
+    return pd.DataFrame(table, columns=["Variant", *columns.values()])
+
+
+def rejected_summaries_note(train_metrics: pd.DataFrame) -> str:
+    """A sentence for the report: how many trajectories of each experiment's cycles were left out
+    of training because their summary was still rejected after every attempt (the
+    ``rejected_summaries`` column; nothing to say where no run recorded it)."""
+    if train_metrics.empty or "rejected_summaries" not in train_metrics.columns:
+        return ""
+    per_cycle = train_metrics.groupby(["experiment", "cycle"], sort=True)["rejected_summaries"]
+    counts = per_cycle.first().dropna().astype(int)
+    if counts.empty:
+        return ""
+    if counts.sum() == 0:
+        return (
+            f"Summaries: every trajectory of the {len(counts)} trained cycle(s) had an accepted "
+            "summary; none was left out.\n"
+        )
+    listed = ", ".join(
+        f"{method_label(str(e))} cycle {c}: {n}" for (e, c), n in counts.items() if n > 0
+    )
+    return (
+        f"Summaries: {int(counts.sum())} trajectories were left out of training because their "
+        f"summary was rejected after every attempt ({listed}); batches were drawn from the "
+        "others.\n"
+    )
+
+
+def cost_table(train_metrics: pd.DataFrame, *, source: str = "train_metrics") -> pd.DataFrame:
+    """Table 6: seconds of each training-loop component, summed over a cycle's updates.
+
+    Args:
+        train_metrics: per-update rows with :data:`COST_COLUMNS`.
+        source: the dataset's name in error messages.
+
+    Returns:
+        One row per (experiment, cycle) in method order: ``Method`` (the experiment's label),
+        ``Cycle``, then seconds of ``Response``, ``Scoring``, ``Optimization``, ``Other`` and their
+        ``Total``.
+
+    Raises:
+        ValueError: no rows (naming ``source``), or negative or non-finite seconds.
+    """
+    if train_metrics.empty:
+        raise ValueError(
+            f"{source}: no rows; the cost table needs the train pipeline's per-update {source}"
+        )
+    totals = cycle_costs(train_metrics, source)
+    table = totals.rename(columns=COST_COMPONENTS)
+    table.insert(0, "Method", table.pop("experiment").map(method_label))
+    table = table.rename(columns={"cycle": "Cycle"})
+    table["Total"] = table[list(COST_COMPONENTS.values())].sum(axis=1)
+    return table
+
+
+def table_to_markdown(table: pd.DataFrame, *, float_format: str = ".1f") -> str:
+    """A GitHub-flavoured Markdown table: first column left-aligned, the others centred."""
+    header = [str(c) for c in table.columns]
+    align = [":---"] + [":---:"] * (len(header) - 1)
+    lines = [_markdown_line(header), _markdown_line(align)]
+    for row in table.itertuples(index=False):
+        lines.append(_markdown_line(_markdown_cell(v, float_format) for v in row))
+    return "\n".join(lines) + "\n"
+
+
+def _markdown_line(cells: Iterable[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _markdown_cell(value: object, float_format: str) -> str:
+    if isinstance(value, float | np.floating):
+        return format(value, float_format)
+    return str(value).replace("|", "\\|")
