@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import gc
 import logging
 import time
 from typing import Any
 
-import torch
 from kedro.framework.hooks import hook_impl
 
 from resail_pipeline.bootstrap.config import BootstrapConfig
 from resail_pipeline.collection import check_collection_settings
+from resail_pipeline.generation.base import release_device_memory
 from resail_pipeline.initial_policy import check_published
 from resail_pipeline.pipelines.bootstrap.nodes import NODE_KEYS
 from resail_pipeline.pipelines.collect.nodes import collect_config, settings_of
@@ -51,9 +50,7 @@ class DeviceMemoryHook:
 
     @hook_impl
     def after_node_run(self, node: Any) -> None:
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            gc.collect()
-            torch.cuda.empty_cache()
+        release_device_memory()
 
 
 class PreflightHook:

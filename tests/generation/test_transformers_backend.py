@@ -435,3 +435,17 @@ def test_options_are_checked(tiny_model, tiny_tokenizer):
             make(tiny_model, tiny_tokenizer)
     finally:
         tiny_model.config.layer_types = ["full_attention", "full_attention"]
+
+
+def test_a_closed_generator_drops_the_model_but_not_the_callers(tiny_model, tiny_tokenizer):
+    params = SamplingParams(temperature=0.0, max_new_tokens=3)
+    with TransformersGenerator(tiny_model, tiny_tokenizer, policy_id="tiny@0") as generator:
+        assert len(generator.generate(["Goal: craft stick."], params)) == 1
+    assert generator.model is None
+    with pytest.raises(RuntimeError, match="tiny@0: closed"):
+        generator.generate(["Goal: craft stick."], params)
+    generator.close()  # a second close does nothing
+    again = TransformersGenerator(tiny_model, tiny_tokenizer, policy_id="tiny@0")
+    assert again.generate(["Goal: craft stick."], params)[
+        0
+    ].token_ids  # the caller's model lives on

@@ -155,3 +155,24 @@ def test_the_engine_starts_with_prefix_caching_and_raw_logprobs(
     assert generator.policy_id.startswith("tiny@")
     VLLMGenerator.from_checkpoint(tiny_checkpoint, enable_prefix_caching=False)
     assert started["enable_prefix_caching"] is False
+
+
+def test_close_shuts_the_engine_down_once(tiny_tokenizer, monkeypatch):
+    cleanups = []
+    parallel_state = types.ModuleType("vllm.distributed.parallel_state")
+    parallel_state.cleanup_dist_env_and_memory = lambda: cleanups.append(1)
+    monkeypatch.setitem(sys.modules, "vllm", types.ModuleType("vllm"))
+    monkeypatch.setitem(sys.modules, "vllm.distributed", types.ModuleType("vllm.distributed"))
+    monkeypatch.setitem(sys.modules, "vllm.distributed.parallel_state", parallel_state)
+    llm = FakeLLM(tiny_tokenizer, [])
+    shutdowns = []
+    llm.llm_engine = types.SimpleNamespace(
+        engine_core=types.SimpleNamespace(shutdown=lambda: shutdowns.append(1))
+    )
+    with VLLMGenerator(llm, policy_id="tiny@0", progress=False) as generator:
+        assert generator.llm is llm
+    assert generator.llm is None and shutdowns == [1] and cleanups == [1]
+    generator.close()
+    assert shutdowns == [1] and cleanups == [1]
+    with pytest.raises(RuntimeError, match="tiny@0: closed"):
+        generator.generate(["x"], SamplingParams())

@@ -67,25 +67,25 @@ def dual_view_evaluation(
     row per episode, and the fixed Experience (one rules-based summary per test task).
     """
     info = read_checkpoint_info(check_checkpoint(policy))
-    generator = make_generator(
-        "transformers", info.path, policy_id=info.policy_id, **(generation or {})
-    )
-    logger.info("generating in %s", generator.model.dtype)
 
     def environment():
         return make_env(env)
 
-    _, _, experience = build_experience(
-        environment,
-        generator,
-        config,
-        SummarizeConfig(source="rules"),
-        decoding_seed=reference_seed,
-    )
-    both = dataclasses.replace(config, views=(VIEW_ORDINARY, VIEW_PRIVILEGED))
-    results, _ = evaluate_policy(
-        environment, generator, both, cycle=0, method="react", experience=experience
-    )
+    with make_generator(
+        "transformers", info.path, policy_id=info.policy_id, **(generation or {})
+    ) as generator:
+        logger.info("generating in %s", generator.model.dtype)
+        _, _, experience = build_experience(
+            environment,
+            generator,
+            config,
+            SummarizeConfig(source="rules"),
+            decoding_seed=reference_seed,
+        )
+        both = dataclasses.replace(config, views=(VIEW_ORDINARY, VIEW_PRIVILEGED))
+        results, _ = evaluate_policy(
+            environment, generator, both, cycle=0, method="react", experience=experience
+        )
     return summarize_eval_results(results), results, experience
 
 

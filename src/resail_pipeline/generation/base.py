@@ -85,6 +85,31 @@ class Generator(Protocol):
         """
         ...
 
+    def close(self) -> None:
+        """Release the model and what it holds (a vLLM engine and its workers, cached GPU
+        memory); the generator is unusable after, and a second call does nothing. Nodes close
+        their generator when they return, so that the next node (the trainer's torchrun
+        processes, another engine) finds the devices free, whatever the garbage collector does.
+        """
+        ...
+
+    def __enter__(self) -> Generator:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def release_device_memory() -> None:
+    """Hand the CUDA caching allocator's free blocks back to the driver (nothing without CUDA)."""
+    import gc
+
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        gc.collect()
+        torch.cuda.empty_cache()
+
 
 def derive_seed(*parts: int) -> int:
     """A 63-bit seed hashed from integers in ``[0, 2**64)``, e.g. ``derive_seed(episode_seed, t)``.

@@ -66,7 +66,13 @@ from resail_pipeline.checkpoints import (
     read_checkpoint_info,
     resolve_device,
 )
-from resail_pipeline.generation.base import Generation, SamplingParams, response_seeds
+from resail_pipeline.generation.base import (
+    Generation,
+    Generator,
+    SamplingParams,
+    release_device_memory,
+    response_seeds,
+)
 from resail_pipeline.generation.prefix_tree import Node, PrefixTree
 
 logger = logging.getLogger(__name__)
@@ -259,7 +265,7 @@ class _Prefilled:
     logits: torch.Tensor  # (R, V)
 
 
-class TransformersGenerator:
+class TransformersGenerator(Generator):
     """The :class:`~.base.Generator` over a transformers causal LM, on CPU or GPU.
 
     Args:
@@ -331,6 +337,14 @@ class TransformersGenerator:
         parameters = inspect.signature(model.forward).parameters
         self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
 
+    def close(self) -> None:
+        """Drop the model and the prefix cache (the caller's own references to a model it passed
+        in stay valid), and hand cached GPU memory back."""
+        self.model = None
+        self.tree = PrefixTree(max_tokens=0)
+        self._weights = None
+        release_device_memory()
+
     @classmethod
     def option_names(cls) -> set[str]:
         """The options :meth:`from_checkpoint` takes (its own and the constructor's)."""
@@ -364,6 +378,8 @@ class TransformersGenerator:
         seeds: Sequence[int] | None = None,
     ) -> list[Generation]:
         """``len(prompts) * params.n`` generations, prompt-major; see the module notes."""
+        if self.model is None:
+            raise RuntimeError(f"generator of {self.policy_id}: closed")
         stream_seeds = response_seeds(len(prompts), params, seeds)
         encoded = self._encode(prompts, params)
         if not encoded:

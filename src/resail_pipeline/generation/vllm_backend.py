@@ -15,10 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from resail_pipeline.checkpoints import check_checkpoint, read_checkpoint_info
-from resail_pipeline.generation.base import Generation, SamplingParams, response_seeds
+from resail_pipeline.generation.base import (
+    Generation,
+    Generator,
+    SamplingParams,
+    release_device_memory,
+    response_seeds,
+)
 
 
-class VLLMGenerator:
+class VLLMGenerator(Generator):
     """Generation with a ``vllm.LLM`` engine.
 
     Args:
@@ -85,6 +91,20 @@ class VLLMGenerator:
             policy_id = read_checkpoint_info(path).policy_id
         return cls(llm, policy_id=policy_id, progress=progress)
 
+    def close(self) -> None:
+        """Shut the engine's core (its worker processes and their GPU memory) down, then vLLM's
+        distributed state."""
+        if self.llm is None:
+            return
+        engine_core = getattr(self.llm.llm_engine, "engine_core", None)
+        if engine_core is not None:
+            engine_core.shutdown()
+        self.llm = None
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+        cleanup_dist_env_and_memory()
+        release_device_memory()
+
     def generate(
         self,
         prompts: Sequence[str],
@@ -92,6 +112,8 @@ class VLLMGenerator:
         seeds: Sequence[int] | None = None,
     ) -> list[Generation]:
         """``len(prompts) * params.n`` generations, prompt-major (one request per response)."""
+        if self.llm is None:
+            raise RuntimeError(f"generator of {self.policy_id}: closed")
         if not prompts:
             return []
         from vllm import SamplingParams as VLLMSamplingParams

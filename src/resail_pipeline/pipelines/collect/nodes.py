@@ -52,12 +52,13 @@ def collect_node(
     config = collect_config(collect_params, train_params, run)
     info = policy_info(policy)
     make_env = run.environment(config.split)
-    return collect(
-        make_env,
-        run.generator(info),
-        config,
-        cycle=info.cycle + 1,
-        method=info.method,
-        seed=run.seed,
-        settings=settings_of(config, run, info),
-    )
+    with run.generator(info) as generator:
+        return collect(
+            make_env,
+            generator,
+            config,
+            cycle=info.cycle + 1,
+            method=info.method,
+            seed=run.seed,
+            settings=settings_of(config, run, info),
+        )

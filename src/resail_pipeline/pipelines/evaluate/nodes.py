@@ -46,14 +46,15 @@ def evaluate_node(
     info = policy_info(checkpoint)
     method = "react" if info.cycle == 0 else run.method
     make_env = run.environment(*config.splits)
-    results, steps = evaluate_policy(
-        make_env,
-        run.generator(info),
-        config,
-        cycle=info.cycle,
-        method=method,
-        experience=experience if config.privileged else None,
-    )
+    with run.generator(info) as generator:
+        results, steps = evaluate_policy(
+            make_env,
+            generator,
+            config,
+            cycle=info.cycle,
+            method=method,
+            experience=experience if config.privileged else None,
+        )
     return results, summarize_eval_results(results), steps
 
 
@@ -73,13 +74,14 @@ def experience_node(
     config = eval_config(evaluate_params)
     summarize = build(SummarizeConfig, summarize_params, "summarize")
     make_env = run.environment(*config.splits)
-    return build_experience(
-        make_env,
-        run.generator(policy_info(checkpoint)),
-        config,
-        summarize,
-        decoding_seed=int(evaluate_params["reference_seed"]),
-    )
+    with run.generator(policy_info(checkpoint)) as generator:
+        return build_experience(
+            make_env,
+            generator,
+            config,
+            summarize,
+            decoding_seed=int(evaluate_params["reference_seed"]),
+        )
 
 
 def probe_set_node(

@@ -44,12 +44,13 @@ def respond_node(
     score = build(ScoreParams, score_params, "score")
     params = config.responses.sampling_params(seed=score.seed)
     privileged = config.cached_response_view == "privileged"
-    return sample_responses(
-        run.generator(policy_info(policy)),
-        usable_steps(steps, summaries),
-        params,
-        summaries=summaries if privileged else None,
-    )
+    with run.generator(policy_info(policy)) as generator:
+        return sample_responses(
+            generator,
+            usable_steps(steps, summaries),
+            params,
+            summaries=summaries if privileged else None,
+        )
 
 
 def score_node(

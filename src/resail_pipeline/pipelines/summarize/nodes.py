@@ -23,5 +23,7 @@ def summarize_node(
     built from each trajectory (``source: rules``); rejections are recorded, never raised."""
     run = RunConfig.from_params(run_params)
     config = build(SummarizeConfig, summarize_params, "summarize")
-    generator = run.generator(policy_info(policy)) if config.source == SOURCE_MODEL else None
-    return summarize_trajectories(trajectories, steps, config, generator)
+    if config.source != SOURCE_MODEL:
+        return summarize_trajectories(trajectories, steps, config, None)
+    with run.generator(policy_info(policy)) as generator:
+        return summarize_trajectories(trajectories, steps, config, generator)
