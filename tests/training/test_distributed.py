@@ -80,6 +80,22 @@ def test_deepspeed_zero2_on_two_cpu_processes_matches_one_process(micro_batch_st
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("method", ["oel_resail", "grpo"])
+def test_deepspeed_zero3_on_two_cpu_processes_matches_one_process(method, make_config):
+    """ZeRO-3 gathers the student's parameters in every forward, a collective. With one step per
+    micro-batch and three steps, one rank has an empty micro-batch in the no-grad scoring pass
+    and fewer prompts to sample for (OEL's fresh responses, GRPO's groups): it must neither skip
+    a forward nor decode a different number of tokens through the partitioned student."""
+    pytest.importorskip("deepspeed")
+    sections = {"method": method, "schedule": {"trajectories_per_update": 3}}
+    one = launch(make_config(name="one", engine={"kind": "single"}, **sections))
+    engine = {"kind": "deepspeed", "world_size": 2, "zero_stage": 3, "micro_batch_steps": 1}
+    three = launch(make_config(name="zero3", engine=engine, **sections))
+    assert "engine deepspeed x 2" in three.log_path.read_text()
+    assert_same_training(one, three)
+
+
+@pytest.mark.slow
 def test_the_probe_under_torchrun_is_the_one_process_probe(make_config):
     """Each rank measures a strided share of the probe steps and the shares are gathered; with one
     step per micro-batch one rank has an empty micro-batch and forwards a single token."""

@@ -165,6 +165,7 @@ class GrpoTrainer(_OrdinaryLikelihood):
         """This rank's sampled rows ``(step index, response ids)``, their rewards and advantages
         (fp32 ``(R,)`` each, ``R = len(mine) * samples``)."""
         group = self.config.grpo.samples
+        self.engine.sync_sampling_model()  # every rank, whatever its share (ZeRO-3: a collective)
         if not mine:
             return [], torch.zeros(0), torch.zeros(0)
         params = replace(self.config.responses.sampling_params(self.config.schedule.seed), n=group)

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+from transformers import PreTrainedModel
 
 from resail_pipeline.training.config import EngineConfig, OptimizerConfig
 from resail_pipeline.training.views import ResponseLogits
@@ -137,6 +138,16 @@ class Engine(ABC):
         A collective: every rank must call it.
         """
         return None
+
+    def sampling_model(self) -> PreTrainedModel:
+        """The student as generation reads it: ``inner.model`` itself, where its weights are
+        whole on every rank (every engine but ZeRO-3)."""
+        return self.inner.model
+
+    def sync_sampling_model(self) -> None:
+        """Bring :meth:`sampling_model` to the current weights. Every rank calls it before
+        sampling, whatever its share of the steps: under ZeRO-3 it is a collective."""
+        return  # whole weights on every rank: the sampling model is the student
 
     def sum_over_ranks(self, local: Tensor) -> Tensor:
         """The sum over ranks of a CPU tensor (a collective; ``local`` itself with one process).
@@ -277,6 +288,7 @@ class DeepSpeedEngine(Engine):
             config=deepspeed_config(engine, optimizer),
         )
         self.inner = self.module.module
+        self._sampler: PreTrainedModel | None = None
 
     @property
     def casts_parameters(self) -> bool:
@@ -289,6 +301,36 @@ class DeepSpeedEngine(Engine):
         self.module.step()
         norm = self.module.get_global_grad_norm()
         return float(norm) if norm is not None else float("nan")
+
+    def sampling_model(self) -> PreTrainedModel:
+        """Under ZeRO-3, a plain copy of the student on this rank's device (built once, refreshed
+        by :meth:`sync_sampling_model`): every forward of the partitioned student gathers its
+        parameters collectively, so ranks that decode different numbers of tokens would wait on
+        each other for ever; the copy decodes alone. Other stages hold whole weights already."""
+        if self._stage != 3:
+            return self.inner.model
+        if self._sampler is None:
+            student = self.inner.model
+            with torch.device("meta"):
+                sampler = type(student)(student.config)
+            sampler = sampler.to_empty(device=self.device).requires_grad_(False).eval()
+            sampler.tie_weights()  # to_empty gives tied parameters one tensor each
+            with torch.no_grad():
+                for name, buffer in student.named_buffers():  # not partitioned by ZeRO
+                    sampler.get_buffer(name).copy_(buffer)
+            self._sampler = sampler
+        return self._sampler
+
+    def sync_sampling_model(self) -> None:
+        if self._stage != 3:
+            return
+        import deepspeed
+
+        target = dict(self.sampling_model().named_parameters())
+        with torch.no_grad():
+            for name, parameter in self.inner.model.named_parameters():
+                with deepspeed.zero.GatheredParameters([parameter], modifier_rank=None):
+                    target[name].copy_(parameter.data)
 
     def consolidated_state_dict(self) -> dict[str, Tensor] | None:
         if self._stage != 3:

@@ -219,7 +219,7 @@ class TrainingRun:
             from resail_pipeline.generation.transformers_backend import TransformersGenerator
 
             generator = TransformersGenerator(
-                engine.inner.model,
+                engine.sampling_model(),
                 self.tokenizer,
                 policy_id=f"{self.parent.policy_id}+{config.method}",
                 batch_size=config.responses.batch_size,

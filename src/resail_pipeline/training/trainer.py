@@ -443,6 +443,7 @@ class Trainer(UpdateLoop):
         """``step index -> (response ids, behaviour log-probs)`` for this rank's steps."""
         if self.config.uses_cached_responses:
             return {i: (steps[i].response_ids, steps[i].behaviour_logprobs) for i in mine}
+        self.engine.sync_sampling_model()  # every rank, whatever its share (ZeRO-3: a collective)
         if not mine:
             return {}
         seed = self.config.schedule.seed
@@ -495,6 +496,10 @@ class Trainer(UpdateLoop):
                 if state is not None and state.targets.scores is not None:
                     local_scores[state.rows] = state.targets.scores.float().cpu()
                 if not fused:
+                    if state is None and self.engine.world_size > 1:
+                        # the others forward the student without gradient (ZeRO-3 gathers)
+                        with timer("scoring"):
+                            self.engine.idle_forward(self.pad_id, with_grad=False)
                     scored.append(state)
                     continue
                 # a rank without steps forwards where the others do (DDP's forward may communicate)
