@@ -18,7 +18,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TORCH_EXTENSIONS_DIR := $(CURDIR)/.cache/torch_extensions
 
-.PHONY: run smoke study study-budgets report reference test test-slow lint viz
+.PHONY: run smoke study study-budgets report reference kill-check test test-slow lint viz
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -72,17 +72,23 @@ reference: $(VENV)/.installed-$(RUN_EXTRAS)
 	$(BOOTSTRAP) ship --policy $(CHAIN_BUILDS)/$(basename $(notdir $(lastword $(CHAIN))))/policy \
 		--to reference/textcraft-initial
 
+# Kills the smoke run with SIGKILL at 10 random points (the Kedro process or a trainer) and reruns
+# it each time: every rerun completes, nothing half-published, no staging left, the same
+# checkpoints and evaluation rows as an uninterrupted run (scripts/kill_resume.py; about 45 min).
+kill-check: $(VENV)/.installed-$(RUN_EXTRAS)
+	$(BIN)/python scripts/kill_resume.py --kills 10 --seed 0
+
 # pytest exits 5 when it collects no test; that is not a failure of the code under test.
 test: $(VENV)/.installed-$(TEST_EXTRAS)
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks scripts
 	$(BIN)/pytest $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 test-slow: $(VENV)/.installed-$(TEST_EXTRAS)
 	$(BIN)/pytest -m "slow and not gpu"
 
 lint: $(VENV)/.installed-$(TEST_EXTRAS)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks scripts
+	$(BIN)/ruff format --check src tests benchmarks scripts
 
 viz: $(VENV)/.installed-$(RUN_EXTRAS)
 	$(BIN)/kedro viz build
