@@ -23,7 +23,7 @@ import pandas as pd
 from kedro.pipeline import Pipeline
 
 from resail_pipeline.checkpoints import CheckpointInfo
-from resail_pipeline.config import ConfigError, build, check_choice, check_folder_name
+from resail_pipeline.config import ConfigError, build, check_choice, check_folder_name, check_int
 from resail_pipeline.envs import Environment, check_env_name, make_env
 from resail_pipeline.generation import (
     GENERATOR_REGISTRY,
@@ -31,6 +31,7 @@ from resail_pipeline.generation import (
     check_options,
     make_generator,
 )
+from resail_pipeline.generation.sharded import ShardedGenerator, visible_devices
 from resail_pipeline.training.config import METHODS, REACT
 
 #: The input name under which every base pipeline receives the cycle-start policy.
@@ -84,6 +85,9 @@ class RunConfig:
     env_options: dict[str, Any] = field(default_factory=dict)
     # where nodes stage model directories for the catalog to publish
     staging_dir: str = "data/06_models/.staging"
+    # generators per node, each in its own process (generation.sharded): "auto" is one per
+    # visible GPU (none: one, in the node's own process); an integer > 1 starts that many
+    shards: int | str = 1
 
     def __post_init__(self) -> None:
         check_env_name(self.env)
@@ -111,6 +115,8 @@ class RunConfig:
             if not isinstance(options, dict):
                 raise ConfigError(f"generation.{backend}: expected a mapping, got {options!r}")
         check_options(self.backend, self.generation_options, f"generation.{self.backend}")
+        if self.shards != "auto":
+            check_int("shards", self.shards, low=1)
 
     @property
     def generation_options(self) -> dict[str, Any]:
@@ -132,8 +138,23 @@ class RunConfig:
         return factory
 
     def generator(self, policy: CheckpointInfo) -> Generator:
-        return make_generator(
-            self.backend, policy.path, policy_id=policy.policy_id, **self.generation_options
+        """``policy``'s generator: the backend in this process, or ``shards`` of it in their own
+        processes (``auto`` on a GPU node: one per GPU, so that this process holds no CUDA
+        context while the trainer runs)."""
+        if self.shards == "auto":
+            workers = len(visible_devices())  # none without a GPU
+        else:
+            workers = self.shards if self.shards > 1 else 0
+        if not workers:
+            return make_generator(
+                self.backend, policy.path, policy_id=policy.policy_id, **self.generation_options
+            )
+        return ShardedGenerator(
+            self.backend,
+            policy.path,
+            shards=workers,
+            policy_id=policy.policy_id,
+            **self.generation_options,
         )
 
     def staging_path(self, label: str) -> Path:

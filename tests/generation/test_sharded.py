@@ -1,0 +1,64 @@
+"""Generators sharded over worker processes give what one generator gives."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+
+from resail_pipeline.checkpoints import read_checkpoint_info
+from resail_pipeline.envs import make_env
+from resail_pipeline.generation import SamplingParams, make_generator
+from resail_pipeline.generation.sharded import ShardedGenerator
+from resail_pipeline.pipelines.common import RunConfig
+from resail_pipeline.prompts import chat_prompt
+from resail_pipeline.rollout import EpisodeSpec, run_episodes
+
+MESSAGES = [
+    "Goal: craft wooden pickaxe.",
+    "Inventory: [oak planks] (4)",
+    "get 1 oak logs",
+    "craft 4 oak planks using 1 oak logs",
+    "Goal: craft stick.",
+]
+
+
+def test_two_shards_generate_what_one_generator_does(tiny_checkpoint):
+    one = make_generator("transformers", tiny_checkpoint, progress=False)
+    prompts = [chat_prompt(one.tokenizer, m) for m in MESSAGES]
+    params = SamplingParams(temperature=1.0, max_new_tokens=6, n=2, seed=7)
+    with ShardedGenerator("transformers", tiny_checkpoint, shards=2, progress=False) as two:
+        assert two.policy_id == one.policy_id
+        assert two.generate(prompts, params) == one.generate(prompts, params)
+        seeds = [11, 12, 13, 14, 15]
+        assert two.generate(prompts, params, seeds) == one.generate(prompts, params, seeds)
+        # fewer prompts than shards, and none
+        assert two.generate(prompts[:1], params) == one.generate(prompts[:1], params)
+        assert two.generate([], params) == []
+        with pytest.raises(ValueError, match="one per prompt"):
+            two.generate(prompts, params, seeds[:2])
+        # whole episodes: a rollout's turns split differently as episodes end
+        specs = [EpisodeSpec(f"e{i}", task_id=i, decoding_seed=i) for i in range(3)]
+        decoding = SamplingParams(temperature=1.0, max_new_tokens=6)
+        env = partial(make_env, "textcraft", max_steps=4)
+        ours = run_episodes(env, specs, two, decoding, progress=False)
+        theirs = run_episodes(env, specs, one, decoding, progress=False)
+        assert [e.steps for e in ours] == [e.steps for e in theirs]
+    two.close()  # a second close does nothing
+    with pytest.raises(RuntimeError, match="closed"):
+        two.generate(prompts, params)
+
+
+def test_the_run_config_shards_where_asked(tiny_checkpoint):
+    info = read_checkpoint_info(tiny_checkpoint)
+    params = {"env": "textcraft", "method": "oel", "experiment": "x"}
+    inline = RunConfig.from_params({**params, "shards": 1}).generator(info)
+    assert not isinstance(inline, ShardedGenerator)
+    inline.close()
+    cpu_auto = RunConfig.from_params({**params, "shards": "auto"}).generator(info)
+    assert not isinstance(cpu_auto, ShardedGenerator)  # no GPU here: the node's own process
+    cpu_auto.close()
+    with RunConfig.from_params({**params, "shards": 2}).generator(info) as sharded:
+        assert isinstance(sharded, ShardedGenerator) and sharded.shards == 2
+    with pytest.raises(ValueError, match=r"run\.shards: must be a positive integer"):
+        RunConfig.from_params({**params, "shards": 0})
