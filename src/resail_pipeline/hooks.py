@@ -10,7 +10,7 @@ from kedro.framework.hooks import hook_impl
 
 from resail_pipeline.bootstrap.config import BootstrapConfig
 from resail_pipeline.collection import check_collection_settings
-from resail_pipeline.generation.base import release_device_memory
+from resail_pipeline.devices import release_device_memory
 from resail_pipeline.initial_policy import check_published
 from resail_pipeline.pipelines.bootstrap.nodes import NODE_KEYS
 from resail_pipeline.pipelines.collect.nodes import collect_config, settings_of

@@ -25,6 +25,7 @@ from resail_pipeline.pipelines.train import base_pipeline as train_pipeline
 from resail_pipeline.schemas import SCHEMAS, check_columns
 from resail_pipeline.settings import CONFIG_LOADER_ARGS
 from resail_pipeline.training import InputError, ProbeSet
+from resail_pipeline.training import run as training_run
 
 CONF = Path(__file__).parents[2] / "conf"
 
@@ -79,7 +80,7 @@ def test_with_the_probe_off_the_probe_set_is_empty_and_no_model_is_loaded(monkey
     def no_model(*args, **kwargs):
         raise AssertionError("the probe set of a disabled probe must not load the model")
 
-    monkeypatch.setattr(evaluate_nodes, "load_frozen", no_model)
+    monkeypatch.setattr(training_run, "load_frozen", no_model)
     train = project_config("parameters")["train"]
     train = {**train, "probe": {**train["probe"], "enabled": False}}
     unused = pd.DataFrame()
@@ -118,7 +119,7 @@ def test_the_scorer_follows_the_trainers_engine(
     tiny_checkpoint, monkeypatch, kind, precision, expected, dtype
 ):
     calls: dict = {}
-    monkeypatch.setattr(score_nodes, "score_steps", recording_scorer(calls))
+    monkeypatch.setattr(training_run, "score_steps", recording_scorer(calls))
     train = copy.deepcopy(project_config("parameters")["train"])
     train["engine"].update(kind=kind, precision=precision, chunk_size=64)
     policy = read_checkpoint_info(tiny_checkpoint).to_frame()
@@ -133,7 +134,7 @@ def test_the_scorer_follows_the_trainers_engine(
 
 def test_the_probe_support_follows_the_trainers_engine(tiny_checkpoint, monkeypatch):
     calls: dict = {}
-    monkeypatch.setattr(evaluate_nodes, "build_probe_set", recording_scorer(calls))
+    monkeypatch.setattr(training_run, "build_probe_set", recording_scorer(calls))
     train = copy.deepcopy(project_config("parameters")["train"])
     train["probe"]["enabled"] = True
     train["engine"].update(precision="bf16", chunk_size=32)

@@ -100,17 +100,6 @@ class Generator(Protocol):
         self.close()
 
 
-def release_device_memory() -> None:
-    """Hand the CUDA caching allocator's free blocks back to the driver (nothing without CUDA)."""
-    import gc
-
-    import torch
-
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        gc.collect()
-        torch.cuda.empty_cache()
-
-
 def derive_seed(*parts: int) -> int:
     """A 63-bit seed hashed from integers in ``[0, 2**64)``, e.g. ``derive_seed(episode_seed, t)``.
 

@@ -21,25 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from resail_pipeline.checkpoints import load_tokenizer, read_checkpoint_info
+from resail_pipeline.devices import visible_devices
 from resail_pipeline.generation.base import Generation, Generator, SamplingParams, derive_seed
 
-__all__ = ["ShardedGenerator", "visible_devices"]
+__all__ = ["ShardedGenerator"]
 
 #: the worker's generator, built by :func:`_start` when its process starts
 _GENERATOR: Generator | None = None
-
-
-def visible_devices() -> list[str]:
-    """The CUDA devices this process may use, as ``CUDA_VISIBLE_DEVICES`` names them (``[]``
-    without CUDA), found without creating a CUDA context here."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return []
-    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if listed:
-        return [d.strip() for d in listed.split(",") if d.strip()]
-    return [str(i) for i in range(torch.cuda.device_count())]
 
 
 def _start(

@@ -66,11 +66,11 @@ from resail_pipeline.checkpoints import (
     read_checkpoint_info,
     resolve_device,
 )
+from resail_pipeline.devices import release_device_memory
 from resail_pipeline.generation.base import (
     Generation,
     Generator,
     SamplingParams,
-    release_device_memory,
     response_seeds,
 )
 from resail_pipeline.generation.prefix_tree import Node, PrefixTree

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from resail_pipeline.checkpoints import check_checkpoint, read_checkpoint_info
+from resail_pipeline.devices import release_device_memory
 from resail_pipeline.generation.base import (
     Generation,
     Generator,
     SamplingParams,
-    release_device_memory,
     response_seeds,
 )
 

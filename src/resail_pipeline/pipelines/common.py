@@ -24,6 +24,7 @@ from kedro.pipeline import Pipeline
 
 from resail_pipeline.checkpoints import CheckpointInfo
 from resail_pipeline.config import ConfigError, build, check_choice, check_folder_name, check_int
+from resail_pipeline.devices import visible_devices
 from resail_pipeline.envs import Environment, check_env_name, make_env
 from resail_pipeline.generation import (
     GENERATOR_REGISTRY,
@@ -31,7 +32,7 @@ from resail_pipeline.generation import (
     check_options,
     make_generator,
 )
-from resail_pipeline.generation.sharded import ShardedGenerator, visible_devices
+from resail_pipeline.generation.sharded import ShardedGenerator
 from resail_pipeline.training.config import METHODS, REACT
 
 #: The input name under which every base pipeline receives the cycle-start policy.

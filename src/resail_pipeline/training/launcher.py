@@ -24,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from resail_pipeline.checkpoints import CheckpointInfo, read_checkpoint_info
+from resail_pipeline.devices import off_process
 from resail_pipeline.training.config import TrainConfig
 from resail_pipeline.training.data import read_manifest
 from resail_pipeline.training.run import (
@@ -137,7 +138,7 @@ def prepare(config: TrainConfig, log_path: str | Path | None = None) -> Job:
     """Check the manifest, resolve ``config`` for this machine and write it; nothing starts."""
     config.run.check_set()
     read_manifest(config.run.manifest, verify=False)  # exists and parses, before anything starts
-    resolved = resolve_for_machine(config)
+    resolved = off_process(resolve_for_machine, config)  # no CUDA context in this process
     run_dir = Path(resolved.run.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     config_path = resolved.to_yaml(run_dir / CONFIG_FILE)

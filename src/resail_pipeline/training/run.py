@@ -50,7 +50,8 @@ from resail_pipeline.training.data import (
     write_parquet,
 )
 from resail_pipeline.training.engine import Engine, build_engine, init_distributed
-from resail_pipeline.training.probe import ProbeSet, SensitivityProbe, probe_frame
+from resail_pipeline.training.probe import ProbeSet, SensitivityProbe, build_probe_set, probe_frame
+from resail_pipeline.training.scoring import score_steps
 from resail_pipeline.training.trainer import Trainer, UpdateLoop, UpdateRecord
 from resail_pipeline.training.views import ResponseLogits
 
@@ -62,7 +63,10 @@ __all__ = [
     "TrainingRun",
     "load_frozen",
     "make_trainer",
+    "probe_set_with_frozen",
+    "resolve_for_machine",
     "resolve_for_process",
+    "score_with_frozen",
 ]
 
 logger = logging.getLogger(__name__)
@@ -107,6 +111,62 @@ def load_frozen(path: str, engine: EngineConfig) -> tuple[PreTrainedModel, Any]:
     so that scores computed outside the trainer (the scores node, the probe set) are its own."""
     dtype = torch.bfloat16 if engine.bf16_parameters else torch.float32
     return load_policy(path, dtype=dtype, device="auto")
+
+
+def score_with_frozen(
+    path: str,
+    policy_id: str,
+    config: TrainConfig,
+    steps: pd.DataFrame,
+    summaries: pd.DataFrame,
+    responses: pd.DataFrame,
+    *,
+    micro_batch_steps: int,
+) -> pd.DataFrame:
+    """:func:`~.scoring.score_steps` with the frozen policy at ``path``, on the device and in the
+    precision the trainer (``config``, resolved here) runs it (see :func:`load_frozen`)."""
+    config = resolve_for_machine(config)
+    model, tokenizer = load_frozen(path, config.engine)
+    return score_steps(
+        model,
+        tokenizer,
+        steps,
+        summaries,
+        responses,
+        scorer_id=policy_id,
+        top_k=config.resail.top_k,
+        micro_batch_steps=micro_batch_steps,
+        max_response_tokens=config.responses.max_tokens,
+        chunk_size=config.engine.chunk_size,
+        precision=config.engine.autocast_precision,
+    )
+
+
+def probe_set_with_frozen(
+    path: str,
+    policy_id: str,
+    config: TrainConfig,
+    trajectories: pd.DataFrame,
+    steps: pd.DataFrame,
+    experience: pd.DataFrame,
+) -> pd.DataFrame:
+    """:func:`~.probe.build_probe_set` with the frozen initial policy at ``path``, on the device and
+    in the precision the trainer (``config``, resolved here) runs it."""
+    config = resolve_for_machine(config)
+    model, tokenizer = load_frozen(path, config.engine)
+    return build_probe_set(
+        model,
+        tokenizer,
+        trajectories,
+        steps,
+        experience,
+        policy_id=policy_id,
+        num_trajectories=config.probe.num_trajectories,
+        top_k=config.probe.top_k,
+        micro_batch_steps=config.probe.micro_batch_steps,
+        chunk_size=config.engine.chunk_size,
+        precision=config.engine.autocast_precision,
+    )
 
 
 def resolve_for_process(config: TrainConfig) -> TrainConfig:

@@ -8,12 +8,13 @@ from typing import Any
 import pandas as pd
 
 from resail_pipeline.config import ConfigError, build
+from resail_pipeline.devices import off_process
 from resail_pipeline.evaluation.evaluate import EvalConfig, build_experience, evaluate_policy
 from resail_pipeline.evaluation.stats import summarize_eval_results
 from resail_pipeline.experience import SummarizeConfig
 from resail_pipeline.pipelines.common import RunConfig, policy_info
-from resail_pipeline.training import TrainConfig, build_probe_set, empty_probe_set
-from resail_pipeline.training.run import load_frozen, resolve_for_machine
+from resail_pipeline.training import TrainConfig, empty_probe_set
+from resail_pipeline.training.run import probe_set_with_frozen
 
 logger = logging.getLogger(__name__)
 
@@ -101,19 +102,13 @@ def probe_set_node(
     if not config.probe.enabled:
         logger.info("train.probe.enabled is false: the probe set is left empty")
         return empty_probe_set()
-    config = resolve_for_machine(config)
     info = policy_info(checkpoint)
-    model, tokenizer = load_frozen(info.path, config.engine)
-    return build_probe_set(
-        model,
-        tokenizer,
+    return off_process(  # on a GPU machine in its own process: Kedro's holds no CUDA context
+        probe_set_with_frozen,
+        info.path,
+        info.policy_id,
+        config,
         reference_trajectories,
         reference_steps,
         experience,
-        policy_id=info.policy_id,
-        num_trajectories=config.probe.num_trajectories,
-        top_k=config.probe.top_k,
-        micro_batch_steps=config.probe.micro_batch_steps,
-        chunk_size=config.engine.chunk_size,
-        precision=config.engine.autocast_precision,
     )

@@ -8,9 +8,10 @@ from typing import Any
 import pandas as pd
 
 from resail_pipeline.config import build, check_int
+from resail_pipeline.devices import off_process
 from resail_pipeline.pipelines.common import RunConfig, policy_info
-from resail_pipeline.training import TrainConfig, sample_responses, score_steps, usable_steps
-from resail_pipeline.training.run import load_frozen, resolve_for_machine
+from resail_pipeline.training import TrainConfig, sample_responses, usable_steps
+from resail_pipeline.training.run import score_with_frozen
 
 
 @dataclass(frozen=True)
@@ -64,19 +65,14 @@ def score_node(
     """The frozen cycle-start teacher's PI sensitivity of every step over its cached response (the
     function the trainer scores with online, on the device and in the precision it trains in: bf16
     weights without autocast under DeepSpeed in bf16, fp32 weights under autocast otherwise)."""
-    config = resolve_for_machine(TrainConfig.from_dict(train_params, "train"))
     info = policy_info(policy)
-    model, tokenizer = load_frozen(info.path, config.engine)
-    return score_steps(
-        model,
-        tokenizer,
+    return off_process(  # on a GPU machine in its own process: Kedro's holds no CUDA context
+        score_with_frozen,
+        info.path,
+        info.policy_id,
+        TrainConfig.from_dict(train_params, "train"),
         steps,
         summaries,
         responses,
-        scorer_id=info.policy_id,
-        top_k=config.resail.top_k,
         micro_batch_steps=build(ScoreParams, score_params, "score").micro_batch_steps,
-        max_response_tokens=config.responses.max_tokens,
-        chunk_size=config.engine.chunk_size,
-        precision=config.engine.autocast_precision,
     )
