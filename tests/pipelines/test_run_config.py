@@ -95,3 +95,51 @@ def test_the_paper_environments_differ_only_in_table_4s_rows():
     }
     assert (alfworld_globals["env"], textcraft_globals["env"]) == ("alfworld", "textcraft")
     assert t["train.probe.enabled"] is True and t["train.schedule.updates"] == 30
+
+
+def test_the_rehearsal_is_the_paper_setting_with_only_its_sizes_changed():
+    """conf/rehearsal (`make rehearse`) runs conf/paper-textcraft's path on CPU: the backend,
+    summaries, engine, stage, checkpointing and probe are the paper's; only sizes may differ."""
+    from resail_pipeline.collection import flatten_settings
+    from resail_pipeline.pipelines.parameters import check_parameters
+
+    def parameters(env):
+        return OmegaConfigLoader(str(CONF), **{**CONFIG_LOADER_ARGS, "default_run_env": env})[
+            "parameters"
+        ]
+
+    paper, rehearsal = map(parameters, ("paper-textcraft", "rehearsal"))
+    check_parameters(rehearsal)
+    p, r = flatten_settings(paper), flatten_settings(rehearsal)
+    differing = {k for k in p.keys() | r.keys() if p.get(k) != r.get(k)}
+    assert differing == {
+        "run.shards",
+        "run.env_options.max_steps",
+        "run.generation.vllm.gpu_memory_utilization",
+        "run.generation.vllm.max_model_len",
+        "run.generation.vllm.dtype",
+        "run.generation.vllm.max_num_batched_tokens",
+        "bootstrap.checkpoint",
+        "bootstrap.reference",
+        "summarize.max_attempts",
+        "summarize.on_rejected",
+        "summarize.sampling.max_new_tokens",
+        "collect.max_new_tokens",
+        "evaluate.num_tasks",
+        "evaluate.decoding_seeds",
+        "evaluate.max_new_tokens",
+        "train.schedule.updates",
+        "train.schedule.trajectories_per_update",
+        "train.engine.world_size",
+        "train.engine.precision",
+        "train.responses.max_tokens",
+        "train.responses.batch_size",
+        "train.responses.max_batch_tokens",
+        "train.probe.num_trajectories",
+    }
+    assert (r["run.backend"], r["summarize.source"], r["train.engine.kind"]) == (
+        "vllm",
+        "model",
+        "deepspeed",
+    )
+    assert r["train.engine.zero_stage"] == 2 and r["train.probe.enabled"] is True

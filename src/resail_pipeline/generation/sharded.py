@@ -13,9 +13,11 @@ itself: the engines, and their CUDA contexts, live and die with the workers.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,8 @@ from resail_pipeline.devices import visible_devices
 from resail_pipeline.generation.base import Generation, Generator, SamplingParams, derive_seed
 
 __all__ = ["ShardedGenerator"]
+
+logger = logging.getLogger(__name__)
 
 #: the worker's generator, built by :func:`_start` when its process starts
 _GENERATOR: Generator | None = None
@@ -90,6 +94,13 @@ class ShardedGenerator(Generator):
         self.tokenizer = load_tokenizer(path)
         self.shards = shards
         threads = max(1, (os.cpu_count() or 1) // shards)
+        logger.info(
+            "generation: %d %s workers over %s%s",
+            shards,
+            backend,
+            path,
+            f" (GPUs {', '.join(devices[:shards])})" if devices else "",
+        )
         context = get_context("spawn")  # a fresh interpreter: no CUDA state inherited
         self._workers: list[ProcessPoolExecutor] | None = [
             ProcessPoolExecutor(
@@ -130,7 +141,13 @@ class ShardedGenerator(Generator):
                 futures.append(
                     worker.submit(_generate, list(prompts[block]), params, list(seeds[block]))
                 )
-        return [generation for future in futures for generation in future.result()]
+        try:
+            return [generation for future in futures for generation in future.result()]
+        except BrokenProcessPool:
+            raise RuntimeError(
+                f"generation of {self.policy_id}: a worker process failed to start or died; "
+                "its own error is in the log above"
+            ) from None
 
     def close(self) -> None:
         """Close every worker's generator, then end the workers."""
