@@ -244,7 +244,8 @@ def _round(k: int, rng: random.Random, duration_s: float, out: Path, reference: 
     round_.rerun_exit, _ = _run_to_end(tag, log)
     if round_.rerun_exit != 0:
         round_.failures.append(f"the rerun exited {round_.rerun_exit}; see {log}")
-    left = sorted(p.name for p in STAGING.iterdir()) if STAGING.is_dir() else []
+    staging = STAGING / f"{ENV_NAME}{tag}"
+    left = sorted(p.name for p in staging.iterdir()) if staging.is_dir() else []
     if left:
         round_.failures.append(f"staging left: {left}")
     round_.failures += _differences(tag, reference)

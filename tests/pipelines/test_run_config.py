@@ -85,6 +85,7 @@ def test_the_paper_environments_differ_only_in_table_4s_rows():
     )
     check_parameters(textcraft)
     a, t = flatten_settings(alfworld), flatten_settings(textcraft)
+    del a["run.staging_dir"], t["run.staging_dir"]  # follows the data folder
     differing = {k: (a.get(k), t.get(k)) for k in a.keys() | t.keys() if a.get(k) != t.get(k)}
     assert differing == {
         "run.env": ("alfworld", "textcraft"),
@@ -111,6 +112,7 @@ def test_the_rehearsal_is_the_paper_setting_with_only_its_sizes_changed():
     paper, rehearsal = map(parameters, ("paper-textcraft", "rehearsal"))
     check_parameters(rehearsal)
     p, r = flatten_settings(paper), flatten_settings(rehearsal)
+    del p["run.staging_dir"], r["run.staging_dir"]  # follows the data folder
     differing = {k for k in p.keys() | r.keys() if p.get(k) != r.get(k)}
     assert differing == {
         "run.shards",
@@ -143,3 +145,23 @@ def test_the_rehearsal_is_the_paper_setting_with_only_its_sizes_changed():
         "deepspeed",
     )
     assert r["train.engine.zero_stage"] == 2 and r["train.probe.enabled"] is True
+
+
+@pytest.mark.parametrize(
+    ("env", "runtime", "folder"),
+    [
+        ("local", {}, "textcraft"),
+        ("smoke", {}, "textcraft-smoke"),
+        ("study", {"data_tag": "-x"}, "textcraft-x"),
+        ("local", {"run": {"env": "alfworld"}}, "alfworld"),
+    ],
+)
+def test_staging_is_per_data_folder_and_the_same_for_nodes_and_catalog(env, runtime, folder):
+    """A run removes its own experiment's stale staging; keyed by data folder, a smoke run and a
+    default run of the same experiment never remove each other's."""
+    loader = OmegaConfigLoader(
+        str(CONF), **{**CONFIG_LOADER_ARGS, "default_run_env": env}, runtime_params=runtime
+    )
+    staging = f"data/06_models/.staging/{folder}"
+    assert loader["parameters"]["run"]["staging_dir"] == staging
+    assert loader["catalog"]["cycle_0.checkpoint"]["staging_dir"] == staging
