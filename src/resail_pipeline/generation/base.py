@@ -120,8 +120,20 @@ def response_seeds(
     Response ``j`` of prompt ``i`` uses ``derive_seed(s_i, j)``, where ``s_i`` is ``seeds[i]``
     when given, else ``derive_seed(params.seed, i)``.
     """
+    return [
+        derive_seed(seed, j)
+        for seed in prompt_seeds(num_prompts, params, seeds)
+        for j in range(params.n)
+    ]
+
+
+def prompt_seeds(
+    num_prompts: int, params: SamplingParams, seeds: Sequence[int] | None = None
+) -> list[int]:
+    """Each prompt's seed in a call: ``seeds[i]`` when given, else ``derive_seed(params.seed, i)``
+    (``i``: the prompt's place in the whole call, so that a call split into parts keeps them)."""
     if seeds is None:
-        seeds = [derive_seed(params.seed, i) for i in range(num_prompts)]
-    elif len(seeds) != num_prompts:
+        return [derive_seed(params.seed, i) for i in range(num_prompts)]
+    if len(seeds) != num_prompts:
         raise ValueError(f"seeds: expected one per prompt ({num_prompts}), got {len(seeds)}")
-    return [derive_seed(seed, j) for seed in seeds for j in range(params.n)]
+    return list(seeds)

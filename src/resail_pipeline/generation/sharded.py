@@ -24,7 +24,7 @@ from typing import Any
 
 from resail_pipeline.checkpoints import load_tokenizer, read_checkpoint_info
 from resail_pipeline.devices import visible_devices
-from resail_pipeline.generation.base import Generation, Generator, SamplingParams, derive_seed
+from resail_pipeline.generation.base import Generation, Generator, SamplingParams, prompt_seeds
 
 __all__ = ["ShardedGenerator"]
 
@@ -129,10 +129,7 @@ class ShardedGenerator(Generator):
         the prompts, with the per-prompt seeds of the whole call."""
         if self._workers is None:
             raise RuntimeError(f"generator of {self.policy_id}: closed")
-        if seeds is None:
-            seeds = [derive_seed(params.seed, i) for i in range(len(prompts))]
-        elif len(seeds) != len(prompts):
-            raise ValueError(f"seeds: expected one per prompt ({len(prompts)}), got {len(seeds)}")
+        seeds = prompt_seeds(len(prompts), params, seeds)  # fixed for the whole call, then split
         size = -(-len(prompts) // self.shards)  # ceil: the first shards take one more
         futures: list[Future] = []
         for k, worker in enumerate(self._workers):
