@@ -4,7 +4,7 @@
 backend over the same checkpoint (worker ``k`` sees only the node's ``k``-th GPU), and splits every
 ``generate`` call over them: contiguous blocks of the prompts, gathered back in order. Every
 response draws from its own seed (the call's per-prompt seeds are fixed here, before the split:
-:func:`~.base.response_seeds`), so the outputs are those one generator gives, whatever the number
+:func:`~.base.prompt_seeds`), so the outputs are those one generator gives, whatever the number
 of shards. Every rollout and summary goes through ``generate``, so collection, the evaluations,
 the fixed Experience's episodes, the summaries and the cached responses all use every GPU, while
 the environments stay in the calling process. The calling process (Kedro's) never touches a GPU
