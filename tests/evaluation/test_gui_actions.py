@@ -11,6 +11,7 @@ from resail_pipeline.evaluation.gui_actions import (
     actions_match,
     exact_match_accuracy,
     logged_action,
+    logged_step,
     predicted_action,
 )
 
@@ -134,3 +135,27 @@ def test_accuracy_leaves_stop_steps_out_and_scores_invalid_predictions_zero():
         exact_match_accuracy([GuiAction("stop")], [GuiAction("stop")], [[]])
     with pytest.raises(ValueError, match="lengths differ"):
         exact_match_accuracy(logged, predicted[:2], [[], [], []])
+
+
+def test_a_step_record_of_the_aitz_release_as_the_scorer_reads_it():
+    record = {
+        "episode_id": "e1",
+        "step_id": 0,
+        "instruction": "open the settings",
+        "image_path": "general/e1/e1_0.png",
+        "ui_positions": "[[0.1, 0.1, 0.1, 0.2], [0.5, 0.5, 0.05, 0.05]]",
+        "result_action_type": 4,
+        "result_action_text": "",
+        "result_touch_yx": "[0.12, 0.12]",
+        "result_lift_yx": "[0.12, 0.12]",
+    }
+    action, boxes = logged_step(record)
+    assert action == GuiAction("tap", point=(0.12, 0.12)) and boxes[0] == [0.1, 0.1, 0.1, 0.2]
+    listed = {**record, "ui_positions": [[0.1, 0.1, 0.1, 0.2]], "result_touch_yx": [0.12, 0.12]}
+    assert logged_step(listed)[0] == action
+    typed = logged_step({"result_action_type": 3, "result_action_text": "wifi", "ui_positions": ""})
+    assert typed == (GuiAction("type", text="wifi"), [])
+    with pytest.raises(ValueError, match="result_touch_yx: not a JSON list"):
+        logged_step({**record, "result_touch_yx": "[0.1,"})
+    with pytest.raises(ValueError, match="result_action_type: missing"):
+        logged_step({"ui_positions": "[]"})

@@ -30,8 +30,9 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "BOX_AUGMENT",
@@ -42,6 +43,7 @@ __all__ = [
     "actions_match",
     "exact_match_accuracy",
     "logged_action",
+    "logged_step",
     "predicted_action",
 ]
 
@@ -103,6 +105,34 @@ def logged_action(
     if math.dist(touch_yx, lift_yx) <= SWIPE_DISTANCE:
         return GuiAction("tap", point=(float(touch_yx[0]), float(touch_yx[1])))
     return GuiAction("scroll", direction=_direction(touch_yx, lift_yx))
+
+
+def _listed(record: Mapping[str, Any], key: str) -> Any:
+    """A field the AITZ release stores as a JSON string (``"[0.5, 0.2]"``) or as a list."""
+    value = record.get(key)
+    if isinstance(value, str):
+        try:
+            return json.loads(value) if value.strip() else None
+        except json.JSONDecodeError:
+            raise ValueError(f"{key}: not a JSON list, got {value[:80]!r}") from None
+    return value
+
+
+def logged_step(record: Mapping[str, Any]) -> tuple[GuiAction, list[list[float]]]:
+    """The logged action and the annotated element boxes of one step of an AITZ episode file
+    (``<split>/<category>/<episode_id>/<episode_id>.json``, a list of such records): the fields
+    ``result_action_type``, ``result_touch_yx``, ``result_lift_yx``, ``result_action_text`` and
+    ``ui_positions`` (boxes ``[y, x, height, width]``), lists given as JSON text or as lists."""
+    if "result_action_type" not in record:
+        raise ValueError("result_action_type: missing from the step record")
+    action = logged_action(
+        int(record["result_action_type"]),
+        _listed(record, "result_touch_yx"),
+        _listed(record, "result_lift_yx"),
+        record.get("result_action_text"),
+    )
+    boxes = _listed(record, "ui_positions") or []
+    return action, [[float(v) for v in box] for box in boxes]
 
 
 def _point(value: object) -> tuple[float, float] | None:
