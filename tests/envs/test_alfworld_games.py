@@ -12,6 +12,7 @@ pytest.importorskip("alfworld")
 
 from alfworld.gen import constants
 
+from resail_pipeline.config import ConfigError
 from resail_pipeline.envs import END_SUCCESS
 from resail_pipeline.envs.alfworld import AlfWorldEnv, AlfWorldGameError, GameEngine
 from resail_pipeline.envs.alfworld_games import (
@@ -155,4 +156,19 @@ def test_unsolvable_and_already_won_candidates_are_rejected(tmp_path):
 )
 def test_config_ranges(field, value):
     with pytest.raises(ValueError, match=f"{field}: must be"):
+        GameGenConfig(**{field: value})
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("games_per_split", 0, "must be a positive integer"),
+        ("max_receptacles", 2, "must be an integer >= 3"),
+        ("distractors", 1.5, "must be a non-negative integer"),
+        ("max_plan_length", 31, "must be <= 30"),
+        ("seed", -1, "must be a non-negative integer"),
+    ],
+)
+def test_the_generator_configuration_names_a_bad_field(field, value, message):
+    with pytest.raises(ConfigError, match=rf"^{field}: {message}"):
         GameGenConfig(**{field: value})

@@ -41,6 +41,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from resail_pipeline.config import ConfigError, check_int
 from resail_pipeline.envs.alfworld import (
     GAME_FILE,
     SPLITS,
@@ -105,16 +106,14 @@ class GameGenConfig:
     max_attempts: int = 40
 
     def __post_init__(self) -> None:
-        if self.games_per_split < 1:
-            raise ValueError(f"games_per_split: must be >= 1, got {self.games_per_split}")
-        if self.max_receptacles < 3:
-            raise ValueError(f"max_receptacles: must be >= 3, got {self.max_receptacles}")
-        if self.distractors < 0:
-            raise ValueError(f"distractors: must be >= 0, got {self.distractors}")
-        if not 1 <= self.max_plan_length <= 30:
-            raise ValueError(f"max_plan_length: must be in [1, 30], got {self.max_plan_length}")
-        if self.max_attempts < 1:
-            raise ValueError(f"max_attempts: must be >= 1, got {self.max_attempts}")
+        check_int("games_per_split", self.games_per_split, low=1)
+        check_int("seed", self.seed, low=0)
+        check_int("max_receptacles", self.max_receptacles, low=3)
+        check_int("distractors", self.distractors, low=0)
+        check_int("max_plan_length", self.max_plan_length, low=1)
+        if self.max_plan_length > 30:  # episodes are cut at 30 steps
+            raise ConfigError(f"max_plan_length: must be <= 30, got {self.max_plan_length}")
+        check_int("max_attempts", self.max_attempts, low=1)
 
 
 @dataclass(frozen=True)
