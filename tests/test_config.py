@@ -14,6 +14,7 @@ from resail_pipeline.config import (
     check_folder_name,
     check_int,
     check_number,
+    check_sections,
     to_data,
 )
 
@@ -35,6 +36,7 @@ class Outer:
     inner: Inner = field(default_factory=Inner)
 
     def __post_init__(self) -> None:
+        check_sections(self)
         for size in self.sizes:
             check_int("sizes", size, low=1)
 
@@ -108,3 +110,15 @@ def test_checkers_accept_what_they_promise():
     check_bool("b", False)
     assert check_folder_name("oel_resail-2.b", "name") == "oel_resail-2.b"
     assert check_folder_name("", "data_tag", empty=True) == ""
+
+
+def test_a_section_built_by_hand_must_be_its_dataclass():
+    from resail_pipeline.bootstrap.config import BootstrapConfig
+    from resail_pipeline.training import TrainConfig
+
+    with pytest.raises(ConfigError, match=r"^inner: expected a Inner, got 3$"):
+        Outer(name="a", inner=3)
+    with pytest.raises(ConfigError, match=r"^resail: expected a ResailConfig, got 3$"):
+        TrainConfig(resail=3)
+    with pytest.raises(ConfigError, match=r"^data: expected a DemonstrationSettings"):
+        BootstrapConfig(data={"on_policy_episodes": 1})  # checked before any section is read

@@ -28,6 +28,7 @@ __all__ = [
     "check_folder_name",
     "check_int",
     "check_number",
+    "check_sections",
     "is_int",
     "to_data",
 ]
@@ -127,6 +128,14 @@ def _section(f: dataclasses.Field) -> type | None:
 
 def _join(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
+
+
+def check_sections(config: Any) -> None:
+    """Each section of ``config`` (a field whose default factory is a dataclass) holds one."""
+    for f in dataclasses.fields(config):
+        section, value = _section(f), getattr(config, f.name)
+        if section is not None and not isinstance(value, section):
+            raise ConfigError(f"{_key(f)}: expected a {section.__name__}, got {value!r}")
 
 
 def build(cls: type[T], data: Any, path: str = "") -> T:

@@ -19,6 +19,7 @@ from resail_pipeline.config import (
     check_choice,
     check_int,
     check_number,
+    check_sections,
 )
 from resail_pipeline.envs import check_env_name
 
@@ -227,14 +228,6 @@ class TrainingSettings:
         check_choice("device", self.device, DEVICES)
 
 
-_PARTS = {
-    "model": ModelShape,
-    "tokenizer": TokenizerSettings,
-    "data": DemonstrationSettings,
-    "training": TrainingSettings,
-}
-
-
 @dataclass(frozen=True)
 class BootstrapConfig:
     """Where the initial policy (cycle 0) comes from, first match wins:
@@ -271,6 +264,7 @@ class BootstrapConfig:
     training: TrainingSettings = field(default_factory=TrainingSettings)
 
     def __post_init__(self) -> None:
+        check_sections(self)  # before any section is read
         check_env_name(self.env)
         if self.warm_start is not None and (
             not isinstance(self.warm_start, str) or not self.warm_start
@@ -286,9 +280,6 @@ class BootstrapConfig:
         if not self.name or "@" in self.name or "/" in self.name:
             raise ConfigError(f"name: must be non-empty without '@' or '/', got {self.name!r}")
         check_int("seed", self.seed, low=0)
-        for part, kind in _PARTS.items():
-            if not isinstance(getattr(self, part), kind):
-                raise ConfigError(f"{part}: expected {kind.__name__}, got {getattr(self, part)!r}")
 
     @classmethod
     def from_dict(cls, params: Mapping[str, Any], path: str = "bootstrap") -> BootstrapConfig:

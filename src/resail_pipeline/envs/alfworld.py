@@ -54,6 +54,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from resail_pipeline.config import check_int
 from resail_pipeline.envs.base import END_STEP_LIMIT, END_SUCCESS, Observation, StepResult
 
 logger = logging.getLogger(__name__)
@@ -321,9 +322,8 @@ class AlfWorldEnv:
         max_steps: int = MAX_STEPS,
         test_size: int = TEST_SIZE,
     ):
-        for field, value in (("max_steps", max_steps), ("test_size", test_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{field}: must be a positive integer, got {value!r}")
+        check_int("max_steps", max_steps, low=1)
+        check_int("test_size", test_size, low=1)
         self.data_root = resolve_data_root(data_path)
         self.max_steps = max_steps
         self.test_size = test_size

@@ -66,6 +66,7 @@ from resail_pipeline.checkpoints import (
     read_checkpoint_info,
     resolve_device,
 )
+from resail_pipeline.config import check_int
 from resail_pipeline.devices import release_device_memory
 from resail_pipeline.generation.base import (
     Generation,
@@ -302,14 +303,10 @@ class TransformersGenerator(Generator):
         prefix_cache_tokens: int = 0,
         progress: bool = True,
     ) -> None:
-        for name, value in (
-            ("batch_size", batch_size),
-            ("max_batch_tokens", 1 if max_batch_tokens is None else max_batch_tokens),
-            ("pad_to_multiple_of", pad_to_multiple_of),
-            ("prefill_tokens", prefill_tokens),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: must be a positive integer, got {value!r}")
+        check_int("batch_size", batch_size, low=1)
+        check_int("max_batch_tokens", max_batch_tokens, low=1, optional=True)
+        check_int("pad_to_multiple_of", pad_to_multiple_of, low=1)
+        check_int("prefill_tokens", prefill_tokens, low=1)
         if prefix_cache_tokens and not prefix_reuse:
             raise ValueError("prefix_cache_tokens: keeps prefixes for prefix_reuse, which is off")
         if tokenizer.eos_token_id is None:

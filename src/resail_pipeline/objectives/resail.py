@@ -27,6 +27,7 @@ from resail_pipeline.config import check_bool, check_choice, check_int, check_nu
 from resail_pipeline.objectives.distillation import DEFAULT_TOP_K, token_divergences
 from resail_pipeline.objectives.selection import (
     SELECTION_STRATEGIES,
+    check_rho,
     check_trajectory_index,
     select_steps,
     trajectory_balanced_mean,
@@ -67,7 +68,7 @@ class ResailConfig:
 
     def __post_init__(self) -> None:
         check_choice("selection", self.selection, SELECTIONS)
-        check_number("rho", self.rho, low=0, high=1, low_open=True)
+        check_rho(self.rho)
         check_bool("balancing", self.balancing)
         check_choice("retention", self.retention, RETENTION_VIEWS)
         check_number("lambda", self.lam, low=0)  # the YAML key (a keyword in Python)

@@ -13,6 +13,8 @@ from decimal import Decimal
 import torch
 from torch import Tensor
 
+from resail_pipeline.config import check_number
+
 __all__ = [
     "SELECTION_STRATEGIES",
     "check_rho",
@@ -29,8 +31,7 @@ SELECTION_STRATEGIES = ("top", "bottom", "random")
 
 def check_rho(rho: float) -> float:
     """Return ``rho`` as a float if it lies in ``(0, 1]``; else raise naming the field."""
-    if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not 0 < rho <= 1:
-        raise ValueError(f"rho: the selection ratio must be in (0, 1], got {rho!r}")
+    check_number("rho", rho, low=0, high=1, low_open=True)
     return float(rho)
 
 

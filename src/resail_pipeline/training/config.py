@@ -27,6 +27,7 @@ from resail_pipeline.config import (
     check_choice,
     check_int,
     check_number,
+    check_sections,
     to_data,
 )
 from resail_pipeline.generation import SamplingParams
@@ -331,19 +332,6 @@ class RunPaths:
                 raise ConfigError(f"run.{name}: required to run the trainer")
 
 
-#: section name -> dataclass, in YAML order
-_SECTIONS: dict[str, type] = {
-    "resail": ResailConfig,
-    "schedule": ScheduleConfig,
-    "optimizer": OptimizerConfig,
-    "engine": EngineConfig,
-    "responses": ResponseConfig,
-    "probe": ProbeConfig,
-    "grpo": GrpoConfig,
-    "run": RunPaths,
-}
-
-
 @dataclass(frozen=True)
 class TrainConfig:
     """Everything one cycle of training needs, grouped as in the YAML file."""
@@ -370,11 +358,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_choice("method", self.method, METHODS)
-        for name, cls in _SECTIONS.items():
-            if not isinstance(getattr(self, name), cls):
-                raise ConfigError(
-                    f"{name}: expected a {cls.__name__}, got {type(getattr(self, name))}"
-                )
+        check_sections(self)
 
     # ------------------------------------------------------------------------------------------
     # what the method means

@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from resail_pipeline.config import ConfigError, build
+from resail_pipeline.config import build, check_int
 from resail_pipeline.devices import off_process
 from resail_pipeline.evaluation.evaluate import EvalConfig, build_experience, evaluate_policy
 from resail_pipeline.evaluation.stats import summarize_eval_results
@@ -24,9 +24,7 @@ _REFERENCE_KEYS = ("reference_seed",)
 
 def eval_config(params: dict[str, Any]) -> EvalConfig:
     """``params:evaluate`` as the evaluation's configuration (``reference_seed`` checked apart)."""
-    seed = params.get("reference_seed")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ConfigError(f"evaluate.reference_seed: must be an integer >= 0, got {seed!r}")
+    check_int("evaluate.reference_seed", params.get("reference_seed"), low=0)
     fields = {k: v for k, v in params.items() if k not in _REFERENCE_KEYS}
     return build(EvalConfig, fields, "evaluate")
 
