@@ -187,8 +187,10 @@ def save_policy(
     cycle: int = 0,
     extra: dict[str, Any] | None = None,
     state_dict: dict[str, torch.Tensor] | None = None,
+    image_processor: Any = None,
 ) -> CheckpointInfo:
-    """Write ``model`` + ``tokenizer`` to ``path`` atomically, with a manifest; return its info.
+    """Write ``model`` + ``tokenizer`` (+ a vision model's ``image_processor``) to ``path``
+    atomically, with a manifest; return its info.
 
     ``state_dict`` replaces the model's own weights (e.g. gathered from ZeRO-3 partitions).
     """
@@ -196,6 +198,8 @@ def save_policy(
     with atomic_path(path) as tmp:
         model.save_pretrained(str(tmp), safe_serialization=True, state_dict=state_dict)
         tokenizer.save_pretrained(str(tmp))
+        if image_processor is not None:
+            image_processor.save_pretrained(str(tmp))
         sha = weights_sha256(tmp)
         info = CheckpointInfo(
             policy_id=f"{name}@{sha[:12]}",

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from resail_pipeline.evaluation.gui_actions import GuiAction, predicted_action
 from resail_pipeline.prompts import gui
-from resail_pipeline.prompts.render import render_gui_action, render_gui_summary
+from resail_pipeline.prompts.render import (
+    gui_action_messages,
+    gui_summary_messages,
+    render_gui_action,
+    render_gui_summary,
+)
 
 REMARK = "<remark>\nHow to do:\n1) Tap Settings.\n\nWatch out:\n- Do not tap Back.\n</remark>"
 
@@ -104,3 +112,72 @@ def test_system_messages_and_tool():
         "terminate",
     ]
     assert json.loads(gui.TOOL_DEFINITION_JSON) == gui.TOOL_DEFINITION
+
+
+# --- rendering ---------------------------------------------------------------------------------
+
+
+_ACTIONS = [
+    GuiAction("tap", point=(0.25, 0.75)),
+    GuiAction("scroll", direction="up"),
+    GuiAction("scroll", direction="left"),
+    GuiAction("type", text="pizza near me"),
+    GuiAction("back"),
+    GuiAction("home"),
+    GuiAction("enter"),
+    GuiAction("stop"),
+]
+
+
+@pytest.mark.parametrize("action", _ACTIONS, ids=lambda a: f"{a.kind}-{a.direction}")
+def test_tool_call_reads_back_as_the_same_action(action):
+    read = predicted_action(gui.tool_call(action))
+    assert read is not None and read.kind == action.kind
+    assert read.direction == action.direction and read.text == action.text
+    if action.point is not None:  # 0..999 integers: within one unit
+        assert read.point == pytest.approx(action.point, abs=1 / 999)
+
+
+def test_messages_are_system_plus_the_rendered_user_message():
+    messages = gui_action_messages("Turn on Wi-Fi", ["click Home", "swipe up"])
+    assert messages == [
+        {"role": "system", "content": gui.ACTION_SYSTEM},
+        {"role": "user", "content": ORDINARY},
+    ]
+    steps = [("click Home", None), ("open Settings", "system_button Back")]
+    summary = gui_summary_messages("Turn on Wi-Fi", steps)
+    assert summary == [
+        {"role": "system", "content": gui.SUMMARY_SYSTEM},
+        {"role": "user", "content": SUMMARY},
+    ]
+
+
+def test_describe_action_is_what_the_progress_lists():
+    assert gui.describe_action(GuiAction("tap", point=(0.5, 0.2))) == "click at [200, 500]"
+    assert gui.describe_action(GuiAction("type", text="news")) == 'type "news"'
+    assert gui.describe_action(GuiAction("scroll", direction="down")) == "swipe down"
+    assert gui.describe_action(GuiAction("enter")) == "press Enter"
+
+
+def test_rule_remark_is_accepted_and_names_the_wrong_attempt():
+    wrong = gui.tool_call(GuiAction("back"))
+    remark = gui.rule_remark(
+        [(GuiAction("tap", point=(0.5, 0.5)), None), (GuiAction("home"), wrong)]
+    )
+    assert gui.accepted_remark(remark) == remark
+    assert "- At step 2, press Home; do not press Back." in remark
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["no remark here", "<remark>How to do:\n1) x\n</remark>", "<remark>Watch out:\n- y\n</remark>"],
+)
+def test_remark_without_both_parts_is_rejected(text):
+    assert gui.accepted_remark(text) is None
+
+
+def test_template_phrases_are_literal_template_text():
+    phrases = gui.template_phrases()
+    assert gui.ACTION_SYSTEM in phrases
+    assert all("{" not in p or "JSON" in p for p in phrases)
+    assert "The user query: " in phrases

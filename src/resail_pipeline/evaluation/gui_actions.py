@@ -37,6 +37,7 @@ from typing import Any
 __all__ = [
     "BOX_AUGMENT",
     "KINDS",
+    "LOGGED_ACTION_TYPES",
     "SWIPE_DISTANCE",
     "TAP_DISTANCE",
     "GuiAction",
@@ -57,6 +58,8 @@ SWIPE_DISTANCE = 0.04
 KINDS = ("tap", "scroll", "type", "back", "home", "enter", "stop")
 #: AITW action-type codes of the logged actions
 _LOGGED_KINDS = {3: "type", 4: "drag", 5: "back", 6: "home", 7: "enter", 10: "stop", 11: "stop"}
+#: the action-type codes :func:`logged_action` reads (others are unsupported)
+LOGGED_ACTION_TYPES = frozenset(_LOGGED_KINDS)
 #: ``mobile_use`` system buttons the matcher knows
 _BUTTONS = {"back": "back", "home": "home", "enter": "enter"}
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)

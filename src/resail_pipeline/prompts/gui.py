@@ -8,6 +8,10 @@ its processor's image token(s). Ordinary and privileged views differ only in the
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Sequence
+
+from resail_pipeline.evaluation.gui_actions import GuiAction, predicted_action
 
 ACTION_SYSTEM = """You are a GUI agent. Use the mobile_use tool to complete the user's task from the current screenshot and prior action history.
 
@@ -123,3 +127,105 @@ Watch out:
 """
 
 SUMMARY_IMAGE_PLACEHOLDER = "<IMAGE: SCREENSHOT_AT_THIS_STEP>"
+
+
+# --- Rendering ---------------------------------------------------------------------------------
+
+#: ``mobile_use`` system-button names of the control commands
+_BUTTON_NAMES = {"back": "Back", "home": "Home", "enter": "Enter"}
+
+
+def _coordinate(point: tuple[float, float]) -> list[int]:
+    """``(y, x)`` in ``[0, 1]`` as the tool's normalised ``[x, y]`` in ``0..999``."""
+    return [round(point[1] * 999), round(point[0] * 999)]
+
+
+def tool_arguments(action: GuiAction) -> dict[str, object]:
+    """The ``mobile_use`` arguments that perform ``action`` (a scroll as a swipe across the
+    middle of the screen in its direction)."""
+    if action.kind == "tap":
+        if action.point is None:
+            raise ValueError("action.point: a tap needs its point")
+        return {"action": "click", "coordinate": _coordinate(action.point)}
+    if action.kind == "scroll":
+        start, end = _SWIPES[action.direction or ""]
+        return {
+            "action": "swipe",
+            "coordinate": _coordinate(start),
+            "coordinate2": _coordinate(end),
+        }
+    if action.kind == "type":
+        return {"action": "type", "text": action.text or ""}
+    if action.kind in _BUTTON_NAMES:
+        return {"action": "system_button", "button": _BUTTON_NAMES[action.kind]}
+    return {"action": "terminate", "status": "success"}
+
+
+#: a scroll's swipe, ``(start, end)`` as ``(y, x)``, per direction the finger moves
+_SWIPES = {
+    "up": ((0.8, 0.5), (0.3, 0.5)),
+    "down": ((0.3, 0.5), (0.8, 0.5)),
+    "left": ((0.5, 0.8), (0.5, 0.2)),
+    "right": ((0.5, 0.2), (0.5, 0.8)),
+}
+
+
+def tool_call(action: GuiAction) -> str:
+    """``action`` as the model writes it: a ``<tool_call>`` block calling ``mobile_use``."""
+    call = {"name": "mobile_use", "arguments": tool_arguments(action)}
+    return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
+
+
+def describe_action(action: GuiAction) -> str:
+    """A logged action in words, as the task progress and the summary input list it."""
+    if action.kind == "tap":
+        x, y = _coordinate(action.point) if action.point else (0, 0)
+        return f"click at [{x}, {y}]"
+    if action.kind == "scroll":
+        return f"swipe {action.direction}"
+    if action.kind == "type":
+        return f'type "{action.text or ""}"'
+    if action.kind in _BUTTON_NAMES:
+        return f"press {_BUTTON_NAMES[action.kind]}"
+    return "terminate (task complete)"
+
+
+_REMARK = re.compile(r"<remark>\s*How to do:\s*\n.*?Watch out:\s*\n.*?</remark>", re.DOTALL)
+
+
+def accepted_remark(text: str) -> str | None:
+    """The ``<remark>`` block of a summary response, or ``None`` when it lacks one of the form
+    asked for (both headings, each followed by a line)."""
+    found = _REMARK.search(text)
+    return found.group(0) if found else None
+
+
+def rule_remark(steps: Sequence[tuple[GuiAction, str | None]]) -> str:
+    """A remark written from the logged actions alone (for a policy that cannot yet write one):
+    the route, then a warning at each failed step."""
+    route = "\n".join(f"{i}) {describe_action(a)}" for i, (a, _) in enumerate(steps, start=1))
+    warnings = [
+        f"- At step {i}, {describe_action(a)}; do not {describe_action(p) if p else 'guess'}."
+        for i, (a, attempt) in enumerate(steps, start=1)
+        if attempt is not None
+        for p in [predicted_action(attempt)]
+    ] or ["- Follow the route step by step."]
+    return f"<remark>\nHow to do:\n{route}\n\nWatch out:\n" + "\n".join(warnings) + "\n</remark>"
+
+
+def template_phrases() -> list[str]:
+    """The literal text of every GUI template, split at its fields: what each prompt repeats
+    verbatim (a small model's tokenizer makes each one token)."""
+    templates = (
+        ACTION_SYSTEM,
+        ACTION_USER,
+        GUIDELINE_BLOCK,
+        SUMMARY_SYSTEM,
+        SUMMARY_USER_HEAD,
+        SUMMARY_STEP_CORRECT,
+        SUMMARY_STEP_FAILED,
+        SUMMARY_USER_TAIL,
+        IMAGE_PLACEHOLDER,
+        SUMMARY_IMAGE_PLACEHOLDER,
+    )
+    return [piece for t in templates for piece in re.split(r"\{[a-z_]+\}", t) if piece.strip()]

@@ -7,7 +7,7 @@ formatting is applied separately, by :func:`resail_pipeline.prompts.chat.chat_pr
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from resail_pipeline.prompts import alfworld, gui, textcraft
@@ -171,3 +171,21 @@ def render_gui_summary(instruction: str, steps: list[tuple[str, str | None]]) ->
         + "".join(records)
         + (gui.SUMMARY_USER_TAIL)
     )
+
+
+def gui_action_messages(
+    instruction: str, previous_actions: Sequence[str], remark: str | None = None
+) -> list[dict[str, str]]:
+    """The chat messages of a GUI action call: :data:`gui.ACTION_SYSTEM` and
+    :func:`render_gui_action`'s user message (the tool is passed to the chat template)."""
+    user = render_gui_action(instruction, list(previous_actions), remark)
+    return [{"role": "system", "content": gui.ACTION_SYSTEM}, {"role": "user", "content": user}]
+
+
+def gui_summary_messages(
+    instruction: str, steps: Sequence[tuple[str, str | None]]
+) -> list[dict[str, str]]:
+    """The chat messages of a GUI summary call: :data:`gui.SUMMARY_SYSTEM` and
+    :func:`render_gui_summary`'s user message."""
+    user = render_gui_summary(instruction, list(steps))
+    return [{"role": "system", "content": gui.SUMMARY_SYSTEM}, {"role": "user", "content": user}]

@@ -1,0 +1,280 @@
+"""A vision-language policy: chat prompts with screenshots, sampled responses, and response logits.
+
+One class serves a released Qwen3-VL checkpoint read from a local directory and the small model
+:mod:`resail_pipeline.modeling.vision` builds: prompts are rendered by the tokenizer's own chat
+template (the ``mobile_use`` tool passed as a tool), each image placeholder of
+:mod:`resail_pipeline.prompts.gui` is replaced by the vision tokens, and the image-pad token is
+repeated once per merged patch of its image, which is what the model's processor does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from PIL import Image
+from torch import Tensor
+from transformers import AutoImageProcessor, Qwen3VLForConditionalGeneration
+
+from resail_pipeline.checkpoints import (
+    CheckpointError,
+    CheckpointInfo,
+    check_checkpoint,
+    load_tokenizer,
+    read_checkpoint_info,
+    resolve_device,
+    save_policy,
+)
+from resail_pipeline.generation.base import Generation, SamplingParams, response_seeds
+from resail_pipeline.prompts.gui import (
+    IMAGE_PLACEHOLDER,
+    SUMMARY_IMAGE_PLACEHOLDER,
+    TOOL_DEFINITION,
+)
+
+__all__ = ["VisionPolicy", "VisionPrompt"]
+
+logger = logging.getLogger(__name__)
+
+_PLACEHOLDERS = (IMAGE_PLACEHOLDER, SUMMARY_IMAGE_PLACEHOLDER)
+
+
+@dataclass(frozen=True)
+class VisionPrompt:
+    """An encoded prompt: token ids (image pads expanded) and its images' pixels.
+
+    Attributes:
+        input_ids: the prompt's token ids.
+        pixel_values: ``(patches, channels * temporal * patch * patch)`` of all its images.
+        image_grid_thw: ``(images, 3)`` each image's patch grid (time, height, width).
+    """
+
+    input_ids: tuple[int, ...]
+    pixel_values: Tensor | None
+    image_grid_thw: Tensor | None
+
+
+class VisionPolicy:
+    """A Qwen3-VL model with its tokenizer and image processor."""
+
+    def __init__(
+        self,
+        model: Qwen3VLForConditionalGeneration,
+        tokenizer: Any,
+        image_processor: Any,
+        policy_id: str = "",
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.image_processor = image_processor
+        self.policy_id = policy_id
+        config = model.config
+        self._image_token = config.image_token_id
+        self._vision_start, self._vision_end = (
+            config.vision_start_token_id,
+            config.vision_end_token_id,
+        )
+        self._merge = image_processor.merge_size**2
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @classmethod
+    def load(
+        cls, path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
+    ) -> VisionPolicy:
+        """The policy of a local checkpoint directory (safetensors only, no remote code)."""
+        path = check_checkpoint(path)
+        try:
+            model = Qwen3VLForConditionalGeneration.from_pretrained(
+                str(path),
+                trust_remote_code=False,
+                use_safetensors=True,
+                dtype=dtype or torch.float32,
+            )
+            image_processor = AutoImageProcessor.from_pretrained(str(path), trust_remote_code=False)
+        except (OSError, ValueError) as error:
+            raise CheckpointError(
+                f"checkpoint {path}: not a Qwen3-VL checkpoint ({error})"
+            ) from None
+        tokenizer = load_tokenizer(path)
+        tokenizer.padding_side = "right"
+        info = read_checkpoint_info(path)
+        return cls(
+            model.to(resolve_device(device)).eval(), tokenizer, image_processor, info.policy_id
+        )
+
+    def save(
+        self, path: str | Path, *, name: str, parent_id: str = "", method: str = "", cycle: int = 0
+    ) -> CheckpointInfo:
+        """Publish the policy at ``path`` (atomically, with its manifest)."""
+        info = save_policy(
+            self.model,
+            self.tokenizer,
+            path,
+            name=name,
+            parent_id=parent_id,
+            method=method,
+            cycle=cycle,
+            image_processor=self.image_processor,
+        )
+        self.policy_id = info.policy_id
+        return info
+
+    # -- prompts -------------------------------------------------------------------------------
+
+    def encode(
+        self, messages: Sequence[dict[str, str]], images: Sequence[str | Path | Image.Image]
+    ) -> VisionPrompt:
+        """Render ``messages`` (with the ``mobile_use`` tool) and put ``images``, in order, where
+        their placeholders stand; the number of placeholders must equal ``len(images)``."""
+        text = self.tokenizer.apply_chat_template(
+            list(messages), tools=[TOOL_DEFINITION], add_generation_prompt=True, tokenize=False
+        )
+        pieces = [text]
+        for placeholder in _PLACEHOLDERS:
+            pieces = [part for piece in pieces for part in _split_keep(piece, placeholder)]
+        slots = sum(piece in _PLACEHOLDERS for piece in pieces)
+        if slots != len(images):
+            raise ValueError(
+                f"images: the prompt has {slots} image placeholder(s), got {len(images)} image(s)"
+            )
+        if not images:
+            return VisionPrompt(
+                tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"]), None, None
+            )
+        pixels = self.image_processor(images=[_rgb(image) for image in images], return_tensors="pt")
+        grids = pixels["image_grid_thw"]
+        ids: list[int] = []
+        image = 0
+        for piece in pieces:
+            if piece in _PLACEHOLDERS:
+                pads = int(grids[image].prod()) // self._merge
+                ids += [self._vision_start, *[self._image_token] * pads, self._vision_end]
+                image += 1
+            elif piece:
+                ids += self.tokenizer(piece, add_special_tokens=False)["input_ids"]
+        return VisionPrompt(tuple(ids), pixels["pixel_values"], grids)
+
+    def _batch(
+        self, sequences: Sequence[Sequence[int]], prompts: Sequence[VisionPrompt]
+    ) -> dict[str, Tensor]:
+        """Model inputs for ``sequences`` (right-padded) whose images are ``prompts``'."""
+        width = max(len(s) for s in sequences)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.full((len(sequences), width), pad, dtype=torch.long)
+        attention = torch.zeros((len(sequences), width), dtype=torch.long)
+        for row, sequence in enumerate(sequences):
+            ids[row, : len(sequence)] = torch.tensor(sequence, dtype=torch.long)
+            attention[row, : len(sequence)] = 1
+        inputs: dict[str, Tensor] = {
+            "input_ids": ids,
+            "attention_mask": attention,
+            "mm_token_type_ids": (ids == self._image_token).long() * attention,
+        }
+        with_images = [p for p in prompts if p.pixel_values is not None]
+        if with_images:
+            inputs["pixel_values"] = torch.cat([p.pixel_values for p in with_images])
+            inputs["image_grid_thw"] = torch.cat([p.image_grid_thw for p in with_images])
+        device = self.device
+        dtype = next(self.model.parameters()).dtype
+        return {
+            key: value.to(device, dtype=dtype if key == "pixel_values" else value.dtype)
+            for key, value in inputs.items()
+        }
+
+    # -- generation ----------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompts: Sequence[VisionPrompt],
+        params: SamplingParams,
+        seeds: Sequence[int] | None = None,
+    ) -> list[Generation]:
+        """``len(prompts) * params.n`` responses, prompt-major; each response is drawn from its own
+        seed (:func:`~resail_pipeline.generation.base.response_seeds`), so it does not depend on the
+        other prompts of the call."""
+        every_seed = response_seeds(len(prompts), params, seeds)
+        eos = self.tokenizer.eos_token_id
+        outputs = []
+        self.model.eval()
+        for index, seed in enumerate(every_seed):
+            prompt = prompts[index // params.n]
+            inputs = self._batch([prompt.input_ids], [prompt])
+            sample = params.temperature > 0
+            with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+                torch.manual_seed(seed)
+                generated = self.model.generate(
+                    **inputs,
+                    do_sample=sample,
+                    temperature=params.temperature if sample else None,
+                    top_p=params.top_p if sample else None,
+                    top_k=(params.top_k if params.top_k != -1 else 0) if sample else None,
+                    max_new_tokens=params.max_new_tokens,
+                    eos_token_id=eos,
+                    pad_token_id=self.tokenizer.pad_token_id,
+                )
+            new = generated[0, len(prompt.input_ids) :].tolist()
+            finished = eos in new
+            if finished:
+                new = new[: new.index(eos) + 1]
+            body = new[:-1] if finished else new
+            outputs.append(
+                Generation(
+                    text=self.tokenizer.decode(body, skip_special_tokens=True),
+                    token_ids=tuple(new),
+                    finished=finished,
+                )
+            )
+        return outputs
+
+    # -- scoring -------------------------------------------------------------------------------
+
+    def response_logits(
+        self, prompts: Sequence[VisionPrompt], responses: Sequence[Sequence[int]]
+    ) -> tuple[Tensor, Tensor]:
+        """Logits at every response position, with gradient when the model is in grad mode.
+
+        Returns:
+            ``(logits, mask)``: ``(N, T, V)`` where row ``i`` position ``k`` predicts
+            ``responses[i][k]``, and the bool ``(N, T)`` mask of real response tokens
+            (``T`` = the longest response).
+        """
+        if len(prompts) != len(responses):
+            raise ValueError(
+                f"responses: expected one per prompt ({len(prompts)}), got {len(responses)}"
+            )
+        if any(len(r) == 0 for r in responses):
+            raise ValueError("responses: every response needs at least one token")
+        sequences = [list(p.input_ids) + list(r) for p, r in zip(prompts, responses, strict=True)]
+        logits = self.model(**self._batch(sequences, prompts)).logits  # (N, L, V)
+        longest = max(len(r) for r in responses)
+        out = logits.new_zeros((len(prompts), longest, logits.shape[-1]))
+        mask = torch.zeros((len(prompts), longest), dtype=torch.bool, device=logits.device)
+        for row, (prompt, response) in enumerate(zip(prompts, responses, strict=True)):
+            start = len(prompt.input_ids) - 1
+            out[row, : len(response)] = logits[row, start : start + len(response)]
+            mask[row, : len(response)] = True
+        return out, mask
+
+
+def _split_keep(text: str, separator: str) -> list[str]:
+    """``text`` split at ``separator``, the separators kept as their own pieces."""
+    parts = text.split(separator)
+    pieces = [parts[0]]
+    for part in parts[1:]:
+        pieces += [separator, part]
+    return pieces
+
+
+def _rgb(image: str | Path | Image.Image) -> Image.Image:
+    if isinstance(image, Image.Image):
+        return image.convert("RGB")
+    with Image.open(image) as opened:
+        return opened.convert("RGB")

@@ -1,0 +1,94 @@
+"""The vision-language policy: prompts with screenshots, seeded sampling, response logits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from resail_pipeline.checkpoints import CheckpointError
+from resail_pipeline.generation.base import SamplingParams
+from resail_pipeline.gui.policy import VisionPolicy
+from resail_pipeline.prompts import gui
+from resail_pipeline.prompts.render import gui_action_messages, gui_summary_messages
+
+
+def _prompts(policy, root, steps, count=3):
+    rows = list(steps.head(count).itertuples())
+    return [
+        policy.encode(gui_action_messages(r.instruction, list(r.history)), [root / r.image_path])
+        for r in rows
+    ]
+
+
+def test_encode_expands_each_image_to_its_merged_patches(vision_policy, aitz_root, aitz_train):
+    prompt = _prompts(vision_policy, aitz_root, aitz_train, 1)[0]
+    config = vision_policy.model.config
+    grid = prompt.image_grid_thw
+    assert grid.shape == (1, 3)
+    pads = prompt.input_ids.count(config.image_token_id)
+    assert pads == int(grid.prod()) // 4  # 2 x 2 patches merge into one token
+    assert prompt.pixel_values.shape[0] == int(grid.prod())
+    start = prompt.input_ids.index(config.vision_start_token_id)
+    assert prompt.input_ids[start + 1 + pads] == config.vision_end_token_id
+    text = vision_policy.tokenizer.decode(prompt.input_ids)
+    assert gui.IMAGE_PLACEHOLDER not in text
+    assert '"name": "mobile_use"' in text  # the tool, as the chat template lists it
+    assert "<|unk|>" not in text
+
+
+def test_encode_needs_one_image_per_placeholder(vision_policy, aitz_root, aitz_train):
+    row = aitz_train.iloc[0]
+    messages = gui_summary_messages("Go", [("press Back", "x"), ("press Home", "y")])
+    image = aitz_root / row["image_path"]
+    with pytest.raises(ValueError, match=r"2 image placeholder\(s\), got 1 image"):
+        vision_policy.encode(messages, [image])
+    prompt = vision_policy.encode(messages, [image, image])
+    assert prompt.image_grid_thw.shape == (2, 3)
+
+
+def test_sampling_is_per_response_seed(vision_policy, aitz_root, aitz_train):
+    prompts = _prompts(vision_policy, aitz_root, aitz_train)
+    params = SamplingParams(temperature=1.0, max_new_tokens=8)
+    together = vision_policy.generate(prompts, params, seeds=[7, 8, 9])
+    alone = vision_policy.generate(prompts[1:2], params, seeds=[8])
+    assert alone[0].token_ids == together[1].token_ids
+    again = vision_policy.generate(prompts[:1], params, seeds=[7])
+    assert again[0].token_ids == together[0].token_ids
+    assert all(0 < len(g.token_ids) <= 8 for g in together)
+
+
+def test_batched_response_logits_equal_one_at_a_time(vision_policy, aitz_root, aitz_train):
+    prompts = _prompts(vision_policy, aitz_root, aitz_train)
+    responses = [[5, 6, 7], [8], [9, 10]]
+    with torch.no_grad():
+        logits, mask = vision_policy.response_logits(prompts, responses)
+        assert logits.shape[:2] == (3, 3)
+        assert mask.tolist() == [[True] * 3, [True, False, False], [True, True, False]]
+        for i, response in enumerate(responses):
+            alone, _ = vision_policy.response_logits(prompts[i : i + 1], [response])
+            torch.testing.assert_close(
+                alone[0, : len(response)], logits[i, : len(response)], atol=1e-5, rtol=1e-5
+            )
+    with pytest.raises(ValueError, match="at least one token"):
+        vision_policy.response_logits(prompts[:1], [[]])
+
+
+def test_save_and_load_keep_the_policy(vision_policy, aitz_root, aitz_train, tmp_path):
+    info = vision_policy.save(tmp_path / "policy", name="tiny")
+    assert list((tmp_path / "policy").glob("*.safetensors"))
+    assert info.policy_id.startswith("tiny@")
+    loaded = VisionPolicy.load(tmp_path / "policy")
+    assert loaded.policy_id == info.policy_id
+    prompts = _prompts(vision_policy, aitz_root, aitz_train, 1)
+    reloaded = _prompts(loaded, aitz_root, aitz_train, 1)
+    assert reloaded[0].input_ids == prompts[0].input_ids
+    with torch.no_grad():
+        a, _ = vision_policy.response_logits(prompts, [[5, 6]])
+        b, _ = loaded.response_logits(reloaded, [[5, 6]])
+    torch.testing.assert_close(a, b)
+
+
+def test_load_refuses_a_folder_without_weights(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(CheckpointError, match="safetensors"):
+        VisionPolicy.load(tmp_path)
