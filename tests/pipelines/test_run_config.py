@@ -85,7 +85,8 @@ def test_the_paper_environments_differ_only_in_table_4s_rows():
     )
     check_parameters(textcraft)
     a, t = flatten_settings(alfworld), flatten_settings(textcraft)
-    del a["run.staging_dir"], t["run.staging_dir"]  # follows the data folder
+    for key in ("run.staging_dir", "aitz.staging_dir", "aitz.data.root"):
+        del a[key], t[key]  # follow the data folder
     differing = {k: (a.get(k), t.get(k)) for k in a.keys() | t.keys() if a.get(k) != t.get(k)}
     assert differing == {
         "run.env": ("alfworld", "textcraft"),
@@ -112,7 +113,8 @@ def test_the_rehearsal_is_the_paper_setting_with_only_its_sizes_changed():
     paper, rehearsal = map(parameters, ("paper-textcraft", "rehearsal"))
     check_parameters(rehearsal)
     p, r = flatten_settings(paper), flatten_settings(rehearsal)
-    del p["run.staging_dir"], r["run.staging_dir"]  # follows the data folder
+    for key in ("run.staging_dir", "aitz.staging_dir", "aitz.data.root"):
+        del p[key], r[key]  # follow the data folder
     differing = {k for k in p.keys() | r.keys() if p.get(k) != r.get(k)}
     assert differing == {
         "run.shards",

@@ -13,6 +13,7 @@ from typing import Any
 from resail_pipeline.bootstrap.config import BootstrapConfig
 from resail_pipeline.config import ConfigError, build, check_folder_name
 from resail_pipeline.experience import SummarizeConfig
+from resail_pipeline.gui.config import AitzConfig
 from resail_pipeline.pipelines.bootstrap.nodes import NODE_KEYS as BOOTSTRAP_NODE_KEYS
 from resail_pipeline.pipelines.collect.nodes import collect_config
 from resail_pipeline.pipelines.common import RunConfig
@@ -22,7 +23,17 @@ from resail_pipeline.pipelines.score.nodes import ScoreParams
 from resail_pipeline.training import TrainConfig
 
 #: the parameter sections: ``params:<section>`` of the pipelines
-SECTIONS = ("run", "bootstrap", "collect", "summarize", "score", "train", "evaluate", "report")
+SECTIONS = (
+    "run",
+    "bootstrap",
+    "collect",
+    "summarize",
+    "score",
+    "train",
+    "evaluate",
+    "report",
+    "aitz",
+)
 #: top-level keys that are no section: the data folder's tag, given on the command line
 RUNTIME_KEYS = ("data_tag",)
 
@@ -48,6 +59,7 @@ def check_parameters(params: Mapping[str, Any]) -> None:
     build(ScoreParams, dict(params["score"]), "score")
     TrainConfig.from_dict({**params["train"], "method": run.method}, "train")
     eval_config(dict(params["evaluate"]))
+    build(AitzConfig, dict(params["aitz"]), "aitz")
     extra = sorted(set(params["report"]) - set(REPORT_KEYS))
     if extra:
         raise ConfigError(f"report: unknown parameter(s) {extra}; known: {list(REPORT_KEYS)}")

@@ -39,6 +39,7 @@ __all__ = [
     "DeepSpeedEngine",
     "Engine",
     "TorchEngine",
+    "adamw",
     "autocast",
     "build_engine",
     "deepspeed_config",
@@ -79,7 +80,8 @@ def init_distributed(kind: str) -> tuple[int, int, torch.device]:
     return rank, world_size, device
 
 
-def _adamw(parameters: list[nn.Parameter], config: OptimizerConfig) -> torch.optim.AdamW:
+def adamw(parameters: list[nn.Parameter], config: OptimizerConfig) -> torch.optim.AdamW:
+    """The optimiser every trainer uses: AdamW as ``config`` sets it (constant learning rate)."""
     return torch.optim.AdamW(
         parameters,
         lr=config.lr,
@@ -202,7 +204,7 @@ class TorchEngine(Engine):
             precision,
         )
         self._parameters = [p for p in student.parameters() if p.requires_grad]
-        self._optimizer = _adamw(self._parameters, optimizer)
+        self._optimizer = adamw(self._parameters, optimizer)
         self._clip = optimizer.grad_clip
         self._ddp = world_size > 1
         if self._ddp:
@@ -284,7 +286,7 @@ class DeepSpeedEngine(Engine):
         parameters = [p for p in student.parameters() if p.requires_grad]
         self.module, _, _, _ = deepspeed.initialize(
             model=student,
-            optimizer=_adamw(parameters, optimizer),
+            optimizer=adamw(parameters, optimizer),
             config=deepspeed_config(engine, optimizer),
         )
         self.inner = self.module.module

@@ -307,3 +307,33 @@ def cost_figure(train_metrics: pd.DataFrame, *, source: str = "train_metrics") -
     figure.legend(handles[::-1], labels[::-1], loc="outside right upper", fontsize="small")
     figure.suptitle(f"{title} (summed over updates; Other = rest of the loop)")
     return figure
+
+
+def gui_accuracy_figure(curves: pd.DataFrame, *, source: str = "curves") -> Figure:
+    """Figure 5b: step-level exact-match accuracy on the fixed monitoring subset against the
+    update, one line per run (``run``, ``update``, ``accuracy`` in ``[0, 1]``, ``steps``)."""
+    title = "AITZ step-level action accuracy on the fixed monitoring subset"
+    if curves.empty:
+        return _empty_figure(title, f"{source} has no rows")
+    runs = list(dict.fromkeys(curves["run"]))
+    colors = _colors(runs)
+    figure, axes = _new_figure(1, 1, (6.4, 4.0))
+    ax = axes[0, 0]
+    for run in runs:
+        curve = curves[curves["run"] == run].sort_values("update")
+        ax.plot(
+            curve["update"],
+            100 * curve["accuracy"],
+            label=method_label(run),
+            color=colors[run],
+            marker="o",
+            markersize=3,
+            linewidth=1.2,
+        )
+    steps = sorted(set(curves["steps"]))
+    ax.set_xlabel("Update")
+    ax.set_ylabel("Accuracy (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    ax.set_title(f"{title}\n({', '.join(map(str, steps))} non-stop steps, one decoding seed)")
+    return figure

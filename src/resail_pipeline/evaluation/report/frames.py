@@ -29,6 +29,7 @@ METHOD_LABELS: dict[str, str] = {
     "sdpo_resail": "SDPO + ReSAIL",
     "oel": "OEL",
     "oel_resail": "OEL + ReSAIL",
+    "oel_sgs": "OEL + SGS",  # AITZ: the offline filter alone (appendix B)
 }
 #: The method of the unchanged initial policy.
 INITIAL_METHOD = "react"

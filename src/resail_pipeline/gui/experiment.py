@@ -1,0 +1,173 @@
+"""The AITZ experiment's stages as the pipeline runs them: each takes the configuration and
+tables, loads what it needs, and returns tables (and checkpoints, published by the caller)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from pathlib import Path
+
+import pandas as pd
+
+from resail_pipeline.checkpoints import (
+    CheckpointError,
+    CheckpointInfo,
+    check_checkpoint,
+    read_checkpoint_info,
+    resolve_device,
+)
+from resail_pipeline.generation.transformers_backend import resolve_dtype
+from resail_pipeline.gui import offline
+from resail_pipeline.gui.config import AitzConfig, InitialConfig
+from resail_pipeline.gui.episodes import action_from_row, read_episodes
+from resail_pipeline.gui.policy import VisionPolicy
+from resail_pipeline.gui.synthetic import write_synthetic
+from resail_pipeline.modeling.vision import (
+    build_qwen3_vl,
+    build_vision_tokenizer,
+    small_image_processor,
+    small_qwen3_vl_config,
+)
+from resail_pipeline.prompts import gui
+
+__all__ = [
+    "build_initial_policy",
+    "filter_steps",
+    "load_policy",
+    "read_splits",
+    "run_oel",
+]
+
+logger = logging.getLogger(__name__)
+
+
+def read_splits(config: AitzConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The ``train`` and ``test`` steps; synthetic episodes are written first where asked."""
+    data = config.data
+    if data.source == "synthetic":
+        write_synthetic(data.root, data.synthetic)
+    return (
+        read_episodes(data.root, "train", max_steps=data.max_steps),
+        read_episodes(data.root, "test", max_steps=data.max_steps),
+    )
+
+
+def load_policy(initial: InitialConfig, path: str | Path) -> VisionPolicy:
+    device = resolve_device(initial.device)
+    return VisionPolicy.load(path, device, resolve_dtype(initial.dtype, device))
+
+
+def _staging(config: AitzConfig, label: str) -> Path:
+    return Path(config.staging_dir) / f"{label}-{uuid.uuid4().hex[:12]}"
+
+
+def build_initial_policy(
+    config: AitzConfig, train: pd.DataFrame, pool: pd.DataFrame
+) -> tuple[CheckpointInfo, pd.DataFrame]:
+    """The initial policy's checkpoint and its warm start's losses (no rows for a given one).
+
+    With ``initial.path`` the checkpoint is recorded as it is. Without, the small Qwen3-VL is
+    built over a tokenizer of the GUI templates and the training episodes' text, and
+    behaviour-cloned on the training episodes outside the pool (the pool is what both runs
+    train on), then staged.
+    """
+    initial = config.initial
+    if initial.path is not None:
+        model_type = json.loads((check_checkpoint(initial.path) / "config.json").read_text()).get(
+            "model_type"
+        )
+        if model_type != "qwen3_vl":
+            raise CheckpointError(
+                f"initial.path: {initial.path} holds a {model_type!r} model, not a Qwen3-VL (qwen3_vl) one"
+            )
+        no_losses = pd.DataFrame(
+            {"update": pd.Series(dtype="int64"), "loss": pd.Series(dtype="float64")}
+        )
+        return read_checkpoint_info(initial.path, method="react"), no_losses
+    warm = initial.warm_start
+    outside = train[~train["episode_id"].isin(set(pool["episode_id"]))]
+    actions = [action_from_row(row._asdict()) for row in train.itertuples()]
+    texts = [
+        *train["instruction"].unique(),
+        *(gui.tool_call(a) + "\n" + gui.describe_action(a) for a in actions),
+        gui.PROGRESS_NONE,
+        gui.rule_remark([]),
+    ]
+    tokenizer = build_vision_tokenizer(
+        texts, phrases=gui.template_phrases(), tools=[gui.TOOL_DEFINITION]
+    )
+    model = build_qwen3_vl(
+        small_qwen3_vl_config(
+            tokenizer,
+            hidden_size=warm.hidden_size,
+            num_hidden_layers=warm.num_hidden_layers,
+            num_attention_heads=warm.hidden_size // 64,
+        ),
+        seed=warm.seed,
+    )
+    policy = VisionPolicy(
+        model.to(resolve_device(initial.device)), tokenizer, small_image_processor()
+    )
+    losses = offline.warm_start(
+        policy, outside, Path(config.data.root), warm.updates, warm.batch, warm.lr, warm.seed
+    )
+    info = policy.save(_staging(config, "initial"), name="aitz-initial", method="react")
+    return info, losses
+
+
+def filter_steps(pool: pd.DataFrame, scores: pd.DataFrame, keep: float) -> pd.DataFrame:
+    """The pool's scored steps in pool order with ``jsd`` and ``kept``: the global top ``keep``
+    share by score, ties to the earlier step of the pool (fixed before training)."""
+    scored = pool[["episode_id", "step_id", "position"]].merge(
+        scores[["episode_id", "step_id", "jsd"]],
+        on=["episode_id", "step_id"],
+        validate="one_to_one",
+    )
+    scored = scored.sort_values(["position", "step_id"], kind="stable").reset_index(drop=True)
+    scored["kept"] = offline.keep_top_fraction(scored["jsd"].to_numpy(), keep)
+    logger.info(
+        "filter: %d of %d steps kept (keep %s)", int(scored["kept"].sum()), len(scored), keep
+    )
+    return scored
+
+
+def run_oel(
+    config: AitzConfig,
+    initial: CheckpointInfo,
+    pool: pd.DataFrame,
+    summaries: pd.DataFrame,
+    test: pd.DataFrame,
+    run: str,
+    filtered: pd.DataFrame | None = None,
+) -> tuple[CheckpointInfo, pd.DataFrame, pd.DataFrame]:
+    """One OEL run from the initial policy (``filtered``: the filter's table; its loss is then
+    over kept steps only): the staged final checkpoint, the per-update metrics and the
+    monitoring curve."""
+    teacher = load_policy(config.initial, initial.path)
+    student = offline.clone_policy(teacher)
+    root = Path(config.data.root)
+    subset = offline.monitoring_subset(
+        test, config.offline.monitor_episodes, config.offline.schedule.seed
+    )
+    kept = None
+    if filtered is not None:
+        flags = pool[["episode_id", "step_id"]].merge(
+            filtered[["episode_id", "step_id", "kept"]], on=["episode_id", "step_id"], how="left"
+        )
+        kept = flags["kept"].fillna(False).to_numpy(dtype=bool)
+    metrics, curve = offline.train_oel(
+        student,
+        teacher,
+        pool,
+        summaries,
+        kept,
+        lambda policy: offline.monitor_accuracy(policy, subset, root, config.offline),
+        root,
+        config.offline,
+        run=run,
+    )
+    info = student.save(
+        _staging(config, run), name=f"aitz-{run}", parent_id=initial.policy_id, method=run, cycle=1
+    )
+    return info, metrics, curve

@@ -1,0 +1,468 @@
+"""PI sensitivity as an offline data filter on AITZ (section 4.3, appendices A.2 and B).
+
+The experiment, each stage a function over DataFrames (one row per step or episode):
+
+1. :func:`training_pool`: a fixed seed samples and orders the training episodes (``updates x
+   trajectories_per_update`` of them), shared by both runs; :func:`monitoring_subset` fixes the
+   test episodes accuracy is monitored on.
+2. :func:`diagnose`: the initial policy's ordinary response at every step of the pool (its
+   *diagnostic attempts*), each marked correct or not by the exact-match rule.
+3. :func:`summarize`: one remark per episode from the initial policy, asked with the
+   conservative GUI summary prompt (failed steps shown with their screenshot and attempt); a
+   summary is accepted when it has the form asked for, retried up to ``summary_attempts`` times,
+   and otherwise written from the logged actions (``on_rejected: rules``) or the episode is
+   dropped (``drop``); the table counts each.
+4. :func:`score_steps`: every step's PI sensitivity under the initial policy (eq. 3), along its
+   diagnostic response.
+5. :func:`keep_top_fraction`: the filter, fixed before training: the global top ``keep`` share of
+   steps by score, ties to the lower index.
+6. :func:`train_oel`: OEL for ``updates`` updates of ``trajectories_per_update`` episodes each,
+   the frozen initial policy's privileged view distilled into the student's ordinary view along
+   one fresh student response per step; the filtered run's loss is over its kept steps only (the
+   others keep their place in the histories). Accuracy on the monitoring subset (stop steps
+   excluded, one decoding seed) at update 0 and every ``monitor_every`` updates.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import random
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from resail_pipeline.config import check_choice, check_int, check_number, check_sections
+from resail_pipeline.evaluation.gui_actions import actions_match, predicted_action
+from resail_pipeline.generation.base import SamplingParams, derive_seed
+from resail_pipeline.gui.episodes import action_from_row, boxes_from_row
+from resail_pipeline.gui.policy import VisionPolicy, VisionPrompt
+from resail_pipeline.objectives.baselines import cross_entropy_loss
+from resail_pipeline.objectives.distillation import oel_loss, pi_sensitivity
+from resail_pipeline.objectives.selection import select_steps
+from resail_pipeline.prompts.gui import accepted_remark, describe_action, rule_remark, tool_call
+from resail_pipeline.prompts.render import gui_action_messages, gui_summary_messages
+from resail_pipeline.training.config import OptimizerConfig, ScheduleConfig
+from resail_pipeline.training.engine import adamw
+
+__all__ = [
+    "ON_REJECTED",
+    "OfflineConfig",
+    "clone_policy",
+    "diagnose",
+    "keep_top_fraction",
+    "monitor_accuracy",
+    "monitoring_subset",
+    "score_steps",
+    "summarize",
+    "train_oel",
+    "training_pool",
+    "warm_start",
+]
+
+logger = logging.getLogger(__name__)
+
+#: what happens to an episode whose summaries were all rejected
+ON_REJECTED = ("rules", "drop")
+
+
+@dataclass(frozen=True)
+class OfflineConfig:
+    """The experiment's settings (the paper's: 100 updates x 16 trajectories, keep 0.8)."""
+
+    # updates, trajectories per update (the pool is their product) and the seed of every draw
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    # the student's fresh responses during training
+    responses: SamplingParams = field(default_factory=SamplingParams)
+    # the diagnostic attempts, the summaries and the monitoring (paper: temperature 0.4)
+    evaluation: SamplingParams = field(default_factory=SamplingParams)
+    # the filtered run's global share of steps kept, in (0, 1]
+    keep: float = 0.8
+    monitor_every: int = 10
+    monitor_episodes: int = 101
+    summary_attempts: int = 3
+    on_rejected: str = "rules"
+    # steps per forward pass; top-K of the divergences' support
+    micro_batch: int = 8
+    top_k: int = 20
+
+    def __post_init__(self) -> None:
+        check_sections(self)
+        check_number("keep", self.keep, low=0, high=1, low_open=True)
+        check_int("monitor_every", self.monitor_every, low=1)
+        check_int("monitor_episodes", self.monitor_episodes, low=1)
+        check_int("summary_attempts", self.summary_attempts, low=1)
+        check_choice("on_rejected", self.on_rejected, ON_REJECTED)
+        check_int("micro_batch", self.micro_batch, low=1)
+        check_int("top_k", self.top_k, low=1)
+
+    @property
+    def pool_size(self) -> int:
+        return self.schedule.updates * self.schedule.trajectories_per_update
+
+
+def _episodes(steps: pd.DataFrame) -> list[str]:
+    return sorted(steps["episode_id"].unique())
+
+
+def training_pool(steps: pd.DataFrame, size: int, seed: int) -> pd.DataFrame:
+    """The steps of ``size`` training episodes sampled without replacement by ``seed``, in the
+    sampled order (the order the updates draw them), with their ``position`` in the pool."""
+    episodes = _episodes(steps)
+    if size > len(episodes):
+        raise ValueError(
+            f"schedule: updates x trajectories_per_update = {size} episodes, but the training "
+            f"split has {len(episodes)}"
+        )
+    order = random.Random(seed).sample(episodes, size)
+    position = {episode: i for i, episode in enumerate(order)}
+    pool = steps[steps["episode_id"].isin(position)].copy()
+    pool["position"] = pool["episode_id"].map(position)
+    return pool.sort_values(["position", "step_id"], kind="stable").reset_index(drop=True)
+
+
+def monitoring_subset(steps: pd.DataFrame, episodes: int, seed: int) -> pd.DataFrame:
+    """The steps of a fixed random subset of ``episodes`` test episodes (all, if fewer)."""
+    names = _episodes(steps)
+    chosen = set(random.Random(seed).sample(names, min(episodes, len(names))))
+    subset = steps[steps["episode_id"].isin(chosen)]
+    return subset.sort_values(["episode_id", "step_id"], kind="stable").reset_index(drop=True)
+
+
+def _prompts(
+    policy: VisionPolicy, steps: pd.DataFrame, root: Path, remarks: dict[str, str] | None = None
+) -> list[VisionPrompt]:
+    """Each step's action prompt (its episode's logged history, whichever rows ``steps``
+    holds): ordinary, or privileged with its episode's remark."""
+    return [
+        policy.encode(
+            gui_action_messages(
+                row.instruction,
+                list(row.history),
+                remarks[row.episode_id] if remarks is not None else None,
+            ),
+            [root / row.image_path],
+        )
+        for row in steps.itertuples()
+    ]
+
+
+def _seeds(steps: pd.DataFrame, seed: int) -> list[int]:
+    """One decoding seed per step, from ``seed``, the episode and the step (not the row order)."""
+    return [
+        derive_seed(seed, zlib.crc32(row.episode_id.encode()), row.step_id)
+        for row in steps.itertuples()
+    ]
+
+
+def _generate(policy, prompts, params, seeds, chunk, label):
+    outputs = []
+    for start in tqdm(range(0, len(prompts), chunk), desc=label, leave=False):
+        outputs += policy.generate(
+            prompts[start : start + chunk], params, seeds[start : start + chunk]
+        )
+    return outputs
+
+
+def diagnose(
+    policy: VisionPolicy, steps: pd.DataFrame, root: Path, config: OfflineConfig
+) -> pd.DataFrame:
+    """The initial policy's ordinary response at every step: columns ``episode_id``, ``step_id``,
+    ``response``, ``token_ids`` and ``correct`` (exact match with the logged action)."""
+    prompts = _prompts(policy, steps, Path(root))
+    seeds = _seeds(steps, config.schedule.seed)
+    outputs = _generate(policy, prompts, config.evaluation, seeds, config.micro_batch, "diagnose")
+    rows = []
+    for row, output in zip(steps.itertuples(), outputs, strict=True):
+        logged = action_from_row(row._asdict())
+        rows.append(
+            {
+                "episode_id": row.episode_id,
+                "step_id": row.step_id,
+                "response": output.text,
+                "token_ids": list(output.token_ids),
+                "correct": actions_match(
+                    logged, predicted_action(output.text), boxes_from_row(row._asdict())
+                ),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def summarize(
+    policy: VisionPolicy,
+    steps: pd.DataFrame,
+    attempts: pd.DataFrame,
+    root: Path,
+    config: OfflineConfig,
+) -> pd.DataFrame:
+    """One remark per episode: columns ``episode_id``, ``remark`` (empty when dropped),
+    ``attempts``, ``accepted`` (the policy's own summary was accepted) and ``source``
+    (``policy``, ``rules`` or ``dropped``)."""
+    root = Path(root)
+    merged = steps.merge(attempts, on=["episode_id", "step_id"], validate="one_to_one")
+    rows = []
+    for episode, group in tqdm(
+        merged.groupby("episode_id", sort=True), desc="summarize", leave=False
+    ):
+        group = group.sort_values("step_id")
+        listed = [
+            (action_from_row(row._asdict()), None if row.correct else row.response)
+            for row in group.itertuples()
+        ]
+        described = [(describe_action(action), attempt) for action, attempt in listed]
+        images = [root / row.image_path for row in group.itertuples() if not row.correct]
+        prompt = policy.encode(
+            gui_summary_messages(group["instruction"].iloc[0], described), images
+        )
+        remark = None
+        tries = 0
+        while remark is None and tries < config.summary_attempts:
+            seed = derive_seed(config.schedule.seed, len(rows), tries)
+            output = policy.generate([prompt], config.evaluation, [seed])[0]
+            remark = accepted_remark(output.text)
+            tries += 1
+        if remark is not None:
+            source = "policy"
+        elif config.on_rejected == "rules":
+            remark, source = rule_remark(listed), "rules"
+        else:
+            remark, source = "", "dropped"
+        rows.append(
+            {
+                "episode_id": episode,
+                "remark": remark,
+                "attempts": tries,
+                "accepted": source == "policy",
+                "source": source,
+            }
+        )
+    table = pd.DataFrame(rows)
+    counts = table["source"].value_counts().to_dict()
+    logger.info("summaries: %s", ", ".join(f"{n} {source}" for source, n in sorted(counts.items())))
+    return table
+
+
+def _remarks(summaries: pd.DataFrame) -> dict[str, str]:
+    return {row.episode_id: row.remark for row in summaries.itertuples() if row.source != "dropped"}
+
+
+@torch.no_grad()
+def score_steps(
+    policy: VisionPolicy,
+    steps: pd.DataFrame,
+    attempts: pd.DataFrame,
+    summaries: pd.DataFrame,
+    root: Path,
+    config: OfflineConfig,
+) -> pd.DataFrame:
+    """PI sensitivity (eq. 3) of every step of an episode with a remark, under ``policy``, along
+    its diagnostic response: columns ``episode_id``, ``step_id``, ``jsd``, ``tokens``."""
+    remarks = _remarks(summaries)
+    kept = steps[steps["episode_id"].isin(remarks)].reset_index(drop=True)
+    merged = kept.merge(attempts, on=["episode_id", "step_id"], validate="one_to_one")
+    policy.model.eval()
+    rows = []
+    size = config.micro_batch
+    for start in tqdm(range(0, len(merged), size), desc="score", leave=False):
+        chunk = merged.iloc[start : start + size]
+        responses = [list(ids) for ids in chunk["token_ids"]]
+        ordinary, mask = policy.response_logits(_prompts(policy, chunk, Path(root)), responses)
+        privileged, _ = policy.response_logits(
+            _prompts(policy, chunk, Path(root), remarks), responses
+        )
+        jsd = pi_sensitivity(ordinary, privileged, mask, top_k=config.top_k)
+        for row, value, tokens in zip(
+            chunk.itertuples(), jsd.tolist(), mask.sum(-1).tolist(), strict=True
+        ):
+            rows.append(
+                {
+                    "episode_id": row.episode_id,
+                    "step_id": row.step_id,
+                    "jsd": value,
+                    "tokens": tokens,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def keep_top_fraction(scores: Sequence[float] | np.ndarray, keep: float) -> np.ndarray:
+    """A bool mask keeping the ``ceil(keep * n)`` highest scores (ties to the lower index)."""
+    values = torch.tensor(np.asarray(scores, dtype=np.float64))
+    mask = np.zeros(len(values), dtype=bool)
+    mask[select_steps(values, keep, "top").numpy()] = True
+    return mask
+
+
+@torch.no_grad()
+def monitor_accuracy(
+    policy: VisionPolicy, steps: pd.DataFrame, root: Path, config: OfflineConfig
+) -> tuple[float, int]:
+    """Exact-match accuracy of ``policy`` on ``steps`` (stop steps excluded), with ground-truth
+    prior actions and one decoding seed per step; returns ``(accuracy, steps scored)``."""
+    keep = [action_from_row(row._asdict()).kind != "stop" for row in steps.itertuples()]
+    scored = steps[keep]
+    if scored.empty:
+        raise ValueError("monitoring subset: every step is a stop; nothing to score")
+    # histories come from the whole episodes; only the non-stop steps are asked
+    prompts = [p for p, k in zip(_prompts(policy, steps, Path(root)), keep, strict=True) if k]
+    outputs = _generate(
+        policy,
+        prompts,
+        config.evaluation,
+        _seeds(scored, config.schedule.seed),
+        config.micro_batch,
+        "monitor",
+    )
+    hits = [
+        actions_match(
+            action_from_row(row._asdict()),
+            predicted_action(output.text),
+            boxes_from_row(row._asdict()),
+        )
+        for row, output in zip(scored.itertuples(), outputs, strict=True)
+    ]
+    return sum(hits) / len(hits), len(hits)
+
+
+def train_oel(
+    student: VisionPolicy,
+    teacher: VisionPolicy,
+    pool: pd.DataFrame,
+    summaries: pd.DataFrame,
+    kept: np.ndarray | None,
+    monitor: Callable[[VisionPolicy], tuple[float, int]],
+    root: Path,
+    config: OfflineConfig,
+    *,
+    run: str,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """OEL on the pool (``kept``: the filter's mask over the pool's rows; ``None``: every step).
+
+    Returns:
+        ``(metrics, curve)``: one row per update (``run``, ``update``, ``loss``, ``num_steps``,
+        ``tokens``, ``seconds``), and one per monitoring point (``run``, ``update``,
+        ``accuracy``, ``steps``).
+    """
+    root = Path(root)
+    remarks = _remarks(summaries)
+    usable = pool["episode_id"].isin(remarks).to_numpy()
+    active = usable & (kept if kept is not None else True)
+    schedule = config.schedule
+    optimizer = adamw([p for p in student.model.parameters() if p.requires_grad], config.optimizer)
+    teacher.model.eval()
+    metrics, curve = [], []
+
+    def record(update: int) -> None:
+        accuracy, scored = monitor(student)
+        curve.append({"run": run, "update": update, "accuracy": accuracy, "steps": scored})
+        logger.info("%s: update %d, accuracy %.4f on %d steps", run, update, accuracy, scored)
+
+    record(0)
+    for update in tqdm(range(1, schedule.updates + 1), desc=run):
+        started = time.perf_counter()
+        lo, hi = (
+            (update - 1) * schedule.trajectories_per_update,
+            update * schedule.trajectories_per_update,
+        )
+        in_batch = pool["position"].between(lo, hi - 1).to_numpy()
+        batch = pool[in_batch & active]
+        loss_value, tokens = 0.0, 0
+        optimizer.zero_grad(set_to_none=True)
+        if not batch.empty:
+            ordinary = _prompts(student, batch, root)
+            privileged = _prompts(teacher, batch, root, remarks)
+            seeds = [derive_seed(s, update) for s in _seeds(batch, schedule.seed)]
+            student.model.eval()
+            responses = [
+                list(g.token_ids) or [student.tokenizer.eos_token_id]
+                for g in student.generate(ordinary, config.responses, seeds)
+            ]
+            student.model.train()
+            n = len(batch)
+            for start in range(0, n, config.micro_batch):
+                part = slice(start, start + config.micro_batch)
+                with torch.no_grad():
+                    teacher_logits, _ = teacher.response_logits(privileged[part], responses[part])
+                student_logits, mask = student.response_logits(ordinary[part], responses[part])
+                _, l_dist = oel_loss(student_logits, teacher_logits, mask, top_k=config.top_k)
+                (l_dist.sum() / n).backward()  # the uniform mean over the update's steps
+                loss_value += float(l_dist.detach().sum()) / n
+                tokens += int(mask.sum())
+            if config.optimizer.grad_clip is not None:
+                torch.nn.utils.clip_grad_norm_(
+                    student.model.parameters(), config.optimizer.grad_clip
+                )
+            optimizer.step()
+        student.model.eval()
+        metrics.append(
+            {
+                "run": run,
+                "update": update,
+                "loss": loss_value,
+                "num_steps": len(batch),
+                "tokens": tokens,
+                "seconds": time.perf_counter() - started,
+            }
+        )
+        if update % config.monitor_every == 0 or update == schedule.updates:
+            record(update)
+    return pd.DataFrame(metrics), pd.DataFrame(curve)
+
+
+def warm_start(
+    policy: VisionPolicy,
+    steps: pd.DataFrame,
+    root: Path,
+    updates: int,
+    batch: int,
+    lr: float,
+    seed: int,
+) -> pd.DataFrame:
+    """Behaviour cloning of the logged actions (each written as its ``mobile_use`` call): makes
+    a randomly initialised model an initial policy that acts, for runs without a released one.
+    Returns one row per update (``update``, ``loss``)."""
+    root = Path(root)
+    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=lr)
+    rng = random.Random(seed)
+    eos = policy.tokenizer.eos_token_id
+    prompts = _prompts(policy, steps, root)
+    targets = [
+        policy.tokenizer(tool_call(action_from_row(row._asdict())), add_special_tokens=False)[
+            "input_ids"
+        ]
+        + [eos]
+        for row in steps.itertuples()
+    ]
+    rows = []
+    policy.model.train()
+    for update in tqdm(range(1, updates + 1), desc="warm start"):
+        chosen = rng.sample(range(len(prompts)), min(batch, len(prompts)))
+        logits, mask = policy.response_logits(
+            [prompts[i] for i in chosen], [targets[i] for i in chosen]
+        )
+        target = torch.zeros(mask.shape, dtype=torch.long)
+        for row, i in enumerate(chosen):
+            target[row, : len(targets[i])] = torch.tensor(targets[i])
+        loss = cross_entropy_loss(logits, target.to(logits.device), mask)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        rows.append({"update": update, "loss": float(loss.detach())})
+    policy.model.eval()
+    return pd.DataFrame(rows)
+
+
+def clone_policy(policy: VisionPolicy) -> VisionPolicy:
+    """An independent copy (the student beside its frozen teacher)."""
+    return VisionPolicy(
+        copy.deepcopy(policy.model), policy.tokenizer, policy.image_processor, policy.policy_id
+    )
