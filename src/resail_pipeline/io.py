@@ -7,6 +7,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -55,3 +56,14 @@ def sha256_files(paths: list[Path]) -> str:
         digest.update(Path(p).name.encode())
         digest.update(sha256_file(p).encode())
     return digest.hexdigest()
+
+
+def fresh_staging_path(staging_dir: str | os.PathLike, prefix: str) -> Path:
+    """A fresh directory name (not created) in ``staging_dir`` starting with ``prefix``; what a
+    killed run left there under the same prefix is removed first (at the paper's scale each is
+    a whole model)."""
+    staging = Path(staging_dir)
+    if staging.is_dir():
+        for stale in staging.glob(f"{prefix}*"):
+            shutil.rmtree(stale, ignore_errors=True)
+    return staging / f"{prefix}{uuid.uuid4().hex[:12]}"

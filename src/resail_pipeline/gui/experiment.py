@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from pathlib import Path
 
 import pandas as pd
@@ -23,6 +22,7 @@ from resail_pipeline.gui.config import AitzConfig, InitialConfig
 from resail_pipeline.gui.episodes import action_from_row, read_episodes
 from resail_pipeline.gui.policy import VisionPolicy
 from resail_pipeline.gui.synthetic import write_synthetic
+from resail_pipeline.io import fresh_staging_path
 from resail_pipeline.modeling.vision import (
     build_qwen3_vl,
     build_vision_tokenizer,
@@ -59,7 +59,7 @@ def load_policy(initial: InitialConfig, path: str | Path) -> VisionPolicy:
 
 
 def _staging(config: AitzConfig, label: str) -> Path:
-    return Path(config.staging_dir) / f"{label}-{uuid.uuid4().hex[:12]}"
+    return fresh_staging_path(config.staging_dir, f"{label}-")
 
 
 def build_initial_policy(
@@ -156,18 +156,23 @@ def run_oel(
             filtered[["episode_id", "step_id", "kept"]], on=["episode_id", "step_id"], how="left"
         )
         kept = flags["kept"].fillna(False).to_numpy(dtype=bool)
-    metrics, curve = offline.train_oel(
-        student,
-        teacher,
-        pool,
-        summaries,
-        kept,
-        lambda policy: offline.monitor_accuracy(policy, subset, root, config.offline),
-        root,
-        config.offline,
-        run=run,
-    )
-    info = student.save(
-        _staging(config, run), name=f"aitz-{run}", parent_id=initial.policy_id, method=run, cycle=1
-    )
+    with teacher, student:
+        metrics, curve = offline.train_oel(
+            student,
+            teacher,
+            pool,
+            summaries,
+            kept,
+            lambda policy: offline.monitor_accuracy(policy, subset, root, config.offline),
+            root,
+            config.offline,
+            run=run,
+        )
+        info = student.save(
+            _staging(config, run),
+            name=f"aitz-{run}",
+            parent_id=initial.policy_id,
+            method=run,
+            cycle=1,
+        )
     return info, metrics, curve

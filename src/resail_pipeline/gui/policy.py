@@ -29,6 +29,7 @@ from resail_pipeline.checkpoints import (
     resolve_device,
     save_policy,
 )
+from resail_pipeline.devices import release_device_memory
 from resail_pipeline.generation.base import Generation, SamplingParams, response_seeds
 from resail_pipeline.prompts.gui import (
     IMAGE_PLACEHOLDER,
@@ -83,6 +84,17 @@ class VisionPolicy:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    def close(self) -> None:
+        """Drop the model and hand cached GPU memory back (as a text generator's ``close``)."""
+        self.model = None
+        release_device_memory()
+
+    def __enter__(self) -> VisionPolicy:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     @classmethod
     def load(

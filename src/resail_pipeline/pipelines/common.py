@@ -11,8 +11,6 @@ policy's manifest (cycle ``r`` starts from the checkpoint of cycle ``r - 1``).
 
 from __future__ import annotations
 
-import shutil
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -33,6 +31,7 @@ from resail_pipeline.generation import (
     make_generator,
 )
 from resail_pipeline.generation.sharded import ShardedGenerator
+from resail_pipeline.io import fresh_staging_path
 from resail_pipeline.training.config import METHODS, REACT
 
 #: The input name under which every base pipeline receives the cycle-start policy.
@@ -162,12 +161,7 @@ class RunConfig:
         """A fresh directory name in the staging area (not created) for this experiment's
         ``label``; what a killed run of the same label left there is removed first (at the paper's
         scale each is a whole model)."""
-        prefix = f"{self.experiment}-{label}-"
-        staging = Path(self.staging_dir)
-        if staging.is_dir():
-            for stale in staging.glob(f"{prefix}*"):
-                shutil.rmtree(stale, ignore_errors=True)
-        return staging / f"{prefix}{uuid.uuid4().hex[:12]}"
+        return fresh_staging_path(self.staging_dir, f"{self.experiment}-{label}-")
 
 
 def policy_info(policy: pd.DataFrame) -> CheckpointInfo:

@@ -46,17 +46,16 @@ def diagnose_node(
     pool: pd.DataFrame, checkpoint: pd.DataFrame, params: dict[str, Any]
 ) -> pd.DataFrame:
     config = aitz_config(params)
-    return offline.diagnose(
-        _policy(config, checkpoint), pool, Path(config.data.root), config.offline
-    )
+    with _policy(config, checkpoint) as policy:
+        return offline.diagnose(policy, pool, Path(config.data.root), config.offline)
 
 
 def summarize_node(
     pool: pd.DataFrame, attempts: pd.DataFrame, checkpoint: pd.DataFrame, params: dict[str, Any]
 ) -> pd.DataFrame:
     config = aitz_config(params)
-    policy = _policy(config, checkpoint)
-    return offline.summarize(policy, pool, attempts, Path(config.data.root), config.offline)
+    with _policy(config, checkpoint) as policy:
+        return offline.summarize(policy, pool, attempts, Path(config.data.root), config.offline)
 
 
 def score_node(
@@ -67,10 +66,10 @@ def score_node(
     params: dict[str, Any],
 ) -> pd.DataFrame:
     config = aitz_config(params)
-    policy = _policy(config, checkpoint)
-    return offline.score_steps(
-        policy, pool, attempts, summaries, Path(config.data.root), config.offline
-    )
+    with _policy(config, checkpoint) as policy:
+        return offline.score_steps(
+            policy, pool, attempts, summaries, Path(config.data.root), config.offline
+        )
 
 
 def filter_node(pool: pd.DataFrame, scores: pd.DataFrame, params: dict[str, Any]) -> pd.DataFrame:
