@@ -57,6 +57,35 @@ def test_sampling_is_per_response_seed(vision_policy, aitz_root, aitz_train):
     assert all(0 < len(g.token_ids) <= 8 for g in together)
 
 
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_batched_decoding_equals_one_prompt_at_a_time(
+    vision_policy, aitz_root, aitz_train, temperature
+):
+    # prompts of different lengths (left padding), one with two screenshots
+    prompts = _prompts(vision_policy, aitz_root, aitz_train, 5)
+    two = gui_summary_messages("Go", [("press Back", "x"), ("press Home", "y")])
+    image = aitz_root / aitz_train["image_path"].iloc[0]
+    prompts.append(vision_policy.encode(two, [image, image]))
+    assert len({len(p.input_ids) for p in prompts}) > 2
+    params = SamplingParams(temperature=temperature, max_new_tokens=6)
+    vision_policy.batch_size = 16
+    batched = vision_policy.generate(prompts, params, seeds=list(range(6)))
+    vision_policy.batch_size = 1
+    alone = vision_policy.generate(prompts, params, seeds=list(range(6)))
+    assert [g.token_ids for g in batched] == [g.token_ids for g in alone]
+
+
+def test_greedy_decoding_agrees_with_transformers_generate(vision_policy, aitz_root, aitz_train):
+    prompt = _prompts(vision_policy, aitz_root, aitz_train, 2)[1]
+    ours = vision_policy.generate([prompt], SamplingParams(temperature=0, max_new_tokens=6))[0]
+    inputs = vision_policy._batch([prompt.input_ids], [prompt])
+    theirs = vision_policy.model.generate(
+        **inputs, do_sample=False, max_new_tokens=6, eos_token_id=-1, pad_token_id=0
+    )[0, len(prompt.input_ids) :].tolist()
+    eos = vision_policy.tokenizer.eos_token_id
+    assert list(ours.token_ids) == (theirs[: theirs.index(eos) + 1] if eos in theirs else theirs)
+
+
 def test_batched_response_logits_equal_one_at_a_time(vision_policy, aitz_root, aitz_train):
     prompts = _prompts(vision_policy, aitz_root, aitz_train)
     responses = [[5, 6, 7], [8], [9, 10]]

@@ -72,6 +72,8 @@ class InitialConfig:
     path: str | None = None
     device: str = "auto"
     dtype: str = "auto"
+    # responses decoded together (the policy and its copies)
+    batch_size: int = 16
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
 
     def __post_init__(self) -> None:
@@ -81,6 +83,7 @@ class InitialConfig:
         if not isinstance(self.device, str) or not self.device:
             raise ConfigError(f"device: must be auto, cpu or cuda[:N], got {self.device!r}")
         check_choice("dtype", self.dtype, DTYPES)
+        check_int("batch_size", self.batch_size, low=1)
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,9 @@ def read_splits(config: AitzConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def load_policy(initial: InitialConfig, path: str | Path) -> VisionPolicy:
     device = resolve_device(initial.device)
-    return VisionPolicy.load(path, device, resolve_dtype(initial.dtype, device))
+    policy = VisionPolicy.load(path, device, resolve_dtype(initial.dtype, device))
+    policy.batch_size = initial.batch_size
+    return policy
 
 
 def _staging(config: AitzConfig, label: str) -> Path:
@@ -107,7 +109,10 @@ def build_initial_policy(
         seed=warm.seed,
     )
     policy = VisionPolicy(
-        model.to(resolve_device(initial.device)), tokenizer, small_image_processor()
+        model.to(resolve_device(initial.device)),
+        tokenizer,
+        small_image_processor(),
+        batch_size=initial.batch_size,
     )
     losses = offline.warm_start(
         policy, outside, Path(config.data.root), warm.updates, warm.batch, warm.lr, warm.seed

@@ -163,12 +163,19 @@ def _seeds(steps: pd.DataFrame, seed: int) -> list[int]:
     ]
 
 
-def _generate(policy, prompts, params, seeds, chunk, label):
+def _generate(
+    policy: VisionPolicy,
+    prompts: list[VisionPrompt],
+    params: SamplingParams,
+    seeds: list[int],
+    label: str,
+) -> list:
+    """``policy.generate`` one batch at a time, with a progress bar."""
     outputs = []
-    for start in tqdm(range(0, len(prompts), chunk), desc=label, leave=False):
-        outputs += policy.generate(
-            prompts[start : start + chunk], params, seeds[start : start + chunk]
-        )
+    size = policy.batch_size
+    for start in tqdm(range(0, len(prompts), size), desc=label, leave=False):
+        end = start + size
+        outputs += policy.generate(prompts[start:end], params, seeds[start:end])
     return outputs
 
 
@@ -179,7 +186,7 @@ def diagnose(
     ``response``, ``token_ids`` and ``correct`` (exact match with the logged action)."""
     prompts = _prompts(policy, steps, Path(root))
     seeds = _seeds(steps, config.schedule.seed)
-    outputs = _generate(policy, prompts, config.evaluation, seeds, config.micro_batch, "diagnose")
+    outputs = _generate(policy, prompts, config.evaluation, seeds, "diagnose")
     rows = []
     for row, output in zip(steps.itertuples(), outputs, strict=True):
         logged = action_from_row(row._asdict())
@@ -206,41 +213,53 @@ def summarize(
 ) -> pd.DataFrame:
     """One remark per episode: columns ``episode_id``, ``remark`` (empty when dropped),
     ``attempts``, ``accepted`` (the policy's own summary was accepted) and ``source``
-    (``policy``, ``rules`` or ``dropped``)."""
+    (``policy``, ``rules`` or ``dropped``). Every episode still without a remark is asked again
+    in the next round, up to ``summary_attempts`` rounds; each try has its own seed."""
     root = Path(root)
     merged = steps.merge(attempts, on=["episode_id", "step_id"], validate="one_to_one")
-    rows = []
-    for episode, group in tqdm(
-        merged.groupby("episode_id", sort=True), desc="summarize", leave=False
-    ):
+    episodes, listed, prompts = [], [], []
+    for episode, group in merged.groupby("episode_id", sort=True):
         group = group.sort_values("step_id")
-        listed = [
+        steps_listed = [
             (action_from_row(row._asdict()), None if row.correct else row.response)
             for row in group.itertuples()
         ]
-        described = [(describe_action(action), attempt) for action, attempt in listed]
+        described = [(describe_action(action), attempt) for action, attempt in steps_listed]
         images = [root / row.image_path for row in group.itertuples() if not row.correct]
-        prompt = policy.encode(
-            gui_summary_messages(group["instruction"].iloc[0], described), images
+        messages = gui_summary_messages(group["instruction"].iloc[0], described)
+        episodes.append(episode)
+        listed.append(steps_listed)
+        prompts.append(policy.encode(messages, images))
+    remarks: list[str | None] = [None] * len(episodes)
+    tries = [0] * len(episodes)
+    for round_ in range(config.summary_attempts):
+        pending = [i for i, remark in enumerate(remarks) if remark is None]
+        if not pending:
+            break
+        seeds = [derive_seed(config.schedule.seed, i, round_) for i in pending]
+        outputs = _generate(
+            policy,
+            [prompts[i] for i in pending],
+            config.evaluation,
+            seeds,
+            f"summarize {round_ + 1}",
         )
-        remark = None
-        tries = 0
-        while remark is None and tries < config.summary_attempts:
-            seed = derive_seed(config.schedule.seed, len(rows), tries)
-            output = policy.generate([prompt], config.evaluation, [seed])[0]
-            remark = accepted_remark(output.text)
-            tries += 1
+        for i, output in zip(pending, outputs, strict=True):
+            remarks[i] = accepted_remark(output.text)
+            tries[i] += 1
+    rows = []
+    for episode, steps_listed, remark, tried in zip(episodes, listed, remarks, tries, strict=True):
         if remark is not None:
             source = "policy"
         elif config.on_rejected == "rules":
-            remark, source = rule_remark(listed), "rules"
+            remark, source = rule_remark(steps_listed), "rules"
         else:
             remark, source = "", "dropped"
         rows.append(
             {
                 "episode_id": episode,
                 "remark": remark,
-                "attempts": tries,
+                "attempts": tried,
                 "accepted": source == "policy",
                 "source": source,
             }
@@ -315,12 +334,7 @@ def monitor_accuracy(
     # histories come from the whole episodes; only the non-stop steps are asked
     prompts = [p for p, k in zip(_prompts(policy, steps, Path(root)), keep, strict=True) if k]
     outputs = _generate(
-        policy,
-        prompts,
-        config.evaluation,
-        _seeds(scored, config.schedule.seed),
-        config.micro_batch,
-        "monitor",
+        policy, prompts, config.evaluation, _seeds(scored, config.schedule.seed), "monitor"
     )
     hits = [
         actions_match(
@@ -464,5 +478,9 @@ def warm_start(
 def clone_policy(policy: VisionPolicy) -> VisionPolicy:
     """An independent copy (the student beside its frozen teacher)."""
     return VisionPolicy(
-        copy.deepcopy(policy.model), policy.tokenizer, policy.image_processor, policy.policy_id
+        copy.deepcopy(policy.model),
+        policy.tokenizer,
+        policy.image_processor,
+        policy.policy_id,
+        policy.batch_size,
     )

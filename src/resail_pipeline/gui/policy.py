@@ -9,6 +9,7 @@ repeated once per merged patch of its image, which is what the model's processor
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Any
 import torch
 from PIL import Image
 from torch import Tensor
-from transformers import AutoImageProcessor, Qwen3VLForConditionalGeneration
+from transformers import AutoImageProcessor, DynamicCache, Qwen3VLForConditionalGeneration
 
 from resail_pipeline.checkpoints import (
     CheckpointError,
@@ -31,6 +32,7 @@ from resail_pipeline.checkpoints import (
 )
 from resail_pipeline.devices import release_device_memory
 from resail_pipeline.generation.base import Generation, SamplingParams, response_seeds
+from resail_pipeline.generation.transformers_backend import choose_tokens
 from resail_pipeline.prompts.gui import (
     IMAGE_PLACEHOLDER,
     SUMMARY_IMAGE_PLACEHOLDER,
@@ -68,11 +70,18 @@ class VisionPolicy:
         tokenizer: Any,
         image_processor: Any,
         policy_id: str = "",
+        batch_size: int = 16,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.image_processor = image_processor
         self.policy_id = policy_id
+        #: responses decoded together by :meth:`generate`
+        self.batch_size = batch_size
+        # the cache's keyword: ``past_key_values`` up to transformers 5.2x, then ``cache``
+        self._cache_key = (
+            "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        )
         config = model.config
         self._image_token = config.image_token_id
         self._vision_start, self._vision_end = (
@@ -174,16 +183,22 @@ class VisionPolicy:
         return VisionPrompt(tuple(ids), pixels["pixel_values"], grids)
 
     def _batch(
-        self, sequences: Sequence[Sequence[int]], prompts: Sequence[VisionPrompt]
+        self,
+        sequences: Sequence[Sequence[int]],
+        prompts: Sequence[VisionPrompt],
+        *,
+        left: bool = False,
     ) -> dict[str, Tensor]:
-        """Model inputs for ``sequences`` (right-padded) whose images are ``prompts``'."""
+        """Model inputs for ``sequences`` (right-padded, or left-padded for generation) whose
+        images are ``prompts``'."""
         width = max(len(s) for s in sequences)
         pad = self.tokenizer.pad_token_id
         ids = torch.full((len(sequences), width), pad, dtype=torch.long)
         attention = torch.zeros((len(sequences), width), dtype=torch.long)
         for row, sequence in enumerate(sequences):
-            ids[row, : len(sequence)] = torch.tensor(sequence, dtype=torch.long)
-            attention[row, : len(sequence)] = 1
+            place = slice(width - len(sequence), width) if left else slice(0, len(sequence))
+            ids[row, place] = torch.tensor(sequence, dtype=torch.long)
+            attention[row, place] = 1
         inputs: dict[str, Tensor] = {
             "input_ids": ids,
             "attention_mask": attention,
@@ -209,42 +224,77 @@ class VisionPolicy:
         params: SamplingParams,
         seeds: Sequence[int] | None = None,
     ) -> list[Generation]:
-        """``len(prompts) * params.n`` responses, prompt-major; each response is drawn from its own
-        seed (:func:`~resail_pipeline.generation.base.response_seeds`), so it does not depend on the
-        other prompts of the call."""
+        """``len(prompts) * params.n`` responses, prompt-major, decoded ``batch_size`` at a time.
+
+        Each response samples by inverse CDF from its own stream of uniforms
+        (:func:`~resail_pipeline.generation.base.response_seeds`, as the text backend does), so
+        it does not depend on which other prompts share its batch.
+        """
         every_seed = response_seeds(len(prompts), params, seeds)
-        eos = self.tokenizer.eos_token_id
-        outputs = []
+        rows = [(prompts[i // params.n], seed) for i, seed in enumerate(every_seed)]
         self.model.eval()
-        for index, seed in enumerate(every_seed):
-            prompt = prompts[index // params.n]
-            inputs = self._batch([prompt.input_ids], [prompt])
-            sample = params.temperature > 0
-            with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
-                torch.manual_seed(seed)
-                generated = self.model.generate(
-                    **inputs,
-                    do_sample=sample,
-                    temperature=params.temperature if sample else None,
-                    top_p=params.top_p if sample else None,
-                    top_k=(params.top_k if params.top_k != -1 else 0) if sample else None,
-                    max_new_tokens=params.max_new_tokens,
-                    eos_token_id=eos,
-                    pad_token_id=self.tokenizer.pad_token_id,
-                )
-            new = generated[0, len(prompt.input_ids) :].tolist()
-            finished = eos in new
-            if finished:
-                new = new[: new.index(eos) + 1]
-            body = new[:-1] if finished else new
-            outputs.append(
-                Generation(
-                    text=self.tokenizer.decode(body, skip_special_tokens=True),
-                    token_ids=tuple(new),
-                    finished=finished,
-                )
-            )
+        outputs: list[Generation] = []
+        for start in range(0, len(rows), self.batch_size):
+            outputs += self._decode(rows[start : start + self.batch_size], params)
         return outputs
+
+    def _decode(
+        self, rows: list[tuple[VisionPrompt, int]], params: SamplingParams
+    ) -> list[Generation]:
+        """One left-padded batch: prefill with the images, then one token per step."""
+        prompts = [prompt for prompt, _ in rows]
+        steps, eos = params.max_new_tokens, self.tokenizer.eos_token_id
+        inputs = self._batch([p.input_ids for p in prompts], prompts, left=True)
+        mask = inputs["attention_mask"]
+        positions, deltas = self.model.model.get_rope_index(
+            inputs["input_ids"],
+            mm_token_type_ids=inputs["mm_token_type_ids"],
+            image_grid_thw=inputs.get("image_grid_thw"),
+            attention_mask=mask,
+        )  # (3, B, L), (B, 1)
+        cache = DynamicCache(config=self.model.config)
+        logits = self.model(
+            **inputs, position_ids=positions, **{self._cache_key: cache}, logits_to_keep=1
+        ).logits[:, -1]  # (B, V)
+        uniforms = None
+        if params.temperature > 0:
+            uniforms = torch.stack(
+                [
+                    torch.rand(
+                        steps, generator=torch.Generator().manual_seed(seed), dtype=torch.float64
+                    )
+                    for _, seed in rows
+                ]
+            ).to(logits.device)  # (B, N)
+        tokens: list[list[int]] = [[] for _ in rows]
+        alive = torch.ones(len(rows), dtype=torch.bool, device=logits.device)  # (B,)
+        for k in range(steps):
+            chosen = choose_tokens(
+                logits.float(), params, None if uniforms is None else uniforms[:, k]
+            )
+            for b in alive.nonzero().squeeze(-1).tolist():
+                tokens[b].append(int(chosen[b]))
+            alive &= chosen != eos
+            if k == steps - 1 or not bool(alive.any()):
+                break
+            mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)  # (B, L + k + 1)
+            position = (mask.sum(-1, keepdim=True) - 1 + deltas).unsqueeze(0).expand(3, -1, -1)
+            logits = self.model(
+                input_ids=chosen[:, None],
+                attention_mask=mask,
+                position_ids=position,
+                **{self._cache_key: cache},
+            ).logits[:, -1]
+        return [self._generation(ids, eos) for ids in tokens]
+
+    def _generation(self, ids: list[int], eos: int) -> Generation:
+        finished = bool(ids) and ids[-1] == eos
+        body = ids[:-1] if finished else ids
+        return Generation(
+            text=self.tokenizer.decode(body, skip_special_tokens=True),
+            token_ids=tuple(ids),
+            finished=finished,
+        )
 
     # -- scoring -------------------------------------------------------------------------------
 
