@@ -1,8 +1,10 @@
-"""``kedro run --env smoke --pipelines=aitz`` end to end in a scratch copy of the project."""
+"""``kedro run --env smoke --pipelines=aitz`` end to end in a scratch copy of the project, then
+the exploration notebook top to bottom on its data."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +23,8 @@ def test_smoke_run_draws_both_accuracy_curves(tmp_path):
         (tmp_path / name).symlink_to(ROOT / name)
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "resail_pipeline").symlink_to(ROOT / "src" / "resail_pipeline")
+    (tmp_path / "notebooks").mkdir()  # a real folder: the notebook finds the project from it
+    shutil.copy(ROOT / "notebooks" / "explore_aitz.ipynb", tmp_path / "notebooks")
     env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "true", "PYTHONHASHSEED": "0"}
     result = subprocess.run(
         [sys.executable, "-m", "kedro", "run", "--env", "smoke", "--pipelines=aitz"],
@@ -51,3 +55,25 @@ def test_smoke_run_draws_both_accuracy_curves(tmp_path):
         assert list(
             (tmp_path / "data" / "06_models" / "aitz-smoke" / run / "policy").glob("*.safetensors")
         )
+
+    notebook = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jupyter",
+            "nbconvert",
+            "--to",
+            "notebook",
+            "--execute",
+            "--output",
+            str(tmp_path / "executed.ipynb"),
+            "explore_aitz.ipynb",
+        ],
+        cwd=tmp_path / "notebooks",
+        env={**env, "KEDRO_ENV": "smoke"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert notebook.returncode == 0, notebook.stderr[-3000:]
