@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from resail_pipeline.checkpoints import CheckpointError
 from resail_pipeline.cli import one_line_errors
 from resail_pipeline.config import ConfigError
+from resail_pipeline.gui.episodes import EpisodeError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,7 +29,12 @@ def _command(error: Exception) -> click.Command:
 
 
 @pytest.mark.parametrize(
-    "error", [ConfigError("train.resail.rho: must be in (0, 1], got 2"), CheckpointError("x: gone")]
+    "error",
+    [
+        ConfigError("train.resail.rho: must be in (0, 1], got 2"),
+        CheckpointError("x: gone"),
+        EpisodeError("data/01_raw/aitz/train: no such folder"),
+    ],
 )
 def test_user_errors_print_one_line(error):
     result = CliRunner().invoke(one_line_errors(_command(error)), ["--value", "3"])
@@ -70,3 +76,21 @@ def test_kedro_run_prints_a_configuration_error_as_one_line(params, line):
     assert done.returncode == 2, output
     assert output.rstrip().splitlines()[-1].startswith(line)
     assert "Traceback" not in output
+
+
+def test_missing_aitz_data_is_one_line_naming_the_layout(tmp_path):
+    missing = tmp_path / "aitz"
+    params = f"aitz.data.source=release,aitz.data.root={missing}"
+    done = subprocess.run(
+        [sys.executable, "-m", "kedro", "run", "--pipelines=aitz", "--params", params],
+        cwd=ROOT,
+        env={**os.environ, "KEDRO_DISABLE_TELEMETRY": "true"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output
+    last = output.rstrip().splitlines()[-1]
+    assert last.startswith(f"Error: {missing / 'train'}: no such folder"), last
+    assert "<split>/<category>/<episode_id>" in last and "Traceback" not in output

@@ -3,8 +3,8 @@
 Kedro loads this module's ``cli`` group and lets its commands replace the built-in ones of the
 same name. ``run`` is Kedro's ``run`` (same options, same behaviour) except that a configuration
 error (:class:`~resail_pipeline.config.ConfigError`: a parameter out of range, an unknown key,
-an initial policy or a shared corpus that differs from what the run asks for) or a checkpoint
-that cannot be used prints one line naming the field, value and what is allowed, and exits
+an initial policy or a shared corpus that differs from what the run asks for), a checkpoint
+that cannot be used or AITZ episodes that are missing or malformed print one line naming the field, value and what is allowed, and exits
 with status 2, instead of a page of traceback. Every other error keeps its traceback.
 """
 
@@ -19,9 +19,10 @@ from kedro.framework.cli.project import run as kedro_run
 
 from resail_pipeline.checkpoints import CheckpointError
 from resail_pipeline.config import ConfigError
+from resail_pipeline.gui.episodes import EpisodeError
 
 #: errors whose message says all a user needs: what to change, and where
-USER_ERRORS = (ConfigError, CheckpointError)
+USER_ERRORS = (ConfigError, CheckpointError, EpisodeError)
 
 
 class UserError(click.ClickException):
