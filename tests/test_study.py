@@ -154,3 +154,37 @@ def test_the_smoke_study_runs_every_method_resumes_and_reports(tmp_path):
     second = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
     assert second.returncode == 0, second.stderr[-4000:]
     assert "train_node finished" not in second.stdout + second.stderr  # nothing redone
+
+
+def test_a_running_experiments_time_row_is_rewritten_in_place(tmp_path):
+    from resail_pipeline.study import _Segment, _write_row
+
+    log = tmp_path / "times.csv"
+    _write_row(log, {"experiment": "other", "started": "t0", "seconds": 5, "exit_code": 0})
+    segment = _Segment(log, Experiment(method="oel", cycles=2))
+    segment.record()  # a heartbeat: the row exists while the experiment runs
+    segment.record()
+    rows = pd.read_csv(log, keep_default_na=False)
+    assert rows["experiment"].tolist() == ["other", "oel"]
+    assert rows["exit_code"].astype(str).tolist() == ["0", ""]  # a study killed now keeps this
+    segment.record(0)
+    rows = pd.read_csv(log, keep_default_na=False)
+    assert rows["exit_code"].astype(str).tolist() == ["0", "0"] and rows["finished"].iloc[1]
+    again = _Segment(log, Experiment(method="oel", cycles=2))  # a resumed run: a row of its own
+    again.record(0)
+    assert len(pd.read_csv(log)) == 3
+
+
+def test_the_heartbeat_runs_while_the_command_runs(tmp_path):
+    from resail_pipeline.study import _run
+
+    beats = []
+    code = _run(
+        [sys.executable, "-c", "import time; time.sleep(0.5)"],
+        tmp_path,
+        dict(os.environ),
+        heartbeat=lambda: beats.append(1),
+        every=0.1,
+    )
+    assert code == 0 and 2 <= len(beats) <= 6
+    assert _run([sys.executable, "-c", "raise SystemExit(3)"], tmp_path, dict(os.environ)) == 3

@@ -8,10 +8,12 @@ Everything a run finishes is kept: killing the study anywhere and starting it ag
 nothing finished (the initial policy's evaluation and cycle 1's corpus are shared by all). An
 experiment listed twice with more cycles continues from where the first entry stopped.
 
-Every experiment's wall time is appended to ``data/08_reporting/<plan>-<env>.csv``, one row per
-invocation, with the largest resident memory of any process the study has run so far (Linux keeps
-one maximum over all finished children); the time of a study interrupted and resumed is the sum of
-its rows.
+Every experiment's wall time goes to ``data/08_reporting/<plan>-<env>.csv``, one row per
+invocation (``started``), with the largest resident memory of any process the study has run so
+far (Linux keeps one maximum over all finished children). A running experiment's row is
+rewritten every minute, so a study killed anywhere (``SIGKILL`` included) keeps the time it spent,
+to the minute: such a row has an empty ``exit_code``. The time of a study interrupted and resumed
+is the sum of its rows.
 
     python -m resail_pipeline.study --env study             # the comparison (make study)
     python -m resail_pipeline.study --env study --plan conf/study/budgets.yml
@@ -21,13 +23,14 @@ from __future__ import annotations
 
 import argparse
 import csv
+import datetime
 import logging
 import os
 import resource
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +46,8 @@ __all__ = ["Experiment", "StudyPlan", "load_plan", "main", "run_study"]
 logger = logging.getLogger(__name__)
 
 PLAN_FILE = "study.yml"
+#: how often a running experiment's time row is rewritten, in seconds
+HEARTBEAT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -120,13 +125,34 @@ def plan_path(env: str, project: Path) -> Path:
     return own if own.is_file() else project / "conf" / "base" / PLAN_FILE
 
 
-def _kedro(args: Sequence[str], project: Path, cycles: int | None = None) -> int:
+def _run(
+    command: Sequence[str],
+    project: Path,
+    env: Mapping[str, str],
+    heartbeat: Callable[[], None] | None = None,
+    every: float = HEARTBEAT_S,
+) -> int:
+    """Run ``command`` to its end; call ``heartbeat`` every ``every`` seconds while it runs."""
+    process = subprocess.Popen(list(command), cwd=project, env=dict(env))
+    while True:
+        try:
+            return process.wait(timeout=every if heartbeat is not None else None)
+        except subprocess.TimeoutExpired:
+            heartbeat()
+
+
+def _kedro(
+    args: Sequence[str],
+    project: Path,
+    cycles: int | None = None,
+    heartbeat: Callable[[], None] | None = None,
+) -> int:
     env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "true"}
     if cycles is not None:
         env["RESAIL_CYCLES"] = str(cycles)
     command = [sys.executable, "-m", "kedro", *args]
     logger.info("%s%s", f"RESAIL_CYCLES={cycles} " if cycles else "", " ".join(command[1:]))
-    return subprocess.run(command, cwd=project, env=env, check=False).returncode
+    return _run(command, project, env, heartbeat)
 
 
 def _peak_rss_gib() -> float:
@@ -134,17 +160,53 @@ def _peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # KiB on Linux
 
 
-def _append_row(path: Path, row: Mapping[str, Any]) -> None:
-    """Append ``row`` to the CSV at ``path`` (header on creation), rewriting it atomically."""
+def _write_row(
+    path: Path, row: Mapping[str, Any], key: Sequence[str] = ("experiment", "started")
+) -> None:
+    """Put ``row`` in the CSV at ``path`` (header on creation), in place of the row with the same
+    ``key`` values if there is one, else at the end; the file is rewritten atomically."""
     rows = []
     if path.is_file():
         with path.open(newline="") as handle:
             rows = list(csv.DictReader(handle))
-    rows.append({k: str(v) for k, v in row.items()})
+    text = {k: str(v) for k, v in row.items()}
+    same = [i for i, old in enumerate(rows) if all(old.get(k) == text[k] for k in key)]
+    if same:
+        rows[same[0]] = text
+    else:
+        rows.append(text)
     with atomic_path(path) as tmp, tmp.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(row))
         writer.writeheader()
         writer.writerows(rows)
+
+
+@dataclass
+class _Segment:
+    """One invocation's run of an experiment: its row of the time log."""
+
+    log: Path
+    experiment: Experiment
+    started: str = field(
+        default_factory=lambda: datetime.datetime.now().isoformat(timespec="milliseconds")
+    )
+    start: float = field(default_factory=time.monotonic)
+
+    def record(self, code: int | str = "") -> None:
+        """Write the row as it stands: ``code`` the exit status, empty while it runs."""
+        _write_row(
+            self.log,
+            {
+                "experiment": self.experiment.name,
+                "method": self.experiment.method,
+                "cycles": self.experiment.cycles,
+                "started": self.started,
+                "seconds": round(time.monotonic() - self.start, 1),
+                "peak_rss_gib": round(_peak_rss_gib(), 2),
+                "exit_code": code,
+                "finished": time.strftime("%Y-%m-%dT%H:%M:%S") if code != "" else "",
+            },
+        )
 
 
 def run_study(plan: StudyPlan, env: str, project: Path, *, log: Path) -> None:
@@ -158,7 +220,8 @@ def run_study(plan: StudyPlan, env: str, project: Path, *, log: Path) -> None:
             experiment.method,
             experiment.cycles,
         )
-        start = time.monotonic()
+        segment = _Segment(log, experiment)
+        segment.record()
         code = _kedro(
             [
                 "run",
@@ -172,19 +235,9 @@ def run_study(plan: StudyPlan, env: str, project: Path, *, log: Path) -> None:
             ],
             project,
             cycles=experiment.cycles,
+            heartbeat=segment.record,
         )
-        _append_row(
-            log,
-            {
-                "experiment": experiment.name,
-                "method": experiment.method,
-                "cycles": experiment.cycles,
-                "seconds": round(time.monotonic() - start, 1),
-                "peak_rss_gib": round(_peak_rss_gib(), 2),
-                "exit_code": code,
-                "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            },
-        )
+        segment.record(code)
         if code != 0:
             raise RuntimeError(
                 f"study: experiment {experiment.name!r} failed (exit code {code}); what it "
