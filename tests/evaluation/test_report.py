@@ -488,3 +488,20 @@ def test_the_report_says_how_many_summaries_were_rejected():
     none = rejected_summaries_note(metrics.assign(rejected_summaries=0))
     assert "none was left out" in none and "3 trained cycle(s)" in none
     assert rejected_summaries_note(metrics.drop(columns="rejected_summaries")) == ""
+
+
+def test_gui_accuracy_table_is_one_row_per_run_in_percent():
+    from resail_pipeline.evaluation.report.tables import gui_accuracy_table
+
+    curves = pd.DataFrame(
+        {
+            "run": ["oel", "oel", "oel_sgs", "oel_sgs"],
+            "update": [0, 10, 0, 10],
+            "accuracy": [0.5, 0.25, 0.5, 0.75],
+            "steps": [8, 8, 8, 8],
+        }
+    )
+    table = gui_accuracy_table(curves)
+    assert list(table.columns) == ["Run", "update 0", "update 10"]
+    assert table["Run"].tolist() == ["OEL", "OEL + SGS"]
+    assert table[["update 0", "update 10"]].to_numpy().tolist() == [[50.0, 25.0], [50.0, 75.0]]

@@ -50,7 +50,7 @@ def test_smoke_run_draws_both_accuracy_curves(tmp_path):
     assert kept_scores.min() >= table.loc[~table["kept"], "jsd"].max()
     report = tmp_path / "data" / "08_reporting" / "aitz-smoke"
     assert (report / "fig5b_accuracy.png").stat().st_size > 10_000
-    assert "| oel_sgs |" in (report / "accuracy.md").read_text()
+    assert "| OEL + SGS |" in (report / "accuracy.md").read_text()
     for run in ("oel", "oel_sgs"):
         assert list(
             (tmp_path / "data" / "06_models" / "aitz-smoke" / run / "policy").glob("*.safetensors")

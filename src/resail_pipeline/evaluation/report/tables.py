@@ -247,6 +247,15 @@ def cost_table(train_metrics: pd.DataFrame, *, source: str = "train_metrics") ->
     return table
 
 
+def gui_accuracy_table(curves: pd.DataFrame) -> pd.DataFrame:
+    """AITZ accuracy (%) of each run (a row, the paper's name) at each monitored update (a
+    column ``update N``), from the curves of :func:`~resail_pipeline.gui.offline.train_oel`."""
+    wide = curves.pivot_table(index="run", columns="update", values="accuracy", sort=False)
+    table = (100 * wide).rename(columns=lambda update: f"update {update}").reset_index()
+    table["run"] = table["run"].map(method_label)
+    return table.rename(columns={"run": "Run"})
+
+
 def table_to_markdown(table: pd.DataFrame, *, float_format: str = ".1f") -> str:
     """A GitHub-flavoured Markdown table: first column left-aligned, the others centred."""
     header = [str(c) for c in table.columns]

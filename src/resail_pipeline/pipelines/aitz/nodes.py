@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 from resail_pipeline.checkpoints import CheckpointInfo
 from resail_pipeline.config import build
 from resail_pipeline.evaluation.report.figures import gui_accuracy_figure
+from resail_pipeline.evaluation.report.tables import gui_accuracy_table, table_to_markdown
 from resail_pipeline.gui import experiment, offline
 from resail_pipeline.gui.config import AitzConfig
 
@@ -99,21 +100,7 @@ def train_node(
 
 
 def report_node(*curves: pd.DataFrame) -> tuple[Figure, str]:
-    """Figure 5b and the accuracy table (first and last monitoring point of each run)."""
+    """Figure 5b and the accuracy table (every run at every monitored update)."""
     frame = pd.concat(curves, ignore_index=True)
-    return gui_accuracy_figure(frame, source="aitz curves"), accuracy_table(frame)
-
-
-def accuracy_table(curves: pd.DataFrame) -> str:
-    lines = [
-        "| Run | Update 0 | Final update | Final accuracy (%) | Steps |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for run, curve in curves.groupby("run", sort=False):
-        curve = curve.sort_values("update")
-        first, last = curve.iloc[0], curve.iloc[-1]
-        lines.append(
-            f"| {run} | {100 * first['accuracy']:.2f} | {int(last['update'])} | "
-            f"{100 * last['accuracy']:.2f} | {int(last['steps'])} |"
-        )
-    return "\n".join(lines) + "\n"
+    table = table_to_markdown(gui_accuracy_table(frame))
+    return gui_accuracy_figure(frame, source="aitz curves"), table
