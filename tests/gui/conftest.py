@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from resail_pipeline.gui.episodes import action_from_row, read_episodes
+from resail_pipeline.gui.episodes import read_episodes
+from resail_pipeline.gui.experiment import gui_tokenizer
 from resail_pipeline.gui.policy import VisionPolicy
 from resail_pipeline.gui.synthetic import SyntheticConfig, write_synthetic
 from resail_pipeline.modeling.vision import (
     build_qwen3_vl,
-    build_vision_tokenizer,
     small_image_processor,
     small_qwen3_vl_config,
 )
-from resail_pipeline.prompts import gui
 
 
 @pytest.fixture(scope="session")
@@ -35,16 +34,7 @@ def aitz_test(aitz_root):
 
 def tiny_vision_policy(steps, seed: int = 0) -> VisionPolicy:
     """A 64-wide, one-layer Qwen3-VL over the GUI templates and the episodes' words."""
-    actions = [action_from_row(row._asdict()) for row in steps.itertuples()]
-    texts = [
-        *steps["instruction"].unique(),
-        *(gui.tool_call(a) + "\n" + gui.describe_action(a) for a in actions),
-        gui.PROGRESS_NONE,
-        gui.rule_remark([]),
-    ]
-    tokenizer = build_vision_tokenizer(
-        texts, phrases=gui.template_phrases(), tools=[gui.TOOL_DEFINITION]
-    )
+    tokenizer = gui_tokenizer(steps)
     config = small_qwen3_vl_config(
         tokenizer,
         hidden_size=64,

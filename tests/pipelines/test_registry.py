@@ -24,6 +24,7 @@ def test_every_pipeline_is_registered(pipelines):
         "train",
         "evaluate",
         "report",
+        "aitz",
         "cycle",
         "__default__",
     }

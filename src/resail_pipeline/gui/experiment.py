@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 
 import pandas as pd
+from transformers import PreTrainedTokenizerFast
 
 from resail_pipeline.checkpoints import (
     CheckpointError,
@@ -34,6 +35,7 @@ from resail_pipeline.prompts import gui
 __all__ = [
     "build_initial_policy",
     "filter_steps",
+    "gui_tokenizer",
     "load_policy",
     "read_splits",
     "run_oel",
@@ -64,6 +66,22 @@ def _staging(config: AitzConfig, label: str) -> Path:
     return fresh_staging_path(config.staging_dir, f"{label}-")
 
 
+def gui_tokenizer(steps: pd.DataFrame) -> PreTrainedTokenizerFast:
+    """A word tokenizer for the small model: the GUI templates as single tokens, and the words of
+    the episodes' instructions, of their actions as tool calls and in the progress's words, and of
+    a rule-written remark."""
+    actions = [action_from_row(row._asdict()) for row in steps.itertuples()]
+    texts = [
+        *steps["instruction"].unique(),
+        *(gui.tool_call(a) + "\n" + gui.describe_action(a) for a in actions),
+        gui.PROGRESS_NONE,
+        gui.rule_remark([]),
+    ]
+    return build_vision_tokenizer(
+        texts, phrases=gui.template_phrases(), tools=[gui.TOOL_DEFINITION]
+    )
+
+
 def build_initial_policy(
     config: AitzConfig, train: pd.DataFrame, pool: pd.DataFrame
 ) -> tuple[CheckpointInfo, pd.DataFrame]:
@@ -89,16 +107,7 @@ def build_initial_policy(
         return read_checkpoint_info(initial.path, method="react"), no_losses
     warm = initial.warm_start
     outside = train[~train["episode_id"].isin(set(pool["episode_id"]))]
-    actions = [action_from_row(row._asdict()) for row in train.itertuples()]
-    texts = [
-        *train["instruction"].unique(),
-        *(gui.tool_call(a) + "\n" + gui.describe_action(a) for a in actions),
-        gui.PROGRESS_NONE,
-        gui.rule_remark([]),
-    ]
-    tokenizer = build_vision_tokenizer(
-        texts, phrases=gui.template_phrases(), tools=[gui.TOOL_DEFINITION]
-    )
+    tokenizer = gui_tokenizer(train)
     model = build_qwen3_vl(
         small_qwen3_vl_config(
             tokenizer,

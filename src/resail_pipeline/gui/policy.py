@@ -124,7 +124,6 @@ class VisionPolicy:
                 f"checkpoint {path}: not a Qwen3-VL checkpoint ({error})"
             ) from None
         tokenizer = load_tokenizer(path)
-        tokenizer.padding_side = "right"
         info = read_checkpoint_info(path)
         return cls(
             model.to(resolve_device(device)).eval(), tokenizer, image_processor, info.policy_id

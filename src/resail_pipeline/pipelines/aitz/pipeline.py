@@ -19,10 +19,6 @@ from resail_pipeline.pipelines.aitz.nodes import (
 INITIAL = "aitz.initial.checkpoint"
 
 
-def _train_filtered(pool, summaries, test, checkpoint, params, filtered):
-    return train_node(pool, summaries, test, checkpoint, params, filtered)
-
-
 def create_pipeline(**kwargs) -> Pipeline:
     common = ["aitz.pool", "aitz.summaries", "aitz.test_steps", INITIAL, "params:aitz"]
     return Pipeline(
@@ -73,7 +69,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                 name="aitz_train_oel_node",
             ),
             node(
-                _train_filtered,
+                train_node,
                 [*common, "aitz.filter"],
                 ["aitz.oel_sgs.checkpoint", "aitz.oel_sgs.train_metrics", "aitz.oel_sgs.curve"],
                 name="aitz_train_oel_sgs_node",
