@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -77,3 +79,34 @@ def tiny_checkpoint(tmp_path_factory, tiny_tokenizer, tiny_model_config) -> Path
     path = tmp_path_factory.mktemp("checkpoints") / "tiny"
     save_policy(build_qwen3(tiny_model_config, seed=0), tiny_tokenizer, path, name="tiny")
     return path
+
+
+@pytest.fixture(scope="session")
+def execute_notebook():
+    """``execute_notebook(path, output, env)``: run the notebook at ``path`` top to bottom in its
+    own folder (where it finds the project), writing the executed copy to ``output``; returns the
+    finished ``jupyter nbconvert`` process."""
+
+    def execute(path: Path, output: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "jupyter",
+                "nbconvert",
+                "--to",
+                "notebook",
+                "--execute",
+                "--output",
+                str(output),
+                path.name,
+            ],
+            cwd=path.parent,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+
+    return execute

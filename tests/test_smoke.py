@@ -67,7 +67,7 @@ def _data(project: Path, layer: str, *parts: str) -> Path:
     return project / "data" / layer / "textcraft-smoke" / Path(*parts)
 
 
-def test_smoke_run_resumes_reports_and_explores(project):
+def test_smoke_run_resumes_reports_and_explores(project, execute_notebook):
     command = [*KEDRO, "run", "--env", "smoke", "--pipelines", "cycle", "--only-missing-outputs"]
     # 1. start the main job and kill it once cycle 2 has begun
     cycle_2_started = _data(project, "02_intermediate", "oel_resail", "cycle_2", "steps.parquet")
@@ -127,24 +127,9 @@ def test_smoke_run_resumes_reports_and_explores(project):
         assert (reporting / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
 
     # 4. the notebook executes top to bottom on the smoke data
-    notebook = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "jupyter",
-            "nbconvert",
-            "--to",
-            "notebook",
-            "--execute",
-            "--output",
-            str(project / "executed.ipynb"),
-            "explore_cycle.ipynb",
-        ],
-        cwd=project / "notebooks",
-        env={**_env(), "KEDRO_ENV": "smoke"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
+    notebook = execute_notebook(
+        project / "notebooks" / "explore_cycle.ipynb",
+        project / "executed.ipynb",
+        {**_env(), "KEDRO_ENV": "smoke"},
     )
     assert notebook.returncode == 0, notebook.stderr[-3000:]

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-def test_smoke_run_draws_both_accuracy_curves(tmp_path):
+def test_smoke_run_draws_both_accuracy_curves(tmp_path, execute_notebook):
     for name in ("pyproject.toml", "conf"):
         (tmp_path / name).symlink_to(ROOT / name)
     (tmp_path / "src").mkdir()
@@ -56,24 +56,9 @@ def test_smoke_run_draws_both_accuracy_curves(tmp_path):
             (tmp_path / "data" / "06_models" / "aitz-smoke" / run / "policy").glob("*.safetensors")
         )
 
-    notebook = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "jupyter",
-            "nbconvert",
-            "--to",
-            "notebook",
-            "--execute",
-            "--output",
-            str(tmp_path / "executed.ipynb"),
-            "explore_aitz.ipynb",
-        ],
-        cwd=tmp_path / "notebooks",
-        env={**env, "KEDRO_ENV": "smoke"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
+    notebook = execute_notebook(
+        tmp_path / "notebooks" / "explore_aitz.ipynb",
+        tmp_path / "executed.ipynb",
+        {**env, "KEDRO_ENV": "smoke"},
     )
     assert notebook.returncode == 0, notebook.stderr[-3000:]
