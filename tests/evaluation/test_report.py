@@ -147,6 +147,15 @@ def test_main_table_markdown_and_csv(tmp_path):
     )
 
 
+def test_a_value_that_rounds_to_zero_is_printed_without_a_sign():
+    table = pd.DataFrame({"Comparison": ["a", "b", "c"], "Difference (pp)": [-1e-16, -0.04, -0.06]})
+    assert table_to_markdown(table).splitlines()[2:] == [
+        "| a | 0.0 |",
+        "| b | 0.0 |",
+        "| c | -0.1 |",
+    ]
+
+
 @pytest.mark.parametrize(
     ("change", "error", "message"),
     [

@@ -154,7 +154,9 @@ def paired_differences_table(
                     "View": view,
                     "Cycle": int(cycle),
                     "Difference (pp)": 100 * d["difference"],
-                    "95% CI (pp)": f"[{100 * d['low']:.1f}, {100 * d['high']:.1f}]",
+                    "95% CI (pp)": (
+                        f"[{_number(100 * d['low'], '.1f')}, {_number(100 * d['high'], '.1f')}]"
+                    ),
                     "Tasks": d["tasks"],
                 }
             )
@@ -270,7 +272,14 @@ def _markdown_line(cells: Iterable[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def _number(value: float, spec: str) -> str:
+    """``value`` formatted by ``spec``, without the sign of a value that rounds to zero (a
+    difference of -1e-16 from float summation is printed 0.0, not -0.0)."""
+    text = format(value, spec)
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
 def _markdown_cell(value: object, float_format: str) -> str:
     if isinstance(value, float | np.floating):
-        return format(value, float_format)
+        return _number(value, float_format)
     return str(value).replace("|", "\\|")
