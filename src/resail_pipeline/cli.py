@@ -3,9 +3,13 @@
 Kedro loads this module's ``cli`` group and lets its commands replace the built-in ones of the
 same name. ``run`` is Kedro's ``run`` (same options, same behaviour) except that a configuration
 error (:class:`~resail_pipeline.config.ConfigError`: a parameter out of range, an unknown key,
-an initial policy or a shared corpus that differs from what the run asks for), a checkpoint
-that cannot be used or AITZ episodes that are missing or malformed print one line naming the field, value and what is allowed, and exits
-with status 2, instead of a page of traceback. Every other error keeps its traceback.
+an initial policy or a shared corpus that differs from what the run asks for), a checkpoint that
+cannot be used, or AITZ episodes that are missing or malformed print one line naming the field,
+value and what is allowed, and exit with status 2, instead of a page of traceback. Every other
+error keeps its traceback.
+
+Like ``settings.py``, this is a file Kedro looks for by name, so it imports Kedro; the library
+does not.
 """
 
 from __future__ import annotations
