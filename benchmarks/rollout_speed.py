@@ -9,17 +9,19 @@ tasks, seeds and summaries), one after another in this process:
 - ``before``: the transformers backend as of git revision ``--baseline`` (the one before prefix
   reuse and the in-place cache), fp32, 32 rows per forward, as ``bootstrap evaluate`` ran it;
 - ``fp32`` and, where the CPU computes bf16 natively, ``bf16`` (what ``dtype: auto`` picks
-  there), each without and with prefix reuse.
+  there), each with the decoder forward eager and compiled (``--compile``; compiled is what
+  ``compile: auto`` picks on a CPU with a C++ compiler), without and with prefix reuse
+  (``--prefix-reuse``). A compiled configuration's first call, which compiles, is timed apart.
 
 Per configuration it prints the wall time, episodes per second and the ratio to ``before``, the
-success rate per view, how many episodes took the same actions as under ``before`` (in fp32 the
-backends agree up to rounding), prompt tokens per episode and how many of them a forward encoded
+success rate per view, how many episodes took the same actions as under ``before`` and as under
+the same dtype's first configuration (in fp32 they agree up to rounding), prompt tokens per episode and how many of them a forward encoded
 (the rest came from identical or shared prefixes), generated tokens, and the tokens per second
 against the machine's limit: its measured matmul throughput in that dtype over the linear layers'
 FLOPs per token (attention not counted).
 
     .venv/bin/python benchmarks/rollout_speed.py [--tasks 20] [--seeds 0 1 2] [--no-baseline]
-    # correctness: greedy actions of every episode on the 100 test tasks, fp32, both ways
+    # correctness: greedy actions of every episode on the 100 test tasks, fp32, every way
     # (greedy decoding ignores the seed, so one seed plays every distinct episode)
     .venv/bin/python benchmarks/rollout_speed.py --tasks 100 --seeds 0 --temperature 0 --dtypes fp32
 """
@@ -34,6 +36,7 @@ import importlib.util
 import logging
 import resource
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -50,12 +53,18 @@ from resail_pipeline.evaluation.evaluate import (
     evaluate_policy,
 )
 from resail_pipeline.experience import SummarizeConfig
-from resail_pipeline.generation.transformers_backend import TransformersGenerator
+from resail_pipeline.generation import SamplingParams
+from resail_pipeline.generation.decoder import can_compile
+from resail_pipeline.generation.transformers_backend import GenerationStats, TransformersGenerator
 
 ROOT = Path(__file__).resolve().parents[1]
 BACKEND = "src/resail_pipeline/generation/transformers_backend.py"
 #: the last revision whose backend re-encoded every prompt whole and grew its cache by copies
 BASELINE = "cc6224f"
+#: --compile and --prefix-reuse: the settings each configuration runs with
+CHOICES = {"off": (False,), "on": (True,), "both": (False, True)}
+#: prompts of a first call that compiles the decoder forward (prefill and decode shapes)
+WARM_UP = ["Goal: craft 1 stick. Inventory: [oak planks] (2)", "Goal: craft 1 oak planks."]
 
 
 def parse_args() -> argparse.Namespace:
@@ -70,6 +79,12 @@ def parse_args() -> argparse.Namespace:
         choices=["fp32", "bf16"],
         default=["fp32", "bf16"],
         help="bf16 only where native",
+    )
+    parser.add_argument(
+        "--compile", choices=sorted(CHOICES), default="both", help="the decoder forward compiled"
+    )
+    parser.add_argument(
+        "--prefix-reuse", choices=sorted(CHOICES), default="both", help="shared prefixes once"
     )
     parser.add_argument("--baseline", default=BASELINE, help="git revision of `before`")
     parser.add_argument("--no-baseline", action="store_true", help="skip `before` (slowest)")
@@ -90,6 +105,7 @@ def baseline_backend(revision: str) -> type:
     spec = importlib.util.spec_from_file_location("baseline_backend", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while it executes
     spec.loader.exec_module(module)
     return module.TransformersGenerator
 
@@ -187,22 +203,31 @@ def main() -> None:
             models["fp32"], tokenizer, policy_id=info.policy_id, batch_size=32, progress=False
         )
         configurations.append(("before", "fp32", PromptCounter(generator)))
+    compiles = [c for c in CHOICES[args.compile] if not c or can_compile(torch.device("cpu"))]
     for dtype in dtypes:
         if dtype not in args.dtypes:
             continue
-        for reuse in (False, True):
-            generator = TransformersGenerator(
-                models[dtype],
-                tokenizer,
-                policy_id=info.policy_id,
-                prefix_reuse=reuse,
-                progress=False,
-            )
-            name = f"{dtype}, prefix reuse {'on' if reuse else 'off'}"
-            configurations.append((name, dtype, generator))
+        for compiled in compiles:
+            for reuse in CHOICES[args.prefix_reuse]:
+                generator = TransformersGenerator(
+                    models[dtype],
+                    tokenizer,
+                    policy_id=info.policy_id,
+                    prefix_reuse=reuse,
+                    compile=compiled,
+                    progress=False,
+                )
+                name = dtype + ", compiled" * compiled + ", prefix reuse" * reuse
+                configurations.append((name, dtype, generator))
 
     runs = []
     for name, dtype, generator in configurations:
+        if getattr(generator, "_decoder", None) is not None and generator._decoder.compiled:
+            # compiled once per process and dtype (and cached on disk for the next process)
+            start = time.perf_counter()
+            generator.generate(WARM_UP * 4, SamplingParams(temperature=0.0, max_new_tokens=4, n=2))
+            generator.stats = GenerationStats()
+            print(f"{name:28s} first call (compilation) {time.perf_counter() - start:.1f} s")
         start = time.perf_counter()
         results, steps = evaluate_policy(
             environment, generator, config, cycle=0, method="react", experience=experience
@@ -230,8 +255,8 @@ def main() -> None:
             f"({reference.seconds / seconds:4.2f}x {reference.name})  success "
             + " / ".join(f"{view} {100 * rate:.1f}%" for view, rate in sorted(run.success.items()))
         )
-        # the same actions as the first run, and as the same dtype's run without prefix reuse
-        for other in {reference.name: reference, name.replace(" on", " off"): None}:
+        # the same actions as the first run, and as the same dtype's first run
+        for other in {reference.name: reference, dtype: None}:
             match = next((r for r in runs[:-1] if r.name == other), None)
             if match is not None:
                 same = sum(run.actions[t] == match.actions.get(t) for t in run.actions)

@@ -164,20 +164,20 @@ def test_a_cache_token_budget_splits_batches_and_changes_no_output(
 def test_generation_stops_at_eos_per_row(tiny_model, tiny_tokenizer, prompts):
     eos = tiny_tokenizer.eos_token_id
     decode_steps = []
+    # One decode batch, longest prompt first: row 0 is the longest prompt.
+    generator = make(tiny_model, tiny_tokenizer, batch_size=2)
+    forward = generator._forward
 
-    def eos_for_row_0_at_step_2(module, args, kwargs, output):
-        if kwargs["input_ids"].shape[1] == 1:  # a decode step (prompts are encoded in >= 16)
-            decode_steps.append(output.logits.shape)
+    def eos_for_row_0_at_step_2(input_ids, *args, **kwargs):
+        logits = forward(input_ids, *args, **kwargs)  # (B, V)
+        if input_ids.shape[1] == 1:  # a decode step (prompts are encoded in >= 16)
+            decode_steps.append(logits.shape)
             if len(decode_steps) == 2:  # the forward that yields token index 2
-                output.logits[0, -1, eos] = 1e4
-        return output
+                logits[0, eos] = 1e4
+        return logits
 
-    handle = tiny_model.register_forward_hook(eos_for_row_0_at_step_2, with_kwargs=True)
-    try:
-        # One decode batch, longest prompt first: row 0 is the longest prompt.
-        out = make(tiny_model, tiny_tokenizer, batch_size=2).generate(prompts[3:5], GREEDY)
-    finally:
-        handle.remove()
+    generator._forward = eos_for_row_0_at_step_2
+    out = generator.generate(prompts[3:5], GREEDY)
     ended, running = out
     assert ended.finished and len(ended.token_ids) == 3 and ended.token_ids[-1] == eos
     assert len(ended.logprobs) == 3 and ended.logprobs[-1] == pytest.approx(0.0, abs=1e-4)
@@ -209,7 +209,7 @@ def test_model_runs_in_eval_mode_and_keeps_its_own_state(tiny_model, tiny_tokeni
     tiny_model.model.layers[1].eval()  # a mixed state must survive too
     before = {name: m.training for name, m in tiny_model.named_modules()}
     seen = []
-    handle = tiny_model.register_forward_pre_hook(lambda m, args: seen.append(m.training))
+    handle = tiny_model.lm_head.register_forward_pre_hook(lambda m, args: seen.append(m.training))
     try:
         make(tiny_model, tiny_tokenizer).generate(prompts[:2], GREEDY)
     finally:

@@ -15,10 +15,14 @@ How a call runs:
   padded tokens (a few thousand tokens' activations stay in a CPU's caches), rows of similar
   length together; a forward whose rows start from nothing is right-padded, so that attention is
   causal with no mask and skips the masked half of the scores. Every row's cache sits in one
-  preallocated, zero-initialised buffer, followed by room for the tokens it generates.
+  preallocated buffer, followed by room for the tokens it generates; buffers reuse the memory of
+  earlier ones (on a CPU, fresh memory costs more in page faults than in writes).
 - **Decode.** One token per row per forward, written into the buffer in place (no copy of the
   cache per token); rows that end stay until a quarter of the batch has ended, then leave it
-  together.
+  together, the live rows after them moving into their places.
+- **Forward.** For Llama, Qwen2 and Qwen3 models, :class:`~.decoder.DecoderForward` runs the
+  model's weights as plain tensor functions (transformers' outputs, bit for bit), compiled with
+  ``compile`` (fused loops; agrees to rounding); other models run their own forward.
 - **Prefix reuse** (``prefix_reuse``, off by default). The distinct prompts also go into a radix
   tree of token ids (:mod:`.prefix_tree`); a prefix that several of them share is encoded once,
   level by level from the root, and a prompt that it covers for at least a quarter encodes only
@@ -74,6 +78,7 @@ from resail_pipeline.generation.base import (
     SamplingParams,
     response_seeds,
 )
+from resail_pipeline.generation.decoder import DecoderForward, can_compile, unsupported
 from resail_pipeline.generation.prefix_tree import Node, PrefixTree
 
 logger = logging.getLogger(__name__)
@@ -196,22 +201,69 @@ class _BufferLayer(DynamicLayer):
         return self.length
 
 
+class _Storage:
+    """Flat tensors that cache buffers are cut from, kept for later buffers once one is done.
+
+    On a CPU a fresh tensor of a few hundred MiB gets its pages one fault at a time as it is
+    first written, which costs more than filling it, so buffers reuse memory across decode
+    batches and calls. New memory is zeroed; reused memory holds keys and values of earlier
+    batches: finite, which is all that masked columns need (their attention weight is exactly 0,
+    so what they hold never reaches an output). At most ``keep`` tensors wait, the largest; a GPU
+    keeps none (its caching allocator reuses memory already, and training needs it back).
+    """
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.free: list[torch.Tensor] = []
+
+    def take(self, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """A flat tensor of at least ``numel`` elements that no other buffer holds."""
+        fits = [
+            i
+            for i, flat in enumerate(self.free)
+            if flat.dtype == dtype and flat.device == device and flat.numel() >= numel
+        ]
+        if fits:
+            flat = self.free.pop(min(fits, key=lambda i: self.free[i].numel()))
+        else:
+            flat = torch.zeros(numel, dtype=dtype, device=device)
+        return flat
+
+    def give(self, flat: torch.Tensor) -> None:
+        """Take back a tensor from :meth:`take`, which its holder no longer uses."""
+        self.free.append(flat)
+        self.free.sort(key=torch.Tensor.numel, reverse=True)
+        del self.free[self.keep :]
+
+
 class _KVBuffer:
     """The cache of a batch of rows: ``data`` is ``(layers, 2, R, kv_heads, capacity, head_dim)``
-    (keys then values), zero where nothing was written, so that masked columns are finite;
-    ``mask`` is ``(R, capacity)``, 1 where a column holds a row's token."""
+    (keys then values; finite where nothing was written, so that masked columns are, see
+    :class:`_Storage`), cut from ``storage``; ``mask`` is ``(R, capacity)``, 1 where a column
+    holds a row's token. :meth:`release` gives the memory back."""
 
-    def __init__(self, data: torch.Tensor, mask: torch.Tensor) -> None:
-        self.data, self.mask = data, mask
+    def __init__(
+        self, memory: torch.Tensor, data: torch.Tensor, mask: torch.Tensor, storage: _Storage
+    ) -> None:
+        self.data, self.mask, self.storage = data, mask, storage
+        self._memory = memory  # what the storage gave, of which data is a view
 
     @classmethod
-    def empty(cls, shape: _CacheShape, rows: int, capacity: int) -> _KVBuffer:
-        data = torch.zeros(
+    def allocate(
+        cls, size: tuple[int, ...], mask: torch.Tensor, dtype: torch.dtype, storage: _Storage
+    ) -> _KVBuffer:
+        """A buffer of ``size`` (``data``'s shape) from ``storage``, with ``mask``."""
+        memory = storage.take(math.prod(size), dtype, mask.device)
+        return cls(memory, memory[: math.prod(size)].view(size), mask, storage)
+
+    @classmethod
+    def empty(cls, shape: _CacheShape, rows: int, capacity: int, storage: _Storage) -> _KVBuffer:
+        return cls.allocate(
             (shape.layers, 2, rows, shape.heads, capacity, shape.head_dim),
-            dtype=shape.dtype,
-            device=shape.device,
+            torch.zeros((rows, capacity), dtype=torch.long, device=shape.device),
+            shape.dtype,
+            storage,
         )
-        return cls(data, torch.zeros((rows, capacity), dtype=torch.long, device=shape.device))
 
     @property
     def capacity(self) -> int:
@@ -226,18 +278,50 @@ class _KVBuffer:
         return Cache(layers=layers)
 
     def select(self, rows: torch.Tensor) -> _KVBuffer:
-        return _KVBuffer(self.data.index_select(2, rows), self.mask.index_select(0, rows))
+        """A new buffer of ``rows`` (repeats allowed), in that order."""
+        shape = self.data.shape
+        size = (*shape[:2], len(rows), *shape[3:])
+        buffer = _KVBuffer.allocate(
+            size, self.mask.index_select(0, rows), self.data.dtype, self.storage
+        )
+        torch.index_select(self.data, 2, rows, out=buffer.data)
+        return buffer
+
+    def keep(self, rows: torch.Tensor, columns: slice) -> torch.Tensor:
+        """Keep only ``rows`` (ascending) as the first ``len(rows)`` rows, in place: each kept row
+        past them moves into a dropped row's place (only its ``columns``, those in use), so that
+        a few rows move, not the whole cache. Returns ``(len(rows),)``: the former row each row
+        now holds."""
+        count = len(rows)
+        kept = torch.zeros(self.mask.shape[0], dtype=torch.bool, device=rows.device)
+        kept[rows] = True
+        holes = (~kept[:count]).nonzero().squeeze(-1)  # dropped rows that kept ones fill
+        movers = rows[rows >= count]  # as many kept rows past the first `count`
+        self.data[:, :, holes, :, columns] = self.data[:, :, movers, :, columns]
+        self.mask[holes] = self.mask[movers]
+        self.data, self.mask = self.data[:, :, :count], self.mask[:count]
+        order = torch.arange(count, device=rows.device)
+        order[holes] = movers
+        return order
 
     def reserve(self, capacity: int) -> None:
         """Grow to at least ``capacity`` columns (doubling, so that growth is amortised)."""
         if capacity <= self.capacity:
             return
         grown = max(capacity, 2 * self.capacity)
-        data = self.data.new_zeros((*self.data.shape[:4], grown, self.data.shape[5]))
-        data[:, :, :, :, : self.capacity] = self.data
         mask = self.mask.new_zeros((self.mask.shape[0], grown))
         mask[:, : self.capacity] = self.mask
-        self.data, self.mask = data, mask
+        shape = self.data.shape
+        buffer = _KVBuffer.allocate(
+            (*shape[:4], grown, shape[5]), mask, self.data.dtype, self.storage
+        )
+        buffer.data[:, :, :, :, : self.capacity] = self.data
+        self.release()
+        self.data, self.mask, self._memory = buffer.data, buffer.mask, buffer._memory
+
+    def release(self) -> None:
+        """Give the memory back to the storage; the buffer is not used after."""
+        self.storage.give(self._memory)
 
 
 @dataclass
@@ -286,6 +370,11 @@ class TransformersGenerator(Generator):
             alone); activations of a few thousand tokens stay in the CPU's caches.
         prefix_reuse: encode each prefix that several prompts share once (see the module notes).
         prefix_cache_tokens: cached tokens kept between calls for later prompts (0: none).
+        compile: for the architectures :mod:`.decoder` runs (Llama, Qwen2, Qwen3), compile its
+            per-layer functions with ``torch.compile``: ``True``, ``False`` (their eager form,
+            which gives transformers' outputs bit for bit), or ``"auto"`` (compiled where
+            :func:`~.decoder.can_compile`: a CPU with a C++ compiler). Other architectures run
+            transformers' own forward.
         progress: show a progress bar over decode batches when a call has more than one.
     """
 
@@ -301,6 +390,7 @@ class TransformersGenerator(Generator):
         prefill_tokens: int = 4096,
         prefix_reuse: bool = False,
         prefix_cache_tokens: int = 0,
+        compile: bool | str = False,
         progress: bool = True,
     ) -> None:
         check_int("batch_size", batch_size, low=1)
@@ -309,6 +399,8 @@ class TransformersGenerator(Generator):
         check_int("prefill_tokens", prefill_tokens, low=1)
         if prefix_cache_tokens and not prefix_reuse:
             raise ValueError("prefix_cache_tokens: keeps prefixes for prefix_reuse, which is off")
+        if compile not in (True, False, "auto"):
+            raise ValueError(f"compile: must be true, false or 'auto', got {compile!r}")
         if tokenizer.eos_token_id is None:
             raise ValueError("tokenizer: has no eos_token, so a response could never end")
         config = model.config.get_text_config(decoder=True)
@@ -333,11 +425,22 @@ class TransformersGenerator(Generator):
         self._weights: tuple | None = None
         parameters = inspect.signature(model.forward).parameters
         self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
+        self._storage = _Storage(keep=2 if next(model.parameters()).device.type == "cpu" else 0)
+        self._decoder: DecoderForward | None = None
+        reason = unsupported(model)
+        if reason is None:
+            device = next(model.parameters()).device
+            compiled = can_compile(device) if compile == "auto" else compile
+            self._decoder = DecoderForward(model, compile=compiled)
+        elif compile is True:
+            raise ValueError(f"compile: the model cannot run compiled: {reason}")
 
     def close(self) -> None:
         """Drop the model and the prefix cache (the caller's own references to a model it passed
         in stay valid), and hand cached GPU memory back."""
         self.model = None
+        self._decoder = None
+        self._storage = _Storage(keep=0)
         self.tree = PrefixTree(max_tokens=0)
         self._weights = None
         release_device_memory()
@@ -507,7 +610,7 @@ class TransformersGenerator(Generator):
                     [list(node.tokens) for node in nodes],
                     extra=0,
                     keep=[(node.parent or root, node) for node in nodes],
-                )
+                ).buffer.release()
         bases = {ids: PrefixTree.base(end) if ids in reusing else root for ids, end in ends.items()}
         return {ids: (bases[ids], end) for ids, end in ends.items()}, encoded
 
@@ -542,7 +645,7 @@ class TransformersGenerator(Generator):
             for rows in self._prefill_chunks([len(tail) for tail in tails])
         ]
         width = max(chunk_width + max(bases[r].depth for r in rows) for rows, chunk_width in chunks)
-        buffer = _KVBuffer.empty(shape, len(tails), width + extra)
+        buffer = _KVBuffer.empty(shape, len(tails), width + extra, self._storage)
         logits, starts = [], []
         first = [0] * len(tails)  # the column of each row's first tail token
         for rows, chunk_width in chunks:
@@ -603,8 +706,10 @@ class TransformersGenerator(Generator):
             torch.arange(len(tails), device=shape.device),
             torch.tensor(repeats, device=shape.device),
         )
+        repeated = buffer.select(index)
+        buffer.release()
         return _Prefilled(
-            buffer.select(index),
+            repeated,
             prefilled.start,
             width,
             prefilled.positions[index],
@@ -659,7 +764,8 @@ class TransformersGenerator(Generator):
         finished = torch.zeros(batch, dtype=torch.bool, device=device)  # (B,)
         # The buffer's rows: which row of the batch each is, and whether it is still decoding. A
         # row that ends stays (its outputs unused) until a quarter of the rows have ended, then
-        # they all leave the buffer at once: one copy of the cache, not one per ending.
+        # they all leave the buffer at once, the live rows past the first ones moving into their
+        # places.
         active = torch.arange(batch, device=device)  # (A,)
         alive = torch.ones(batch, dtype=torch.bool, device=device)  # (A,)
         start, width = prefilled.start, prefilled.width
@@ -677,13 +783,12 @@ class TransformersGenerator(Generator):
             if k == steps - 1 or not bool(alive.any()):
                 break
             if 4 * int((~alive).sum()) >= len(alive):
-                keep = alive.nonzero().squeeze(-1)  # (A',)
-                buffer = buffer.select(keep)
+                order = buffer.keep(alive.nonzero().squeeze(-1), slice(start, width))  # (A',)
                 active, alive, chosen, position = (
-                    active[keep],
-                    alive[keep],
-                    chosen[keep],
-                    position[keep],
+                    active[order],
+                    alive[order],
+                    chosen[order],
+                    position[order],
                 )
             buffer.reserve(width + 1)
             buffer.mask[:, width] = 1
@@ -695,6 +800,7 @@ class TransformersGenerator(Generator):
             )  # (A, V)
             width += 1
             position = position + 1
+        buffer.release()
 
         generations = []
         for b in range(batch):
@@ -720,6 +826,8 @@ class TransformersGenerator(Generator):
     ) -> torch.Tensor:
         """``(B, V)`` fp32 logits at each row's last position (``last``, ``(B,)``: at those),
         filling ``cache`` with ``input_ids``."""
+        if self._decoder is not None:
+            return self._decoder(input_ids, mask, positions, cache, last)
         keep: int | torch.Tensor = 1
         if last is not None:
             keep, index = torch.unique(last, return_inverse=True)  # (K,), (B,)

@@ -1,0 +1,148 @@
+"""The functional decoder forward against transformers' own, and the cache buffer's memory."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+from resail_pipeline.generation import SamplingParams
+from resail_pipeline.generation.decoder import DecoderForward, can_compile, unsupported
+from resail_pipeline.generation.transformers_backend import (
+    TransformersGenerator,
+    _KVBuffer,
+    _Storage,
+)
+from resail_pipeline.prompts import chat_prompt
+
+MESSAGES = [
+    "Goal: craft wooden pickaxe.",
+    "Your current observation is: Crafting commands: craft 4 oak planks using 1 oak logs",
+    "Inventory: [oak planks] (4)",
+    "Goal: craft wooden pickaxe. Inventory: [oak planks] (4)",
+]
+GREEDY = SamplingParams(temperature=0.0, max_new_tokens=8)
+SAMPLED = SamplingParams(temperature=1.0, max_new_tokens=8, seed=5, n=2)
+
+
+def tiny(architecture: str, tokenizer) -> torch.nn.Module:
+    """A tiny random decoder of ``architecture`` (2 layers, width 32, grouped queries)."""
+    sizes = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    torch.manual_seed(0)
+    if architecture == "qwen2":  # biases on q, k and v
+        return Qwen2ForCausalLM(Qwen2Config(**sizes)).eval()
+    return LlamaForCausalLM(LlamaConfig(**sizes, attention_bias=True)).eval()
+
+
+def transformers_forward(generator: TransformersGenerator) -> TransformersGenerator:
+    """``generator`` running the model's own forward instead of :class:`DecoderForward`."""
+    generator._decoder = None
+    return generator
+
+
+def make(model, tokenizer, **options) -> TransformersGenerator:
+    return TransformersGenerator(model, tokenizer, policy_id="tiny", progress=False, **options)
+
+
+@pytest.mark.parametrize("architecture", ["qwen3", "qwen2", "llama"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("prefix_reuse", [False, True])
+def test_eager_forward_gives_transformers_outputs_bit_for_bit(
+    architecture, dtype, prefix_reuse, tiny_model, tiny_tokenizer
+):
+    model = tiny_model if architecture == "qwen3" else tiny(architecture, tiny_tokenizer)
+    model = model.to(dtype)
+    prompts = [chat_prompt(tiny_tokenizer, m) for m in MESSAGES]
+    options = dict(batch_size=3, prefill_tokens=64, prefix_reuse=prefix_reuse)
+    ours = make(model, tiny_tokenizer, **options)
+    assert isinstance(ours._decoder, DecoderForward) and not ours._decoder.compiled
+    theirs = transformers_forward(make(model, tiny_tokenizer, **options))
+    for params in (GREEDY, SAMPLED):
+        assert ours.generate(prompts, params) == theirs.generate(prompts, params)
+
+
+def test_compiled_forward_agrees_with_eager_within_rounding(tiny_model, tiny_tokenizer):
+    if not can_compile(torch.device("cpu")):
+        pytest.skip("no C++ compiler for torch.compile here")
+    prompts = [chat_prompt(tiny_tokenizer, m) for m in MESSAGES]
+    compiled = make(tiny_model, tiny_tokenizer, batch_size=3, compile=True)
+    assert compiled._decoder.compiled
+    eager = make(tiny_model, tiny_tokenizer, batch_size=3)
+    for got, want in zip(
+        compiled.generate(prompts, GREEDY), eager.generate(prompts, GREEDY), strict=True
+    ):
+        assert got.token_ids == want.token_ids
+        torch.testing.assert_close(
+            torch.tensor(got.logprobs), torch.tensor(want.logprobs), atol=1e-4, rtol=0
+        )
+
+
+def test_other_architectures_run_transformers_forward(tiny_model, tiny_tokenizer):
+    tiny_model.config.hidden_act = "gelu"
+    assert unsupported(tiny_model) == "hidden_act 'gelu' is not silu"
+    assert make(tiny_model, tiny_tokenizer)._decoder is None
+    assert make(tiny_model, tiny_tokenizer, compile="auto")._decoder is None
+    with pytest.raises(ValueError, match="compile: the model cannot run compiled"):
+        make(tiny_model, tiny_tokenizer, compile=True)
+    with pytest.raises(ValueError, match="model: hidden_act"):
+        DecoderForward(tiny_model)
+
+
+def test_compile_option_is_checked(tiny_model, tiny_tokenizer):
+    with pytest.raises(ValueError, match="compile: must be true, false or 'auto'"):
+        make(tiny_model, tiny_tokenizer, compile="yes")
+
+
+def test_buffers_reuse_memory_and_what_it_held_never_reaches_an_output(tiny_model, tiny_tokenizer):
+    prompts = [chat_prompt(tiny_tokenizer, m) for m in MESSAGES]
+    generator = make(tiny_model, tiny_tokenizer, batch_size=3)
+    first = generator.generate(prompts, SAMPLED)
+    assert generator._storage.free  # kept for the next call
+    memory = {flat.data_ptr() for flat in generator._storage.free}
+    generator.generate(prompts[::-1], GREEDY)  # other rows in the reused memory
+    assert {flat.data_ptr() for flat in generator._storage.free} & memory
+    assert generator.generate(prompts, SAMPLED) == first
+    assert make(tiny_model, tiny_tokenizer, batch_size=3).generate(prompts, SAMPLED) == first
+
+
+def test_storage_hands_out_the_smallest_fit_and_keeps_the_largest():
+    storage = _Storage(keep=2)
+    small, large = (
+        storage.take(10, torch.float32, torch.device("cpu")),
+        storage.take(100, torch.float32, torch.device("cpu")),
+    )
+    assert small.numel() == 10 and not small.any()  # new memory is zeroed
+    storage.give(large)
+    storage.give(small)
+    assert storage.take(8, torch.float32, torch.device("cpu")) is small
+    assert storage.take(8, torch.float32, torch.device("cpu")) is large
+    assert storage.take(8, torch.bfloat16, torch.device("cpu")).dtype == torch.bfloat16
+    for numel in (1, 2, 3):
+        storage.give(torch.zeros(numel))
+    assert [flat.numel() for flat in storage.free] == [3, 2]
+    none = _Storage(keep=0)
+    none.give(torch.zeros(4))
+    assert none.free == []
+
+
+def test_keep_moves_later_rows_into_dropped_places():
+    storage = _Storage(keep=0)
+    mask = torch.ones(5, 6, dtype=torch.long)
+    buffer = _KVBuffer.allocate((1, 2, 5, 1, 6, 1), mask, torch.float32, storage)
+    buffer.data.copy_(torch.arange(5.0)[None, None, :, None, None, None].expand_as(buffer.data))
+    buffer.mask.copy_(torch.arange(5)[:, None].expand(5, 6))
+    order = buffer.keep(torch.tensor([1, 3, 4]), slice(2, 6))
+    assert order.tolist() == [3, 1, 4]  # dropped rows 0 and 2 take rows 3 and 4; row 1 stays
+    assert buffer.data.shape[2] == 3 and buffer.mask.shape[0] == 3
+    assert buffer.data[0, 0, :, 0, 2:, 0].tolist() == [[3.0] * 4, [1.0] * 4, [4.0] * 4]
+    assert buffer.data[0, 0, :, 0, :2, 0].tolist() == [[0.0] * 2, [1.0] * 2, [2.0] * 2]  # unused
+    assert buffer.mask[:, 0].tolist() == [3, 1, 4]
