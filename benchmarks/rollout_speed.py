@@ -29,6 +29,7 @@ FLOPs per token (attention not counted).
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 
 os.environ.setdefault("TQDM_DISABLE", "1")  # the rollouts' progress bars would bury the figures
@@ -130,6 +131,9 @@ class PromptCounter:
     def __init__(self, inner) -> None:
         self.inner, self.policy_id, self.tokenizer = inner, inner.policy_id, inner.tokenizer
         self.prompt_tokens = self.generated_tokens = 0
+
+    def close(self) -> None:
+        self.inner.close()
 
     def generate(self, prompts, params, seeds=None):
         out = self.inner.generate(prompts, params, seeds)
@@ -233,6 +237,8 @@ def main() -> None:
             environment, generator, config, cycle=0, method="react", experience=experience
         )
         seconds = time.perf_counter() - start
+        generator.close()  # its buffers' memory goes before the next configuration runs
+        gc.collect()
         actions = steps.groupby("traj_id", sort=False)["action"].apply(tuple).to_dict()
         counts = generator.stats if isinstance(generator, TransformersGenerator) else generator
         runs.append(

@@ -50,6 +50,7 @@ def test_evaluation_is_recorded_in_the_manifest(tiny_checkpoint, tmp_path):
     # the tiny random model never succeeds: every Experience is a failure analysis
     assert record["protocol"]["experience_outcomes"] == {"failure": 2}
     assert record["protocol"]["dtype"] == "float32"
+    assert record["protocol"]["compiled"] is False
     assert verify_reference(policy).sha256 == manifest["sha256"]
     table = markdown_table(record)
     assert table.splitlines()[0] == "| view | seed 0 | seed 1 | mean (SD) |"

@@ -114,6 +114,12 @@ def _parser() -> argparse.ArgumentParser:
         "--prefix-reuse", action="store_true", help="encode prefixes the prompts share once"
     )
     evaluate.add_argument(
+        "--compile",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="run the forward compiled (auto: on a CPU with a C++ compiler)",
+    )
+    evaluate.add_argument(
         "--results", default=None, help="directory for the episodes and Experience, as Parquet"
     )
     guidance = commands.add_parser(
@@ -183,6 +189,7 @@ def main(argv: list[str] | None = None) -> None:
             generation={
                 "dtype": args.dtype,
                 "prefix_reuse": args.prefix_reuse,
+                "compile": {"auto": "auto", "on": True, "off": False}[args.compile],
                 **({} if args.batch_size is None else {"batch_size": args.batch_size}),
             },
             results=args.results,

@@ -43,6 +43,7 @@ from resail_pipeline.evaluation.evaluate import (
 from resail_pipeline.evaluation.stats import summarize_eval_results
 from resail_pipeline.experience import SummarizeConfig
 from resail_pipeline.generation import make_generator
+from resail_pipeline.generation.decoder import can_compile
 from resail_pipeline.generation.transformers_backend import resolve_dtype
 from resail_pipeline.io import atomic_path
 
@@ -99,9 +100,10 @@ def evaluation_record(
     seconds: float,
     command: str,
     dtype: str,
+    compiled: bool = False,
 ) -> dict[str, Any]:
     """What the manifest keeps of an evaluation: the protocol (with the precision the policy
-    generated in), the table (and the same apart by the reference episode's outcome,
+    generated in, and whether its forward ran compiled), the table (and the same apart by the reference episode's outcome,
     :func:`by_reference_outcome`), where and how long."""
     rows = [
         {
@@ -124,6 +126,7 @@ def evaluation_record(
             "max_new_tokens": config.max_new_tokens,
             "reference_seed": reference_seed,
             "dtype": dtype,
+            "compiled": compiled,
             "experience": "rules-based summaries of one ordinary-view reference episode per "
             "test task (successful and failed kept)",
             "experience_outcomes": experience["outcome"].value_counts().to_dict(),
@@ -254,6 +257,15 @@ def generation_dtype(generation: dict[str, Any]) -> torch.dtype:
     return resolve_dtype(generation.get("dtype", "auto"), device)
 
 
+def generation_compiled(generation: dict[str, Any]) -> bool:
+    """Whether a transformers generator built with the options ``generation`` compiles the
+    forward of a policy of the architectures it compiles (the bootstrap's are Qwen3)."""
+    option = generation.get("compile", False)
+    if option == "auto":
+        return can_compile(resolve_device(generation.get("device", "auto")))
+    return bool(option)
+
+
 def evaluate_and_record(
     policy: str | Path,
     config: EvalConfig,
@@ -276,13 +288,14 @@ def evaluate_and_record(
     if results is not None and results.exists() and not results.is_dir():
         raise NotADirectoryError(f"results: {results} exists and is not a directory")
     started = time.perf_counter()
-    # resolved once: the generator loads in the dtype the record names
+    # resolved once: the generator runs as the record says
     dtype = generation_dtype(generation or {})
+    compiled = generation_compiled(generation or {})
     eval_summary, eval_results, experience = dual_view_evaluation(
         policy,
         config,
         reference_seed=reference_seed,
-        generation={**(generation or {}), "dtype": dtype},
+        generation={**(generation or {}), "dtype": dtype, "compile": compiled},
     )
     if results is not None:
         for name, frame in (("eval_results", eval_results), ("experience", experience)):
@@ -298,6 +311,7 @@ def evaluate_and_record(
         seconds=time.perf_counter() - started,
         command=command,
         dtype=str(dtype).removeprefix("torch."),
+        compiled=compiled,
     )
     logger.info("evaluation of %s:\n%s", policy, markdown_table(record))
     for row in record["by_reference_outcome"]:
