@@ -133,7 +133,7 @@ class PromptCounter:
         self.prompt_tokens = self.generated_tokens = 0
 
     def close(self) -> None:
-        self.inner.close()
+        self.inner = None  # `before`'s backend predates close(): dropping it frees its memory
 
     def generate(self, prompts, params, seeds=None):
         out = self.inner.generate(prompts, params, seeds)
