@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from resail_pipeline.bootstrap.reference import (
     evaluate_and_record,
@@ -130,6 +131,44 @@ def test_results_keep_the_episodes_and_the_experience_as_parquet(
         evaluate_and_record(
             policy, config, reference_seed=1000, command="t", results=tmp_path / "taken"
         )
+
+
+@pytest.mark.parametrize("option", ["auto", True, False])
+def test_the_record_says_whether_the_forward_ran_compiled(
+    option, tiny_checkpoint, tmp_path, monkeypatch
+):
+    import pandas as pd
+
+    from resail_pipeline.bootstrap import reference
+    from resail_pipeline.evaluation.stats import summarize_eval_results
+    from resail_pipeline.generation.decoder import can_compile
+
+    episodes = pd.DataFrame(
+        {"policy_id": ["p"] * 2, "cycle": [0] * 2, "method": ["react"] * 2}
+        | {"env": ["textcraft"] * 2, "split": ["test"] * 2, "view": ["ordinary", "privileged"]}
+        | {"decoding_seed": [0, 0], "task_id": [3, 3], "success": [True, False]}
+        | {"num_steps": [5, 30]}
+    )
+    experience = pd.DataFrame({"traj_id": ["r/3"], "outcome": ["success"], "task_id": [3]})
+    given = []
+
+    def fake_evaluation(policy, config, *, reference_seed, generation):
+        given.append(generation)
+        return summarize_eval_results(episodes), episodes, experience
+
+    monkeypatch.setattr(reference, "dual_view_evaluation", fake_evaluation)
+    policy = ship(tiny_checkpoint, tmp_path / "policy")
+    config = EvalConfig(num_tasks=1, decoding_seeds=(0,), max_new_tokens=4)
+    record = evaluate_and_record(
+        policy,
+        config,
+        reference_seed=1000,
+        command="t",
+        generation={"compile": option, "device": "cpu"},
+    )
+    expected = can_compile(torch.device("cpu")) if option == "auto" else option
+    assert record["protocol"]["compiled"] is expected
+    assert given[0]["compile"] is expected  # the generator runs as the record says
 
 
 def test_by_reference_outcome_refuses_a_task_without_a_summary():

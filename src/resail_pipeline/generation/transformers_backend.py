@@ -31,8 +31,8 @@ How a call runs:
   keeps that many tokens' cache between calls (least recently used out), for prompts that extend
   earlier ones, and drops it whenever the model's weights change. On TextCraft's appendix-G
   prompts it barely pays: the step count comes before the history, so consecutive turns of an
-  episode share only their first 8 tokens, and within a turn it saves 5% of the tokens and 2-3%
-  of the time, the rest going to its extra forwards and masked attention (docs/generation.md).
+  episode share only their first 8 tokens, and within a turn it saves 5% of the tokens, which its
+  extra forwards and masked attention cost back (docs/generation.md).
 
 What is guaranteed:
 
