@@ -175,8 +175,8 @@ def unsupported(model: torch.nn.Module) -> str | None:
 
 
 def can_compile(device: torch.device) -> bool:
-    """Whether ``torch.compile`` can build this forward's kernels here: on a CPU with a C++
-    compiler (what inductor generates there). Other devices are not compiled."""
+    """Whether ``compile="auto"`` compiles on ``device``: on a CPU with a C++ compiler (inductor
+    generates C++ there); elsewhere ``auto`` runs eager (GPU rollouts go through vLLM)."""
     if device.type != "cpu":
         return False
     from torch._inductor import cpp_builder
