@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers.integrations import sdpa_attention
 
 from resail_pipeline.generation import SamplingParams
 from resail_pipeline.generation.decoder import DecoderForward, can_compile, unsupported
@@ -21,6 +22,9 @@ MESSAGES = [
     "Inventory: [oak planks] (4)",
     "Goal: craft wooden pickaxe. Inventory: [oak planks] (4)",
 ]
+#: Whether the installed transformers routes one-query grouped attention as the forward does
+#: (queries of a group stacked, as 5.24 does); 5.19 repeats the keys, which rounds differently.
+SAME_ROUTE = hasattr(sdpa_attention, "pack_gqa")
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=8)
 SAMPLED = SamplingParams(temperature=1.0, max_new_tokens=8, seed=5, n=2)
 
@@ -67,7 +71,13 @@ def test_eager_forward_gives_transformers_outputs_bit_for_bit(
     assert isinstance(ours._decoder, DecoderForward) and not ours._decoder.compiled
     theirs = transformers_forward(make(model, tiny_tokenizer, **options))
     for params in (GREEDY, SAMPLED):
-        assert ours.generate(prompts, params) == theirs.generate(prompts, params)
+        got, want = ours.generate(prompts, params), theirs.generate(prompts, params)
+        if SAME_ROUTE:
+            assert got == want
+            continue
+        assert [g.token_ids for g in got] == [g.token_ids for g in want]
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g.logprobs, w.logprobs, atol=1e-5, rtol=0)
 
 
 def test_compiled_forward_agrees_with_eager_within_rounding(tiny_model, tiny_tokenizer):

@@ -8,7 +8,8 @@ residuals) and in the model's per-call machinery (mask construction, cache objec
 layer is two functions over the tokens flattened to ``(N, hidden)``: the work before attention
 (norm, q/k/v projections, q/k norms, rotary) and the work after it (output projection, residual,
 norm, MLP, residual); attention itself is one ``scaled_dot_product_attention`` over the caller's
-cache. Eager, these compute what transformers computes, op for op: the same outputs, bit for bit.
+cache. Eager, these compute what transformers computes, op for op: the same outputs, bit for bit
+(as of transformers 5.24; 5.19 repeats keys for grouped-query decoding, which rounds differently).
 Compiled (``torch.compile``; on CPU, inductor's C++ loops), each function becomes a few fused
 loops that keep intermediates in fp32: outputs agree to about 1e-6 in fp32, and in bf16 they
 round differently (the unfused ops round every intermediate to bf16).
