@@ -15,8 +15,9 @@ tasks, seeds and summaries), one after another in this process:
 
 Per configuration it prints the wall time, episodes per second and the ratio to ``before``, the
 success rate per view, how many episodes took the same actions as under ``before`` and as under
-the same dtype's first configuration (in fp32 they agree up to rounding), prompt tokens per episode and how many of them a forward encoded
-(the rest came from identical or shared prefixes), generated tokens, and the tokens per second
+the same dtype's first configuration (in fp32 they agree up to rounding), prompt tokens per
+episode and how many of them a forward encoded (the rest came from identical or shared prefixes),
+generated tokens, and the tokens per second
 against the machine's limit: its measured matmul throughput in that dtype over the linear layers'
 FLOPs per token (attention not counted).
 
@@ -226,7 +227,7 @@ def main() -> None:
 
     runs = []
     for name, dtype, generator in configurations:
-        if getattr(generator, "_decoder", None) is not None and generator._decoder.compiled:
+        if getattr(generator, "compiled", False):  # `before` predates compilation
             # compiled once per process and dtype (and cached on disk for the next process)
             start = time.perf_counter()
             generator.generate(WARM_UP * 4, SamplingParams(temperature=0.0, max_new_tokens=4, n=2))

@@ -43,8 +43,7 @@ from resail_pipeline.evaluation.evaluate import (
 from resail_pipeline.evaluation.stats import summarize_eval_results
 from resail_pipeline.experience import SummarizeConfig
 from resail_pipeline.generation import make_generator
-from resail_pipeline.generation.decoder import can_compile
-from resail_pipeline.generation.transformers_backend import resolve_dtype
+from resail_pipeline.generation.transformers_backend import resolve_compile, resolve_dtype
 from resail_pipeline.io import atomic_path
 
 logger = logging.getLogger(__name__)
@@ -103,8 +102,8 @@ def evaluation_record(
     compiled: bool = False,
 ) -> dict[str, Any]:
     """What the manifest keeps of an evaluation: the protocol (with the precision the policy
-    generated in, and whether its forward ran compiled), the table (and the same apart by the reference episode's outcome,
-    :func:`by_reference_outcome`), where and how long."""
+    generated in, and whether its forward ran compiled), the table (and the same apart by the
+    reference episode's outcome, :func:`by_reference_outcome`), where and how long."""
     rows = [
         {
             "view": row["view"],
@@ -260,10 +259,8 @@ def generation_dtype(generation: dict[str, Any]) -> torch.dtype:
 def generation_compiled(generation: dict[str, Any]) -> bool:
     """Whether a transformers generator built with the options ``generation`` compiles the
     forward of a policy of the architectures it compiles (the bootstrap's are Qwen3)."""
-    option = generation.get("compile", False)
-    if option == "auto":
-        return can_compile(resolve_device(generation.get("device", "auto")))
-    return bool(option)
+    device = resolve_device(generation.get("device", "auto"))
+    return resolve_compile(generation.get("compile", False), device)
 
 
 def evaluate_and_record(

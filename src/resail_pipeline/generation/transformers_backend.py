@@ -162,6 +162,15 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
     return chosen
 
 
+def resolve_compile(compile: bool | str, device: torch.device) -> bool:
+    """Whether a generator on ``device`` compiles the forward of a model :mod:`.decoder` runs:
+    ``True`` or ``False`` as given; ``"auto"`` where :func:`~.decoder.can_compile` (a CPU with a
+    C++ compiler)."""
+    if compile not in (True, False, "auto"):
+        raise ValueError(f"compile: must be true, false or 'auto', got {compile!r}")
+    return can_compile(device) if compile == "auto" else compile
+
+
 @dataclass(frozen=True)
 class _CacheShape:
     """What a cache buffer holds per token: layers x key/value x kv_heads x head_dim."""
@@ -372,9 +381,9 @@ class TransformersGenerator(Generator):
         prefix_cache_tokens: cached tokens kept between calls for later prompts (0: none).
         compile: for the architectures :mod:`.decoder` runs (Llama, Qwen2, Qwen3), compile its
             per-layer functions with ``torch.compile``: ``True``, ``False`` (their eager form,
-            which gives transformers' outputs bit for bit), or ``"auto"`` (compiled where
-            :func:`~.decoder.can_compile`: a CPU with a C++ compiler). Other architectures run
-            transformers' own forward.
+            which gives transformers' outputs bit for bit), or ``"auto"``
+            (:func:`resolve_compile`: compiled on a CPU with a C++ compiler). Other architectures
+            run transformers' own forward.
         progress: show a progress bar over decode batches when a call has more than one.
     """
 
@@ -399,8 +408,8 @@ class TransformersGenerator(Generator):
         check_int("prefill_tokens", prefill_tokens, low=1)
         if prefix_cache_tokens and not prefix_reuse:
             raise ValueError("prefix_cache_tokens: keeps prefixes for prefix_reuse, which is off")
-        if compile not in (True, False, "auto"):
-            raise ValueError(f"compile: must be true, false or 'auto', got {compile!r}")
+        device = next(model.parameters()).device
+        compiled = resolve_compile(compile, device)
         if tokenizer.eos_token_id is None:
             raise ValueError("tokenizer: has no eos_token, so a response could never end")
         config = model.config.get_text_config(decoder=True)
@@ -425,15 +434,18 @@ class TransformersGenerator(Generator):
         self._weights: tuple | None = None
         parameters = inspect.signature(model.forward).parameters
         self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
-        self._storage = _Storage(keep=2 if next(model.parameters()).device.type == "cpu" else 0)
+        self._storage = _Storage(keep=2 if device.type == "cpu" else 0)
         self._decoder: DecoderForward | None = None
         reason = unsupported(model)
         if reason is None:
-            device = next(model.parameters()).device
-            compiled = can_compile(device) if compile == "auto" else compile
             self._decoder = DecoderForward(model, compile=compiled)
         elif compile is True:
             raise ValueError(f"compile: the model cannot run compiled: {reason}")
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the forward runs compiled (see ``compile``)."""
+        return self._decoder is not None and self._decoder.compiled
 
     def close(self) -> None:
         """Drop the model and the prefix cache (the caller's own references to a model it passed
