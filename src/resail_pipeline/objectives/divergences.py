@@ -336,36 +336,80 @@ def token_logprobs(logits: Tensor, token_ids: Tensor, chunk_size: int | None = N
 # divergences on (..., C) log-probabilities
 
 
+class _KLDivergence(torch.autograd.Function):
+    """``KL(p || q)`` over the last dimension, with the gradient of the normalised distributions.
+
+    Both arguments are normalised log-distributions (a :func:`topk_tail_logprobs` reduction, a
+    log-softmax). For those, adding any multiple of ``p`` to the gradient with respect to
+    ``log p`` (of ``q`` to the one with respect to ``log q``) changes nothing upstream, since
+    ``sum_c p_c d(log p_c) = d(sum_c p_c) = 0``. The backward therefore returns the component
+    that survives the normalisation, computed directly:
+
+    - ``d KL / d log p_c = p_c (log p_c - log q_c - KL)``, not ``p_c (log p_c - log q_c + 1)``;
+    - ``d KL / d log q_c = q_c - p_c``, not ``-p_c``.
+
+    Both are exactly zero where ``p == q``, so a zero divergence moves nothing: autograd's form
+    leaves ``p_c - total p_c`` to the normalisation's backward, with ``total = sum_c p_c`` rounded
+    away from 1, and an optimiser that normalises the gradient (Adam) turns that rounding into
+    steps of up to ``lr`` (a gradient norm of 1e-6 on a loss of exactly 0, measured).
+    """
+
+    @staticmethod
+    def forward(ctx, logp: Tensor, logq: Tensor) -> Tensor:
+        support = logp > _NEG_INF  # (..., C)
+        zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
+        lp = torch.where(support, logp, zero)  # safe values where p = 0: no NaN anywhere
+        lq = torch.where(support, logq, zero)
+        terms = torch.where(support, lp.exp() * (lp - lq), zero)  # (..., C)
+        kl = terms.sum(dim=-1)  # (...)
+        ctx.save_for_backward(logp, logq, kl)
+        return kl
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out: Tensor) -> tuple[Tensor | None, Tensor | None]:
+        logp, logq, kl = ctx.saved_tensors
+        support = logp > _NEG_INF  # (..., C): categories with p_c > 0
+        zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
+        p = torch.where(support, logp, _NEG_INF).exp()  # (..., C), 0 off the support
+        g = grad_out.unsqueeze(-1)  # (..., 1)
+        grad_p = grad_q = None
+        if ctx.needs_input_grad[0]:
+            lp = torch.where(support, logp, zero)
+            lq = torch.where(support, logq, zero)
+            grad_p = torch.where(support, g * p * ((lp - lq) - kl.unsqueeze(-1)), zero)
+        if ctx.needs_input_grad[1]:
+            grad_q = g * (logq.exp() - p)  # (..., C)
+        return grad_p, grad_q
+
+
 def kl_divergence(logp: Tensor, logq: Tensor) -> Tensor:
     """``KL(p || q) = sum_c p_c (log p_c - log q_c)`` over the last dimension.
 
     Args:
-        logp: ``(..., C)`` log-probabilities of ``p`` (may hold ``-inf``).
-        logq: ``(..., C)`` log-probabilities of ``q``.
+        logp: ``(..., C)`` log-probabilities of ``p`` (may hold ``-inf``), summing to 1.
+        logq: ``(..., C)`` log-probabilities of ``q``, summing to 1.
 
     Returns:
-        ``(...)``. Categories with ``p_c = 0`` contribute exactly 0 and no gradient (also when
-        ``q_c = 0``); ``p_c > 0 = q_c`` gives ``+inf``.
+        ``(...)``. Categories with ``p_c = 0`` contribute exactly 0 (also when ``q_c = 0``);
+        ``p_c > 0 = q_c`` gives ``+inf``. Where ``p == q`` the value and the gradient with
+        respect to both arguments are exactly 0 (see :class:`_KLDivergence`).
     """
     if logp.shape != logq.shape:
         raise ValueError(f"logq: shape {tuple(logq.shape)} differs from logp {tuple(logp.shape)}")
-    support = logp > _NEG_INF  # (..., C)
-    zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
-    lp = torch.where(support, logp, zero)  # safe values where p = 0, so no NaN in any gradient
-    lq = torch.where(support, logq, zero)
-    terms = torch.where(support, lp.exp() * (lp - lq), zero)  # (..., C)
-    return terms.sum(dim=-1)
+    return _KLDivergence.apply(logp, logq)
 
 
 def js_divergence(logp: Tensor, logq: Tensor) -> Tensor:
     """Jensen-Shannon divergence in nats, ``0.5 KL(p || m) + 0.5 KL(q || m)``, ``m = (p + q) / 2``.
 
     Args:
-        logp: ``(..., C)`` log-probabilities.
-        logq: ``(..., C)`` log-probabilities.
+        logp: ``(..., C)`` log-probabilities, summing to 1.
+        logq: ``(..., C)`` log-probabilities, summing to 1.
 
     Returns:
-        ``(...)``, symmetric, in ``[0, ln 2]`` up to rounding.
+        ``(...)``, symmetric, in ``[0, ln 2]`` up to rounding; where ``p == q`` exactly 0, in
+        value and gradient (``m`` is then exactly ``p``, and each KL's backward is exact there).
     """
     if logp.shape != logq.shape:
         raise ValueError(f"logq: shape {tuple(logq.shape)} differs from logp {tuple(logp.shape)}")

@@ -12,7 +12,8 @@ All three train the ordinary view on fixed logged histories, without new environ
 
 Per-token terms are averaged over all valid response tokens of the update ("token-mean"): each
 micro-batch's mean is weighted by its share of the update's tokens, so micro-batching and data
-parallelism change nothing but the cost (as for the distillation methods).
+parallelism change nothing but the cost. (The distillation methods weight per step instead: a
+token-mean per response, then ``1/|U|`` or ReSAIL's balancing weights, eqs. 1-2, 5 and 7.)
 """
 
 from __future__ import annotations

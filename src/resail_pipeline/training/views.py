@@ -225,7 +225,8 @@ def view_logits(
         steps: the steps.
         responses: each step's response tokens ``z``.
         views: each step's views, e.g. ``("ordinary", "privileged")``; an empty tuple leaves the
-            row out of the forward (its mask row is still returned).
+            row out of the forward (its mask row is still returned). Two views with the same
+            prompt share one branch, so their logits are the same numbers.
         pad_id: padding token id.
         device: where the inputs go.
     """
@@ -245,14 +246,21 @@ def view_logits(
     logits: dict[str, Tensor] = {}
     rows: dict[str, Tensor] = {}
     if active:
+        # views with the same prompt (no summary inserted) are one branch, computed once
+        prompts = [{v: _prompt(steps[i], v) for v in views[i]} for i in active]
+        branches = [tuple(dict.fromkeys(p.values())) for p in prompts]
         packed = pack_rows(
-            [ViewRow(tuple(_prompt(steps[i], v) for v in views[i]), responses[i]) for i in active],
+            [ViewRow(b, responses[i]) for b, i in zip(branches, active, strict=True)],
             pad_id,
             device,
         )
         out = forward_views(module, packed)  # (R, nb, T_active, V)
         for view in VIEWS:
-            picked = [(r, views[i].index(view)) for r, i in enumerate(active) if view in views[i]]
+            picked = [
+                (r, branches[r].index(prompts[r][view]))
+                for r, i in enumerate(active)
+                if view in views[i]
+            ]
             if not picked:
                 continue
             branch = {j for _, j in picked}
