@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
-from resail_pipeline.collection import CollectConfig, collect, cycle_tasks
+from resail_pipeline.collection import CollectConfig, collect, cycle_tasks, episode_specs
 from resail_pipeline.envs import make_env
+from resail_pipeline.generation.base import derive_seed
 from resail_pipeline.generation.transformers_backend import TransformersGenerator
 from resail_pipeline.schemas import check_columns
 
@@ -21,7 +24,24 @@ def test_cycles_take_fresh_tasks_until_the_split_is_used_up():
     with pytest.raises(ValueError, match="cycle"):
         cycle_tasks(ids, 4, 0, seed=3)
     with pytest.raises(ValueError, match="num_trajectories"):
-        cycle_tasks(ids, 11, 1, seed=3)
+        cycle_tasks(ids, 0, 1, seed=3)
+
+
+def test_a_budget_above_the_split_repeats_tasks_evenly_with_distinct_ids_and_seeds():
+    train = make_env("textcraft").task_ids("train")
+    assert len(train) == 219
+    for cycle in (1, 2, 3):
+        tasks = cycle_tasks(train, 240, cycle, seed=0)  # table 4: 30 updates x 8 trajectories
+        uses = Counter(tasks)
+        assert set(uses) == set(train)  # every task at least once
+        assert sorted(Counter(uses.values()).items()) == [(1, 198), (2, 21)]
+        specs = episode_specs(tasks, cycle=cycle, seed=0, env="textcraft", split="train")
+        assert [s.task_id for s in specs] == tasks
+        assert len({s.traj_id for s in specs}) == len({s.decoding_seed for s in specs}) == 240
+    # a task's first run keeps the seed it had before repeats existed
+    first = episode_specs([5, 7, 5], cycle=1, seed=0, env="textcraft", split="train")
+    assert first[0].decoding_seed == derive_seed(0, 1, 5) != first[2].decoding_seed
+    assert first[2].decoding_seed == derive_seed(0, 1, 5, 1)
 
 
 def test_config_is_checked():

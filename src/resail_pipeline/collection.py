@@ -3,7 +3,11 @@
 Task ids are drawn without replacement from the training split in one seeded order, and cycle
 ``r`` takes the ``r``-th block of ``num_trajectories`` ids of that order, so consecutive cycles
 collect on fresh task ids while the split lasts; beyond it the order wraps around and tasks recur
-with fresh trajectories (appendix A.2). Every episode is decoded in the ordinary view.
+with fresh trajectories (appendix A.2). A cycle may ask for more trajectories than the split has
+tasks (table 4's TextCraft row: 240 from 219): the order then wraps within the cycle, so every
+task is used as evenly as possible (each ``floor`` or ``ceil`` of ``num / len(split)`` times),
+and each repeat of a task is its own trajectory, with its own id and decoding seed. Every episode
+is decoded in the ordinary view.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ class CollectConfig(RolloutSettings):
 
     # the environment split tasks are drawn from
     split: str = "train"
-    # trajectories (= tasks) per cycle; the trainer uses each once per cycle
+    # trajectories per cycle (a task recurs when this exceeds the split); the trainer uses each
+    # once per cycle
     num_trajectories: int = 240
 
     def __post_init__(self) -> None:
@@ -43,15 +48,42 @@ class CollectConfig(RolloutSettings):
 def cycle_tasks(task_ids: list[int], num: int, cycle: int, seed: int) -> list[int]:
     """The task ids of ``cycle`` (1-based): block ``cycle - 1`` of one seeded order of the split.
 
-    Distinct within a cycle; disjoint from earlier cycles while ``cycle * num <= len(task_ids)``.
+    The order wraps around, so a block longer than the split holds every task once and the first
+    ``num - len(task_ids)`` again (as evenly as the count allows); blocks are disjoint from earlier
+    cycles while ``cycle * num <= len(task_ids)``.
     """
     if cycle < 1:
         raise ValueError(f"cycle: collection cycles start at 1, got {cycle}")
-    if num > len(task_ids):
-        raise ConfigError(f"num_trajectories: the split has {len(task_ids)} tasks, asked for {num}")
+    check_int("num_trajectories", num, low=1)
+    if not task_ids:
+        raise ConfigError("split: has no task to collect on")
     order = sample_tasks(task_ids, len(task_ids), seed)
     start = (cycle - 1) * num
     return [order[(start + i) % len(order)] for i in range(num)]
+
+
+def episode_specs(
+    tasks: list[int], *, cycle: int, seed: int, env: str, split: str
+) -> list[EpisodeSpec]:
+    """One episode per entry of ``tasks``: the ``k``-th repeat of a task within the cycle gets the
+    decoding seed ``derive_seed(seed, cycle, task_id, k)`` (``derive_seed(seed, cycle, task_id)``
+    for its first run, as before repeats existed), and the id
+    ``cycle_<r>/<env>/<split>/<task_id>/<decoding_seed>``: unique within and across cycles."""
+    seen: dict[int, int] = {}
+    specs = []
+    for task_id in tasks:
+        k = seen.get(task_id, 0)
+        seen[task_id] = k + 1
+        parts = (seed, cycle, task_id) if k == 0 else (seed, cycle, task_id, k)
+        decoding_seed = derive_seed(*parts)
+        specs.append(
+            EpisodeSpec(
+                traj_id=f"cycle_{cycle}/{env}/{split}/{task_id}/{decoding_seed}",
+                task_id=task_id,
+                decoding_seed=decoding_seed,
+            )
+        )
+    return specs
 
 
 def collect(
@@ -72,16 +104,7 @@ def collect(
     """
     env = make_env()
     tasks = cycle_tasks(env.task_ids(config.split), config.num_trajectories, cycle, seed)
-    specs = []
-    for task_id in tasks:
-        decoding_seed = derive_seed(seed, cycle, task_id)
-        specs.append(
-            EpisodeSpec(
-                traj_id=f"cycle_{cycle}/{env.name}/{config.split}/{task_id}/{decoding_seed}",
-                task_id=task_id,
-                decoding_seed=decoding_seed,
-            )
-        )
+    specs = episode_specs(tasks, cycle=cycle, seed=seed, env=env.name, split=config.split)
     episodes = config.roll_out(make_env, specs, generator)
     trajectories, steps = episodes_to_frames(
         episodes, cycle=cycle, method=method, split=config.split

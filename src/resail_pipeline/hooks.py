@@ -15,12 +15,15 @@ from resail_pipeline.initial_policy import check_published
 from resail_pipeline.pipelines.bootstrap.nodes import NODE_KEYS
 from resail_pipeline.pipelines.collect.nodes import collect_config, settings_of
 from resail_pipeline.pipelines.common import RunConfig, cycle_namespace, policy_info
-from resail_pipeline.pipelines.parameters import check_parameters
+from resail_pipeline.pipelines.parameters import check_budgets, check_parameters
 
 logger = logging.getLogger(__name__)
 
 #: the initial policy's manifest, shared by every experiment of a data folder
 INITIAL_POLICY = "cycle_0.checkpoint"
+#: datasets written by nodes that act in the environment: a pipeline with one of them has its
+#: budgets compared with the environment's splits before it starts
+_ACTS_IN_ENV = ("tasks", "eval_results", "experience")
 
 
 class NodeTimingHook:
@@ -58,7 +61,9 @@ class PreflightHook:
 
     1. Every pipeline's parameters (:func:`~resail_pipeline.pipelines.parameters.check_parameters`),
        the same functions the nodes parse them with: a bad ``evaluate`` value fails before cycle 1
-       collects, a misspelt section (``trian``) is no longer ignored.
+       collects, a misspelt section (``trian``) is no longer ignored. A pipeline that acts in the
+       environment also has its split names and budgets compared with the environment's splits
+       (:func:`~resail_pipeline.pipelines.parameters.check_budgets`).
     2. The initial policy the run asks for (``bootstrap.checkpoint``, the shipped reference) is
        the one already published for the data folder, weights included: under
        ``--only-missing-outputs`` the bootstrap node is skipped, and another policy would be
@@ -76,6 +81,8 @@ class PreflightHook:
         params = catalog.load("parameters")
         check_parameters(params)
         names = pipeline.datasets()
+        if any(name.rsplit(".", 1)[-1] in _ACTS_IN_ENV for name in names):
+            check_budgets(params)
         if INITIAL_POLICY in names and catalog.exists(INITIAL_POLICY):
             run = RunConfig.from_params(params["run"])
             fields = {k: v for k, v in params["bootstrap"].items() if k not in NODE_KEYS}

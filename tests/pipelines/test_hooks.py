@@ -136,6 +136,20 @@ def test_every_parameter_is_checked_before_the_first_node(cycle_1):
         hook.before_pipeline_run({}, nothing, _catalog(None, policy, data_tag="/../x"))
 
 
+def test_budgets_are_compared_with_the_splits_where_the_pipeline_acts(cycle_1):
+    from kedro.pipeline import Pipeline, node
+
+    policy, _ = cycle_1
+    hook = PreflightHook()
+    params = _catalog(None, policy).load("parameters")
+    evaluate = {**params["evaluate"], "num_tasks": 1000}
+    catalog = _catalog(None, policy, evaluate=evaluate)
+    hook.before_pipeline_run({}, Pipeline([]), catalog)  # nothing acts in the environment
+    acting = Pipeline([node(lambda x: x, "cycle_0.checkpoint", "cycle_1.eval_results")])
+    with pytest.raises(ValueError, match=r"evaluate\.num_tasks: 1000 is more than the 100"):
+        hook.before_pipeline_run({}, acting, catalog)
+
+
 def test_another_initial_policy_is_an_error_not_ignored(cycle_1, tiny_checkpoint, tmp_path):
     """Under --only-missing-outputs the bootstrap node is skipped once cycle 0 exists: a run that
     asks for another initial policy is stopped before any node, not silently given the old one."""

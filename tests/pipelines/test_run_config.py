@@ -167,3 +167,43 @@ def test_staging_is_per_data_folder_and_the_same_for_nodes_and_catalog(env, runt
     staging = f"data/06_models/.staging/{folder}"
     assert loader["parameters"]["run"]["staging_dir"] == staging
     assert loader["catalog"]["cycle_0.checkpoint"]["staging_dir"] == staging
+
+
+def _params(env: str) -> dict:
+    loader = OmegaConfigLoader(str(CONF), **{**CONFIG_LOADER_ARGS, "default_run_env": env})
+    return loader["parameters"]
+
+
+@pytest.mark.parametrize("env", ["base", "smoke", "study", "paper-textcraft"])
+def test_every_textcraft_environments_budgets_fit_its_splits(env, caplog):
+    from resail_pipeline.pipelines.parameters import check_budgets
+
+    params = _params(env)
+    with caplog.at_level("INFO", logger="resail_pipeline.pipelines.parameters"):
+        check_budgets(params)
+    if env == "paper-textcraft":  # table 4: 30 x 8 = 240 trajectories from the 219 train tasks
+        assert "240 trajectories per cycle from the 219 tasks" in caplog.text
+        assert "each task runs 1 time(s) per cycle, 21 of them once more" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("section", "values", "message"),
+    [
+        ("evaluate", {"num_tasks": 1000}, r"evaluate\.num_tasks: 1000 is more than the 100 tasks"),
+        ("evaluate", {"splits": ["bogus"]}, r"evaluate\.splits: split: unknown TextCraft split"),
+        ("collect", {"split": "bogus"}, r"collect\.split: split: unknown TextCraft split"),
+        (
+            "collect",
+            {"num_trajectories": 4},
+            r"train\.schedule\.trajectories_per_update: 8 is more than the 4 trajectories",
+        ),
+    ],
+)
+def test_a_budget_that_does_not_fit_its_split_is_refused_naming_the_field(section, values, message):
+    from resail_pipeline.config import ConfigError
+    from resail_pipeline.pipelines.parameters import check_budgets
+
+    params = _params("paper-textcraft")
+    params[section] = {**params[section], **values}
+    with pytest.raises(ConfigError, match=message):
+        check_budgets(params)

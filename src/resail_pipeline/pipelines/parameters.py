@@ -7,6 +7,7 @@ not after it trains. A top-level key that is no section (``trian`` for ``train``
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,6 +38,8 @@ SECTIONS = (
 #: top-level keys that are no section: the data folder's tag, given on the command line
 RUNTIME_KEYS = ("data_tag",)
 
+logger = logging.getLogger(__name__)
+
 
 def check_parameters(params: Mapping[str, Any]) -> None:
     """Raise :class:`ConfigError` naming the first bad parameter (``section.field: ...``) of ``params``,
@@ -63,3 +66,53 @@ def check_parameters(params: Mapping[str, Any]) -> None:
     extra = sorted(set(params["report"]) - set(REPORT_KEYS))
     if extra:
         raise ConfigError(f"report: unknown parameter(s) {extra}; known: {list(REPORT_KEYS)}")
+
+
+def check_budgets(params: Mapping[str, Any]) -> None:
+    """Raise :class:`ConfigError` where a budget does not fit the environment's splits.
+
+    Builds the run's environment (so missing ALFWorld data fails here) and compares every split
+    name and count with what the environment has: ``collect.split`` and ``evaluate.splits`` must
+    exist, ``evaluate.num_tasks`` must not exceed any evaluated split (evaluation runs each task
+    once per seed), and an update cannot draw more trajectories than a cycle collects. A
+    collection larger than its split is allowed: tasks recur, each repeat a trajectory of its own
+    (:mod:`resail_pipeline.collection`), which is logged.
+    """
+    run = RunConfig.from_params(dict(params["run"]))
+    collect = collect_config(dict(params["collect"]), dict(params["train"]), run)
+    evaluate = eval_config(dict(params["evaluate"]))
+    schedule = TrainConfig.from_dict({**params["train"], "method": run.method}, "train").schedule
+    env = run.environment()()
+    sizes: dict[str, int] = {}
+    for field, split in [("collect.split", collect.split)] + [
+        ("evaluate.splits", s) for s in evaluate.splits
+    ]:
+        try:
+            sizes[split] = len(env.task_ids(split))
+        except ValueError as error:
+            raise ConfigError(f"{field}: {error}") from None
+    for split in evaluate.splits:
+        if evaluate.num_tasks is not None and evaluate.num_tasks > sizes[split]:
+            raise ConfigError(
+                f"evaluate.num_tasks: {evaluate.num_tasks} is more than the {sizes[split]} tasks "
+                f"of {run.env}'s {split!r} split; give at most {sizes[split]}, or null for all"
+            )
+    if schedule.trajectories_per_update > collect.num_trajectories:
+        raise ConfigError(
+            f"train.schedule.trajectories_per_update: {schedule.trajectories_per_update} is more "
+            f"than the {collect.num_trajectories} trajectories a cycle collects "
+            "(collect.num_trajectories); lower it, or collect more"
+        )
+    available = sizes[collect.split]
+    if collect.num_trajectories > available:
+        repeats = collect.num_trajectories - available
+        logger.info(
+            "collect.num_trajectories: %d trajectories per cycle from the %d tasks of %s's %r "
+            "split: each task runs %d time(s) per cycle, %d of them once more",
+            collect.num_trajectories,
+            available,
+            run.env,
+            collect.split,
+            collect.num_trajectories // available,
+            repeats % available,
+        )
