@@ -17,6 +17,12 @@ is the sum of its rows.
 
     python -m resail_pipeline.study --env study             # the comparison (make study)
     python -m resail_pipeline.study --env study --plan conf/study/budgets.yml
+
+A plan may pre-register a rule (``rule:``) that chooses among its candidates once they are
+evaluated: ``largest_harmless`` takes the largest value of ``parameter`` among the ``method``'s
+experiments whose cycle-1 paired difference from cycle 0 has a 95% interval with an upper bound
+>= 0 in every split and view (the first cycle does no measurable harm). The table of every
+candidate and the choice go to ``data/08_reporting/<folder>/rule.md``.
 """
 
 from __future__ import annotations
@@ -35,13 +41,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import yaml
 
 from resail_pipeline.config import ConfigError, build, check_folder_name, check_int
 from resail_pipeline.io import atomic_path
 from resail_pipeline.training.config import METHODS, REACT
 
-__all__ = ["Experiment", "StudyPlan", "load_plan", "main", "run_study"]
+__all__ = ["Experiment", "Rule", "StudyPlan", "apply_rule", "load_plan", "main", "run_study"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,12 +87,46 @@ class Experiment:
         return ",".join(f"{key}={_cli_value(value)}" for key, value in values.items())
 
 
+#: the rules a plan may pre-register
+RULES = ("largest_harmless",)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A choice among a plan's candidates, fixed before their results are seen."""
+
+    # the parameter the candidates vary, as the experiments' params name it
+    parameter: str
+    # the method whose experiments are the candidates
+    method: str
+    # largest_harmless: the largest value whose paired interval's upper bound is >= 0
+    choose: str = "largest_harmless"
+
+    def __post_init__(self) -> None:
+        if self.choose not in RULES:
+            raise ConfigError(f"choose: must be one of {list(RULES)}, got {self.choose!r}")
+        if self.method not in METHODS:
+            raise ConfigError(f"method: must be one of {list(METHODS)}, got {self.method!r}")
+
+
 @dataclass(frozen=True)
 class StudyPlan:
-    """Experiments in the order they run, and overrides shared by all (e.g. ``data_tag``)."""
+    """Experiments in the order they run, overrides shared by all (e.g. ``data_tag``), and
+    optionally the rule that chooses among them."""
 
     experiments: tuple[Experiment, ...]
     params: Mapping[str, Any] = field(default_factory=dict)
+    rule: Rule | None = None
+
+    def candidates(self) -> list[tuple[Experiment, float]]:
+        """The rule's candidates and their values of its parameter, in plan order."""
+        if self.rule is None:
+            return []
+        seen: dict[str, tuple[Experiment, float]] = {}
+        for experiment in self.experiments:
+            if experiment.method == self.rule.method and self.rule.parameter in experiment.params:
+                seen[experiment.name] = (experiment, float(experiment.params[self.rule.parameter]))
+        return list(seen.values())
 
 
 def _cli_value(value: Any) -> str:
@@ -103,9 +144,11 @@ def load_plan(path: str | Path) -> StudyPlan:
     if not path.is_file():
         raise ConfigError(f"{path}: no such study plan")
     data = yaml.safe_load(path.read_text()) or {}
-    unknown = sorted(set(data) - {"experiments", "params"})
+    unknown = sorted(set(data) - {"experiments", "params", "rule"})
     if unknown:
-        raise ConfigError(f"{path}: unknown key(s) {unknown}; known: ['experiments', 'params']")
+        raise ConfigError(
+            f"{path}: unknown key(s) {unknown}; known: ['experiments', 'params', 'rule']"
+        )
     entries = data.get("experiments") or []
     if not entries:
         raise ConfigError(f"{path}: no experiments")
@@ -116,7 +159,81 @@ def load_plan(path: str | Path) -> StudyPlan:
     for experiment in experiments:
         if methods.setdefault(experiment.name, experiment.method) != experiment.method:
             raise ConfigError(f"{path}: experiment {experiment.name!r} is listed with two methods")
-    return StudyPlan(experiments=tuple(experiments), params=dict(data.get("params") or {}))
+    rule = build(Rule, data["rule"], f"{path}: rule") if data.get("rule") is not None else None
+    plan = StudyPlan(
+        experiments=tuple(experiments), params=dict(data.get("params") or {}), rule=rule
+    )
+    if rule is not None and not plan.candidates():
+        raise ConfigError(
+            f"{path}: rule: no {rule.method} experiment sets {rule.parameter}; nothing to choose"
+        )
+    return plan
+
+
+def apply_rule(plan: StudyPlan, outputs: Path) -> tuple[pd.DataFrame, float | None]:
+    """Every candidate's cycle-1 paired difference from cycle 0, and the rule's choice.
+
+    Args:
+        plan: a plan with a rule.
+        outputs: the data folder's model outputs (``data/07_model_output/<env><data_tag>``).
+
+    Returns:
+        One row per candidate, split and view (``difference``, ``low``, ``high`` in percentage
+        points, ``tasks``, ``harmless``), and the chosen value (``None`` when no candidate is
+        harmless).
+    """
+    from resail_pipeline.evaluation.stats import paired_difference
+
+    if plan.rule is None:
+        raise ValueError("plan: has no rule")
+    baseline = pd.read_parquet(outputs / "shared" / "cycle_0" / "eval_results.parquet")
+    rows = []
+    for experiment, value in plan.candidates():
+        results = pd.read_parquet(outputs / experiment.name / "cycle_1" / "eval_results.parquet")
+        for (split, view), group in results.groupby(["split", "view"], sort=True):
+            base = baseline[(baseline["split"] == split) & (baseline["view"] == view)]
+            d = paired_difference(group, base)
+            rows.append(
+                {
+                    "experiment": experiment.name,
+                    plan.rule.parameter: value,
+                    "split": split,
+                    "view": view,
+                    "difference": 100 * d["difference"],
+                    "low": 100 * d["low"],
+                    "high": 100 * d["high"],
+                    "tasks": d["tasks"],
+                    "harmless": d["high"] >= 0,
+                }
+            )
+    table = pd.DataFrame(rows)
+    harmless = table.groupby(plan.rule.parameter)["harmless"].all()
+    chosen = float(harmless[harmless].index.max()) if harmless.any() else None
+    return table, chosen
+
+
+def write_rule(plan: StudyPlan, outputs: Path, reporting: Path) -> float | None:
+    """Apply the plan's rule; write every candidate and the choice to ``reporting/rule.md``."""
+    from resail_pipeline.evaluation.report import table_to_markdown
+
+    table, chosen = apply_rule(plan, outputs)
+    rule = plan.rule
+    verdict = (
+        f"chosen: {rule.parameter} = {chosen:g}"
+        if chosen is not None
+        else f"no candidate is harmless; the smallest, {table[rule.parameter].min():g}, is harmful"
+    )
+    text = (
+        f"# Rule `{rule.choose}` over {rule.method}'s {rule.parameter}\n\n"
+        "Paired difference of cycle 1 from cycle 0 in percentage points, 95% bootstrap interval "
+        "over tasks; harmless: upper bound >= 0.\n\n"
+        f"{table_to_markdown(table, float_format='.1f')}\n\n{verdict}\n"
+    )
+    reporting.mkdir(parents=True, exist_ok=True)
+    with atomic_path(reporting / "rule.md") as tmp:
+        Path(tmp).write_text(text)
+    logger.info("study: %s", verdict)
+    return chosen
 
 
 def plan_path(env: str, project: Path) -> Path:
@@ -248,6 +365,15 @@ def run_study(plan: StudyPlan, env: str, project: Path, *, log: Path) -> None:
         report += ["--params", ",".join(f"{k}={_cli_value(v)}" for k, v in plan.params.items())]
     if _kedro(report, project) != 0:
         raise RuntimeError("study: the report failed")
+    if plan.rule is not None:
+        tag = str(plan.params.get("data_tag", ""))
+        folders = sorted((project / "data" / "07_model_output").glob(f"*{tag}"))
+        folders = [f for f in folders if (f / "shared").is_dir() and f.name.endswith(tag)]
+        if len(folders) != 1:
+            raise RuntimeError(
+                f"study: expected one data folder ending in {tag!r}, found {folders}"
+            )
+        write_rule(plan, folders[0], project / "data" / "08_reporting" / folders[0].name)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
