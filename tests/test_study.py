@@ -48,17 +48,19 @@ def test_the_shipped_plan_is_the_papers_comparison():
     assert plan_path("smoke", ROOT) == ROOT / "conf" / "base" / "study.yml"
 
 
-def test_an_experiment_becomes_kedro_params():
+def test_an_experiment_becomes_nested_run_params():
     experiment = Experiment(
         method="oel_resail", cycles=3, name="x-1", params={"train.resail.retention": "none"}
     )
-    shared = {"data_tag": "-dev", "evaluate.splits": ["dev"], "train.optimizer.lr": 2e-4}
-    assert experiment.kedro_params(shared) == (
-        "data_tag=-dev,evaluate.splits=[dev],train.optimizer.lr=0.0002,"
-        "train.resail.retention=none,run.method=oel_resail,run.experiment=x-1"
-    )
-    with pytest.raises(ValueError, match="comma"):
-        experiment.kedro_params({"evaluate.splits": ["dev", "test"]})
+    shared = {"data_tag": "-dev", "evaluate.splits": ["dev", "test"], "train.optimizer.lr": 2e-4}
+    assert experiment.run_params(shared) == {
+        "data_tag": "-dev",
+        "evaluate": {"splits": ["dev", "test"]},  # a list with a comma: a file carries it
+        "train": {"optimizer": {"lr": 2e-4}, "resail": {"retention": "none"}},
+        "run": {"method": "oel_resail", "experiment": "x-1"},
+    }
+    with pytest.raises(ValueError, match="sets a key below a value"):
+        experiment.run_params({"train": 1, "train.optimizer.lr": 1e-5})
 
 
 @pytest.mark.parametrize(

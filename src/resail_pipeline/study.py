@@ -30,11 +30,13 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
+import json
 import logging
 import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -81,10 +83,25 @@ class Experiment:
             if key.split(".")[0] == "run":
                 raise ConfigError(f"params: {key!r}; the method and name are given as such")
 
-    def kedro_params(self, shared: Mapping[str, Any]) -> str:
-        """The ``--params`` value: the plan's shared overrides, this experiment's, its method."""
+    def run_params(self, shared: Mapping[str, Any]) -> dict[str, Any]:
+        """The run's parameter overrides, nested as ``kedro run --params`` gives them: the plan's
+        shared overrides, this experiment's, its method and name."""
         values = {**shared, **self.params, "run.method": self.method, "run.experiment": self.name}
-        return ",".join(f"{key}={_cli_value(value)}" for key, value in values.items())
+        return nest(values)
+
+
+def nest(dotted: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"a.b": 1, "c": 2}`` -> ``{"a": {"b": 1}, "c": 2}``."""
+    out: dict[str, Any] = {}
+    for key, value in dotted.items():
+        *parents, leaf = key.split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"params: {key!r} sets a key below a value")
+        node[leaf] = value
+    return out
 
 
 #: the rules a plan may pre-register
@@ -127,15 +144,6 @@ class StudyPlan:
             if experiment.method == self.rule.method and self.rule.parameter in experiment.params:
                 seen[experiment.name] = (experiment, float(experiment.params[self.rule.parameter]))
         return list(seen.values())
-
-
-def _cli_value(value: Any) -> str:
-    """A parameter value as ``kedro run --params`` reads it back (YAML)."""
-    text = yaml.safe_dump(value, default_flow_style=True).strip()
-    text = text.removesuffix("...").strip()
-    if "," in text:  # kedro splits --params at every comma
-        raise ConfigError(f"params: {value!r} holds a comma, which --params cannot carry")
-    return text
 
 
 def load_plan(path: str | Path) -> StudyPlan:
@@ -261,15 +269,25 @@ def _run(
 def _kedro(
     args: Sequence[str],
     project: Path,
+    params: Mapping[str, Any] | None = None,
     cycles: int | None = None,
     heartbeat: Callable[[], None] | None = None,
 ) -> int:
+    """``python -m kedro <args>`` in ``project``; ``params`` go through a run configuration file
+    (``kedro run --config``), which carries lists and strings as YAML (``--params`` splits its
+    value at every comma)."""
     env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "true"}
     if cycles is not None:
         env["RESAIL_CYCLES"] = str(cycles)
-    command = [sys.executable, "-m", "kedro", *args]
-    logger.info("%s%s", f"RESAIL_CYCLES={cycles} " if cycles else "", " ".join(command[1:]))
-    return _run(command, project, env, heartbeat)
+    with tempfile.TemporaryDirectory(prefix="resail-study-") as folder:
+        command = [sys.executable, "-m", "kedro", *args]
+        if params:
+            config = Path(folder) / "run.yml"
+            config.write_text(yaml.safe_dump({"run": {"params": dict(params)}}, sort_keys=False))
+            command += ["--config", str(config)]
+            logger.info("parameters: %s", json.dumps(params, sort_keys=True))
+        logger.info("%s%s", f"RESAIL_CYCLES={cycles} " if cycles else "", " ".join(command[1:]))
+        return _run(command, project, env, heartbeat)
 
 
 def _peak_rss_gib() -> float:
@@ -340,17 +358,9 @@ def run_study(plan: StudyPlan, env: str, project: Path, *, log: Path) -> None:
         segment = _Segment(log, experiment)
         segment.record()
         code = _kedro(
-            [
-                "run",
-                "--env",
-                env,
-                "--pipelines",
-                "cycle",
-                "--only-missing-outputs",
-                "--params",
-                experiment.kedro_params(plan.params),
-            ],
+            ["run", "--env", env, "--pipelines", "cycle", "--only-missing-outputs"],
             project,
+            params=experiment.run_params(plan.params),
             cycles=experiment.cycles,
             heartbeat=segment.record,
         )
@@ -360,10 +370,9 @@ def run_study(plan: StudyPlan, env: str, project: Path, *, log: Path) -> None:
                 f"study: experiment {experiment.name!r} failed (exit code {code}); what it "
                 "finished is kept, and running the study again continues from there"
             )
+    # the plan's shared overrides (e.g. its data_tag): the report reads the same folder
     report = ["run", "--env", env, "--pipelines", "report"]
-    if plan.params:  # e.g. the plan's data_tag: the report reads the same folder
-        report += ["--params", ",".join(f"{k}={_cli_value(v)}" for k, v in plan.params.items())]
-    if _kedro(report, project) != 0:
+    if _kedro(report, project, params=nest(plan.params)) != 0:
         raise RuntimeError("study: the report failed")
     if plan.rule is not None:
         tag = str(plan.params.get("data_tag", ""))
