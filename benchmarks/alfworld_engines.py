@@ -16,6 +16,7 @@ import argparse
 import time
 from pathlib import Path
 
+from resail_pipeline.devices import machine_header
 from resail_pipeline.envs.alfworld import AlfWorldEnv, GameEngine
 
 FIXTURE_DATA = Path(__file__).parents[1] / "tests" / "envs" / "alfworld_data"
@@ -46,6 +47,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=FIXTURE_DATA, help="ALFWORLD_DATA root")
     parser.add_argument("--episodes", type=int, default=24)
     args = parser.parse_args()
+    print(machine_header())
 
     probe = AlfWorldEnv(data_path=args.data)
     ids = [t for split in ("train", "id", "ood") for t in probe.task_ids(split)]

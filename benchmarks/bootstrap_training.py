@@ -32,6 +32,7 @@ from resail_pipeline.bootstrap.demonstrations import collect_demonstrations
 from resail_pipeline.bootstrap.packing import Branch, PackedRow, collate, group_steps, pack_rows
 from resail_pipeline.bootstrap.vocabulary import environment_corpus, train_tokenizer
 from resail_pipeline.checkpoints import bf16_native
+from resail_pipeline.devices import machine_header
 from resail_pipeline.envs import make_env
 from resail_pipeline.modeling import build_qwen3, build_word_tokenizer
 from resail_pipeline.prompts import chat_prompt, render_user_message
@@ -89,6 +90,7 @@ def main() -> None:
     args = parser.parse_args()
     config = BootstrapConfig()
     torch.set_num_threads(config.training.threads)
+    print(machine_header())
     data = config.data
     task_ids = make_env("textcraft").task_ids("train")[: args.tasks]
     demos = collect_demonstrations(

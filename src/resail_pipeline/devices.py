@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import gc
 import os
+import platform
+import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
@@ -18,9 +20,84 @@ from typing import Any, TypeVar
 
 import torch
 
-__all__ = ["off_process", "release_device_memory", "visible_devices"]
+__all__ = [
+    "machine_description",
+    "machine_header",
+    "matmul_rate",
+    "off_process",
+    "processor",
+    "release_device_memory",
+    "visible_devices",
+]
 
 R = TypeVar("R")
+
+
+#: CPU features that decide which kernels run and how they round, strongest first
+_ISA_FLAGS = (
+    ("amx_bf16", "AMX"),
+    ("avx512_bf16", "AVX-512 BF16"),
+    ("avx512f", "AVX-512"),
+    ("avx2", "AVX2"),
+)
+#: variables that hold kernels below what the processor has (to stand for an older one)
+_ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY")
+
+
+def processor() -> str:
+    """The CPU a figure was measured on: model, the instruction sets that decide its kernels, and
+    any variable that holds the kernels below them, e.g. ``"Intel(R) Xeon(R) Processor; AMX,
+    AVX-512 BF16, AVX-512, AVX2; ONEDNN_MAX_CPU_ISA=AVX2"``."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    model = value.strip()
+                elif key.strip() == "flags":
+                    flags = set(value.split())
+                    break
+    except OSError:  # not Linux
+        pass
+    isa = ", ".join(name for flag, name in _ISA_FLAGS if flag in flags) or "ISA unknown"
+    caps = [f"{name}={os.environ[name]}" for name in _ISA_CAPS if os.environ.get(name)]
+    return "; ".join([model, isa, *caps])
+
+
+def matmul_rate(dtype: torch.dtype, size: int = 2048, rounds: int = 10) -> float:
+    """Measured FLOP/s of a ``(size, size) @ (size, size)`` product on the CPU in ``dtype``."""
+    a = torch.randn(size, size).to(dtype)
+    b = torch.randn(size, size).to(dtype)
+    a @ b  # warm-up: kernel selection, first touch
+    start = time.perf_counter()
+    for _ in range(rounds):
+        a @ b
+    return 2 * size**3 * rounds / (time.perf_counter() - start)
+
+
+def machine_header() -> str:
+    """One line for a benchmark's output: the processor, its GEMM rates, the threads."""
+    rates = ", ".join(
+        f"{name} {matmul_rate(dtype) / 1e9:.0f}"
+        for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))
+    )
+    return (
+        f"processor: {processor()}; 2048-cube GEMM GFLOP/s: {rates}; "
+        f"{torch.get_num_threads()} torch threads, torch {torch.__version__}"
+    )
+
+
+def machine_description(device: torch.device | None = None) -> str:
+    """The CPU (model and instruction sets), thread count and torch build a policy was trained or
+    evaluated with (and the GPU, if one): what a manifest records as its machine."""
+    gpu = ""
+    if device is not None and device.type == "cuda":
+        gpu = f"{torch.cuda.get_device_name(device)}, "
+    return (
+        f"{gpu}{processor()} ({os.cpu_count()} cores), {torch.get_num_threads()} torch threads, "
+        f"torch {torch.__version__}, {platform.system()} {platform.release()}"
+    )
 
 
 def visible_devices() -> list[str]:

@@ -26,8 +26,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import os
-import platform
 import shlex
 import shutil
 import sys
@@ -38,7 +36,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import torch
 from transformers import PreTrainedModel, Qwen3Config
 
 from resail_pipeline.bootstrap.cloning import (
@@ -74,6 +71,7 @@ from resail_pipeline.checkpoints import (
     save_policy,
     weights_sha256,
 )
+from resail_pipeline.devices import machine_description
 from resail_pipeline.envs import make_env
 from resail_pipeline.generation.transformers_backend import TransformersGenerator
 from resail_pipeline.modeling import build_qwen3, small_qwen3_config
@@ -151,24 +149,6 @@ def rows_sha256(rows: Sequence[PackedRow]) -> str:
         for b in row.branches:
             digest.update(json.dumps([b.ids, b.prompt_len, b.weight, b.privileged]).encode())
     return digest.hexdigest()
-
-
-def machine_description(device: torch.device | None = None) -> str:
-    """The CPU, thread count and torch build the policy was trained with (and the GPU, if one)."""
-    cpu = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    gpu = ""
-    if device is not None and device.type == "cuda":
-        gpu = f"{torch.cuda.get_device_name(device)}, "
-    return (
-        f"{gpu}{cpu} ({os.cpu_count()} cores), {torch.get_num_threads()} torch threads, "
-        f"torch {torch.__version__}, {platform.system()} {platform.release()}"
-    )
 
 
 @dataclass(frozen=True)

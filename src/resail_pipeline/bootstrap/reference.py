@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import platform
 import shutil
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ from resail_pipeline.checkpoints import (
     weights_sha256,
     write_manifest,
 )
+from resail_pipeline.devices import machine_description
 from resail_pipeline.envs import make_env
 from resail_pipeline.evaluation.evaluate import (
     VIEW_ORDINARY,
@@ -133,8 +133,7 @@ def evaluation_record(
         "table": rows,
         "by_reference_outcome": by_reference_outcome(eval_results, experience),
         "seconds": round(seconds, 1),
-        "machine": f"{platform.processor() or platform.machine()}, "
-        f"{torch.get_num_threads()} torch threads",
+        "machine": machine_description(),
     }
 
 
