@@ -47,6 +47,42 @@ def test_other_errors_keep_their_traceback():
     assert isinstance(result.exception, RuntimeError)
 
 
+def test_a_user_error_wrapped_by_kedros_dataset_loading_is_unwrapped():
+    from kedro.io import DatasetError
+
+    def load() -> None:
+        try:
+            raise CheckpointError("data/06_models/cycle_2: sha256 differs from its manifest")
+        except CheckpointError as error:
+            raise DatasetError("Failed while loading data from dataset cycle_2.policy") from error
+
+    @click.command()
+    def fake_run() -> None:
+        load()
+
+    result = CliRunner().invoke(one_line_errors(fake_run), [])
+    assert result.exit_code == 2
+    assert result.output == "Error: data/06_models/cycle_2: sha256 differs from its manifest\n"
+
+    @click.command()
+    def other() -> None:
+        raise DatasetError("bad file")
+
+    assert isinstance(CliRunner().invoke(one_line_errors(other), []).exception, DatasetError)
+
+
+@pytest.mark.parametrize("option", ["--pipelines=cylce", "--pipelines=cycle,bogus"])
+def test_an_unknown_pipeline_is_one_line_naming_the_pipelines(option):
+    from kedro.framework.cli.project import run
+
+    result = CliRunner().invoke(one_line_errors(run), [option])
+    assert result.exit_code == 2
+    (line,) = result.output.splitlines()
+    assert line.startswith("Error: --pipelines: no pipeline named '")
+    assert "cylce" in line or "bogus" in line
+    assert "the pipelines are aitz, bootstrap, collect, cycle," in line
+
+
 def test_the_guarded_run_keeps_kedros_options():
     from kedro.framework.cli.project import run
 

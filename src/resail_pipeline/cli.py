@@ -5,8 +5,10 @@ same name. ``run`` is Kedro's ``run`` (same options, same behaviour) except that
 error (:class:`~resail_pipeline.config.ConfigError`: a parameter out of range, an unknown key,
 an initial policy or a shared corpus that differs from what the run asks for), a checkpoint that
 cannot be used, or AITZ episodes that are missing or malformed print one line naming the field,
-value and what is allowed, and exit with status 2, instead of a page of traceback. Every other
-error keeps its traceback.
+value and what is allowed, and exit with status 2, instead of a page of traceback; so does a
+``--pipelines`` name that is not a pipeline of the project (checked before a session starts), and
+such an error raised while Kedro loads or saves a dataset (it arrives wrapped in Kedro's
+``DatasetError``). Every other error keeps its traceback.
 
 Like ``settings.py``, this is a file Kedro looks for by name, so it imports Kedro; the library
 does not.
@@ -20,10 +22,12 @@ from typing import Any
 
 import click
 from kedro.framework.cli.project import run as kedro_run
+from kedro.io import DatasetError
 
 from resail_pipeline.checkpoints import CheckpointError
 from resail_pipeline.config import ConfigError
 from resail_pipeline.gui.episodes import EpisodeError
+from resail_pipeline.pipeline_registry import pipeline_names
 
 #: errors whose message says all a user needs: what to change, and where
 USER_ERRORS = (ConfigError, CheckpointError, EpisodeError)
@@ -35,16 +39,48 @@ class UserError(click.ClickException):
     exit_code = 2
 
 
+def user_error(error: BaseException) -> BaseException | None:
+    """``error`` itself, or the one it wraps, if it is one of :data:`USER_ERRORS`."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, USER_ERRORS):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def check_pipeline_names(names: list[str] | tuple[str, ...] | str | None) -> None:
+    """Raise :class:`ConfigError` naming the project's pipelines if a requested one is not."""
+    if isinstance(names, str):
+        names = [names]
+    available = pipeline_names()
+    unknown = sorted(set(names or ()) - set(available))
+    if unknown:
+        raise ConfigError(
+            f"--pipelines: no pipeline named {', '.join(map(repr, unknown))}; "
+            f"the pipelines are {', '.join(available)}"
+        )
+
+
 def one_line_errors(command: click.Command) -> click.Command:
-    """A copy of ``command`` whose :data:`USER_ERRORS` print as one line."""
+    """A copy of ``command`` whose :data:`USER_ERRORS`, bare or wrapped in a ``DatasetError``,
+    print as one line, and which refuses an unknown ``--pipelines`` name before it runs."""
     callback = command.callback
 
     @functools.wraps(callback)
     def guarded(*args: Any, **kwargs: Any) -> Any:
         try:
+            check_pipeline_names(kwargs.get("pipelines"))
+            check_pipeline_names(kwargs.get("pipeline"))
             return callback(*args, **kwargs)
         except USER_ERRORS as error:
             raise UserError(str(error)) from None
+        except DatasetError as error:
+            cause = user_error(error)
+            if cause is None:
+                raise
+            raise UserError(str(cause)) from None
 
     guarded_command = copy.copy(command)
     guarded_command.callback = guarded
