@@ -16,6 +16,7 @@ from resail_pipeline.evaluation.evaluate import (
 )
 from resail_pipeline.evaluation.stats import summarize_eval_results
 from resail_pipeline.experience import SummarizeConfig
+from resail_pipeline.generation import SamplingParams
 from resail_pipeline.generation.transformers_backend import TransformersGenerator
 from resail_pipeline.prompts import OUTCOME_FAILURE
 
@@ -61,7 +62,8 @@ def test_both_views_share_tasks_and_initial_states(generator):
     )
     ordinary = results[results["view"] == "ordinary"]
     privileged = results[results["view"] == "privileged"]
-    assert len(ordinary) == 6 and sorted(set(ordinary["task_id"])) == sorted(tasks)
+    # the third task's summary was dropped: it is left out of both views, which stay paired
+    assert len(ordinary) == 4 and set(ordinary["task_id"]) == set(tasks[:2])
     assert len(privileged) == 4 and set(privileged["task_id"]) == set(tasks[:2])
     assert (results["num_steps"] == 2).all() and not results["success"].any()
     assert set(steps["traj_id"]) == set(results["traj_id"])
@@ -77,6 +79,37 @@ def test_privileged_view_needs_experience(generator):
     config = EvalConfig(num_tasks=1, decoding_seeds=(0,), views=("privileged",))
     with pytest.raises(ValueError, match="experience"):
         evaluate_policy(_textcraft, generator, config, cycle=0, method="react")
+    other_task = pd.DataFrame(
+        {
+            "task_id": [-1],
+            "traj_id": ["r"],
+            "outcome": [OUTCOME_FAILURE],
+            "summary": ["Failure analysis:\n- Failure diagnosis: x"],
+            "accepted": [True],
+        }
+    )
+    with pytest.raises(ValueError, match="none of the 1 evaluation tasks has an accepted summary"):
+        evaluate_policy(
+            _textcraft, generator, config, cycle=0, method="react", experience=other_task
+        )
+
+
+def test_a_rejected_model_summary_of_the_experience_falls_back_to_the_rules(generator):
+    # the tiny random policy writes no valid summary: with on_rejected "drop" a cycle would lose
+    # every trajectory, the fixed Experience none
+    config = EvalConfig(num_tasks=2, max_new_tokens=4)
+    summarize = SummarizeConfig(
+        source="model",
+        max_attempts=1,
+        on_rejected="drop",
+        sampling=SamplingParams(temperature=0.7, max_new_tokens=8, seed=0),
+    )
+    trajectories, _, experience = build_experience(
+        _textcraft, generator, config, summarize, decoding_seed=7
+    )
+    assert experience["accepted"].all()
+    assert set(experience["source"]) == {"rules_fallback"}
+    assert set(experience_by_task(experience)) == set(trajectories["task_id"])
 
 
 def test_experience_table_is_checked():

@@ -14,6 +14,7 @@ All views and seeds of one checkpoint run as one batched rollout.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -134,9 +135,11 @@ def evaluate_policy(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Run every (view, seed, task) episode of ``config`` and return ``(eval_results, steps)``.
 
-    ``experience`` is required for the privileged view; a test task without an Experience is
-    evaluated in the ordinary view only (logged), so both views of every seed share their tasks.
-    The ``steps`` table holds every step of every episode (for inspection).
+    ``experience`` is required for the privileged view. The views stay paired: a task without an
+    accepted Experience summary (:func:`build_experience` falls back to the rules, so only a
+    summary the rules could not write either) is left out of every view, logged, and the report's
+    ``Tasks`` column shows how many were evaluated. The ``steps`` table holds every step of every
+    episode (for inspection).
     """
     env = make_env()
     tasks = evaluation_tasks(env, config)
@@ -146,18 +149,24 @@ def evaluate_policy(
             raise ValueError("experience: the privileged view needs the fixed Experience table")
         summaries = experience_by_task(experience)
         lacking = [t for _, t in tasks if t not in summaries]
+        if len(lacking) == len(tasks):
+            raise ValueError(
+                f"experience: none of the {len(tasks)} evaluation tasks has an accepted summary "
+                f"(first: {lacking[:3]}); was the Experience built for these splits?"
+            )
         if lacking:
             logger.warning(
-                "evaluate: %d of %d tasks have no Experience; their privileged episodes are skipped",
+                "evaluate: %d of %d tasks have no accepted Experience summary (first: %s); they "
+                "are left out of every view, so that the views compare the same tasks",
                 len(lacking),
                 len(tasks),
+                lacking[:5],
             )
+            tasks = [(split, task_id) for split, task_id in tasks if task_id in summaries]
     specs, splits = [], []
     for view in config.views:
         for seed in config.decoding_seeds:
             for split, task_id in tasks:
-                if view == VIEW_PRIVILEGED and task_id not in summaries:
-                    continue
                 specs.append(
                     EpisodeSpec(
                         traj_id=f"eval/{env.name}/{split}/{view}/{task_id}/{seed}",
@@ -213,7 +222,9 @@ def build_experience(
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """The fixed Experience (appendix D.2): :func:`reference_episodes` of the initial policy,
     summarised as a cycle's trajectories are (``summarize``; the model source writes them with
-    ``generator``).
+    ``generator``), except that a model summary rejected after every attempt is replaced by the
+    rules-based one whatever ``summarize.on_rejected`` says: a task without an Experience would be
+    left out of the evaluation's every view (:func:`evaluate_policy`).
 
     Returns the reference ``trajectories`` and ``steps`` and the Experience table: their
     ``summaries`` with each trajectory's ``task_id`` (:data:`EXPERIENCE_COLUMNS`).
@@ -221,6 +232,7 @@ def build_experience(
     trajectories, steps = reference_episodes(
         make_env, generator, config, decoding_seed=decoding_seed
     )
+    summarize = dataclasses.replace(summarize, on_rejected="rules")
     summaries = summarize_trajectories(trajectories, steps, summarize, generator)
     experience = summaries.merge(trajectories[["traj_id", "task_id"]], on="traj_id", how="left")
     return trajectories, steps, experience
