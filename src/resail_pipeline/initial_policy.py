@@ -49,12 +49,22 @@ def verify_reference(path: str | Path) -> CheckpointInfo:
 
 def requested_policy(config: BootstrapConfig) -> Path | None:
     """The directory ``config`` asks for as the initial policy: ``checkpoint``, else the shipped
-    ``reference`` where it exists; ``None`` for a build (found by its configuration and code)."""
+    ``reference``; ``None`` for a build (``reference: null``, found by its configuration and code).
+
+    Raises:
+        ConfigError: ``reference`` names no directory (a typo must not silently build a policy,
+            or silently reuse the one published before).
+    """
     if config.checkpoint is not None:
         return Path(config.checkpoint)
-    if config.reference is not None and Path(config.reference).is_dir():
-        return Path(config.reference)
-    return None
+    if config.reference is None:
+        return None
+    if not Path(config.reference).is_dir():
+        raise ConfigError(
+            f"bootstrap.reference: no policy directory {config.reference}; give the shipped "
+            "policy's directory (reference/textcraft-initial), or null to build one"
+        )
+    return Path(config.reference)
 
 
 def check_published(published: CheckpointInfo, config: BootstrapConfig) -> None:
@@ -88,14 +98,16 @@ def resolve_initial_policy(
     command: str | None = None,
     progress: bool = True,
 ) -> CheckpointInfo:
-    """The initial policy, first match wins: ``config.checkpoint``, the shipped reference when
-    ``config.reference`` exists, else one built (or reused) under ``out_dir``. A given directory's
+    """The initial policy, first match wins: ``config.checkpoint``, the shipped reference
+    ``config.reference`` (which must exist), else (``reference: null``) one built (or reused)
+    under ``out_dir``. A given directory's
     weights are checked against its config (:func:`~resail_pipeline.checkpoints.verify_weights`)
     before it is returned to be published."""
+    requested = requested_policy(config)
     if config.checkpoint is not None:
         logger.info("bootstrap: using the configured checkpoint %s", config.checkpoint)
         return read_checkpoint_info(verify_weights(config.checkpoint))
-    if config.reference is not None and Path(config.reference).is_dir():
+    if requested is not None:
         logger.info("bootstrap: using the shipped reference policy %s", config.reference)
         return verify_reference(verify_weights(config.reference))
     from resail_pipeline.bootstrap.build import build_initial_policy  # the builder, only to build

@@ -13,6 +13,7 @@ from resail_pipeline.bootstrap.cloning import training_precision
 from resail_pipeline.bootstrap.config import BootstrapConfig
 from resail_pipeline.bootstrap.demonstrations import demonstration_response
 from resail_pipeline.checkpoints import MANIFEST_NAME, CheckpointError, load_policy
+from resail_pipeline.config import ConfigError
 from resail_pipeline.initial_policy import resolve_initial_policy, verify_reference
 from resail_pipeline.prompts import EpisodeHistory, chat_prompt, render_user_message
 
@@ -88,9 +89,12 @@ def test_resolution_order(built, tmp_path):
     shipped = BootstrapConfig.from_dict({**TINY, "reference": str(policy)})
     assert resolve_initial_policy(shipped, tmp_path / "unused").policy_id == info.policy_id
     assert not (tmp_path / "unused").exists()
-    # 3. a missing reference directory falls through to the build (cached here)
-    absent = BootstrapConfig.from_dict({**TINY, "reference": str(tmp_path / "none")})
-    assert resolve_initial_policy(absent, out).sha256 == info.sha256
+    # 3. no reference: the build (cached here)
+    assert resolve_initial_policy(BootstrapConfig.from_dict(TINY), out).sha256 == info.sha256
+    # a reference directory that does not exist (a typo) is an error, not a build
+    absent = BootstrapConfig.from_dict({**TINY, "reference": str(tmp_path / "textcraft-initail")})
+    with pytest.raises(ConfigError, match=r"bootstrap\.reference: no policy directory .*initail"):
+        resolve_initial_policy(absent, out)
 
 
 def test_only_environments_with_a_planner_are_built(tmp_path):

@@ -207,3 +207,62 @@ def test_a_budget_that_does_not_fit_its_split_is_refused_naming_the_field(sectio
     params[section] = {**params[section], **values}
     with pytest.raises(ConfigError, match=message):
         check_budgets(params)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"seed": "abc"}, r"run\.seed: must be a non-negative integer, got 'abc'"),
+        ({"seed": -1}, r"run\.seed: must be a non-negative integer, got -1"),
+        ({"seed": 1.5}, r"run\.seed: must be a non-negative integer, got 1\.5"),
+        ({"seed": True}, r"run\.seed: must be a non-negative integer, got True"),
+        (
+            {"env_options": {"bogus": 1}},
+            r"run\.env_options: the textcraft environment takes no option\(s\) \['bogus'\]",
+        ),
+        ({"env_options": {"max_steps": 0}}, r"run\.env_options\.max_steps: must be a positive"),
+        (
+            {"generation": {"transformers": {"batch_size": 0}}},
+            r"run\.generation\.transformers\.batch_size: must be a positive integer, got 0",
+        ),
+        (
+            {"generation": {"transformers": {"dtype": "fp64"}}},
+            r"run\.generation\.transformers\.dtype: must be one of .*, got 'fp64'",
+        ),
+        (
+            {"generation": {"transformers": {"compile": "yes"}}},
+            r"run\.generation\.transformers\.compile: must be true, false or 'auto'",
+        ),
+        ({"staging_dir": "README.md"}, r"run\.staging_dir: README\.md is a file; give a folder"),
+        ({"experiment": "shared"}, r"run\.experiment: 'shared' is the folder every experiment"),
+    ],
+)
+def test_a_bad_run_value_is_refused_before_any_node(values, message):
+    """What a hostile probe found accepted until a node failed (or, for 1.5 and true, read as 1):
+    each is refused by the checks the pre-run hook makes."""
+    from resail_pipeline.config import ConfigError
+    from resail_pipeline.pipelines.parameters import check_budgets, check_parameters
+
+    params = _params("base")
+    run = dict(params["run"])
+    for key, value in values.items():
+        if key == "generation":
+            run["generation"] = {**run["generation"], "transformers": value["transformers"]}
+        else:
+            run[key] = value
+    params["run"] = run
+    with pytest.raises(ConfigError, match=message):
+        check_parameters(params)
+        check_budgets(params)
+
+
+def test_a_reference_policy_that_does_not_exist_is_refused_before_any_node():
+    from resail_pipeline.config import ConfigError
+    from resail_pipeline.pipelines.parameters import check_parameters
+
+    params = _params("base")
+    params["bootstrap"] = {**params["bootstrap"], "reference": "reference/textcraft-initail"}
+    with pytest.raises(ConfigError, match=r"bootstrap\.reference: no policy directory"):
+        check_parameters(params)
+    params["bootstrap"]["reference"] = None  # null: build one
+    check_parameters(params)

@@ -233,8 +233,9 @@ class BootstrapConfig:
     """Where the initial policy (cycle 0) comes from, first match wins:
 
     1. ``checkpoint``: any local Hugging Face causal-LM directory, used as is;
-    2. ``reference``: the policy shipped in the repository, when the directory exists;
-    3. otherwise one is built: demonstrations, tokenizer, model, behaviour cloning.
+    2. ``reference``: the policy shipped in the repository (a directory that must exist);
+    3. with ``reference: null``, one is built: demonstrations, tokenizer, model, behaviour
+       cloning.
 
     A build normally starts from a randomly initialised model and a tokenizer trained on its
     demonstrations; with ``warm_start`` it continues training a built policy instead (a second
@@ -247,7 +248,8 @@ class BootstrapConfig:
     name: str = "textcraft-initial"
     #: a local checkpoint directory to use instead of building one
     checkpoint: str | None = None
-    #: the shipped reference policy's directory (relative to the working directory)
+    #: the shipped reference policy's directory (relative to the working directory; it must
+    #: exist); ``None`` builds one
     reference: str | None = "reference/textcraft-initial"
     #: a built policy directory whose tokenizer and weights a build continues from (its shape
     #: must be ``model``); ``None`` starts from a random initialisation

@@ -7,6 +7,8 @@
 from __future__ import annotations
 
 import importlib
+import inspect
+from collections.abc import Mapping
 from typing import Any
 
 from resail_pipeline.config import ConfigError
@@ -36,10 +38,26 @@ def check_env_name(name: str) -> str:
     return name
 
 
+def _factory(name: str) -> Any:
+    module_name, _, factory = ENV_REGISTRY[check_env_name(name)].partition(":")
+    return getattr(importlib.import_module(module_name), factory)
+
+
+def check_env_options(name: str, options: Mapping[str, Any], source: str = "env_options") -> None:
+    """Raise a ``ConfigError`` naming ``source`` if the ``name`` adapter takes no option of
+    ``options``, without building it (their values are checked when it is built)."""
+    parameters = inspect.signature(_factory(name)).parameters
+    known = sorted(p for p in parameters if p != "self")
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"{source}: the {name} environment takes no option(s) {unknown}; known: {known}"
+        )
+
+
 def make_env(name: str, **kwargs: Any) -> Environment:
     """Build the environment registered as ``name`` with adapter-specific ``kwargs``."""
-    module_name, _, factory = ENV_REGISTRY[check_env_name(name)].partition(":")
-    return getattr(importlib.import_module(module_name), factory)(**kwargs)
+    return _factory(name)(**kwargs)
 
 
 __all__ = [
@@ -51,5 +69,6 @@ __all__ = [
     "Observation",
     "StepResult",
     "check_env_name",
+    "check_env_options",
     "make_env",
 ]

@@ -52,9 +52,11 @@ def keyword_names(*functions: Callable[..., Any]) -> set[str]:
 
 def check_options(backend: str, options: Mapping[str, Any], source: str = "options") -> None:
     """Raise, naming ``source`` and each key, if ``backend`` does not take an option of
-    ``options``; before anything is loaded. A backend that cannot list its options here (vLLM
-    without the ``gpu`` extra installed) accepts any."""
-    known = _backend_class(backend).option_names()
+    ``options``, or (where the backend can check them, ``check_values``) would refuse its value;
+    before anything is loaded. A backend that cannot list its options here (vLLM without the
+    ``gpu`` extra installed) accepts any."""
+    cls = _backend_class(backend)
+    known = cls.option_names()
     if known is None:
         return
     unknown = sorted(set(options) - known)
@@ -62,6 +64,12 @@ def check_options(backend: str, options: Mapping[str, Any], source: str = "optio
         raise ConfigError(
             f"{source}: the {backend} backend takes no option(s) {unknown}; known: {sorted(known)}"
         )
+    check_values = getattr(cls, "check_values", None)
+    if check_values is not None:
+        try:
+            check_values(**options)
+        except ValueError as error:
+            raise ConfigError(f"{source}.{error}") from None
 
 
 def make_generator(backend: str, checkpoint: str | Path, **options: Any) -> Generator:

@@ -402,12 +402,15 @@ class TransformersGenerator(Generator):
         compile: bool | str = False,
         progress: bool = True,
     ) -> None:
-        check_int("batch_size", batch_size, low=1)
-        check_int("max_batch_tokens", max_batch_tokens, low=1, optional=True)
-        check_int("pad_to_multiple_of", pad_to_multiple_of, low=1)
-        check_int("prefill_tokens", prefill_tokens, low=1)
-        if prefix_cache_tokens and not prefix_reuse:
-            raise ValueError("prefix_cache_tokens: keeps prefixes for prefix_reuse, which is off")
+        self.check_values(
+            batch_size=batch_size,
+            max_batch_tokens=max_batch_tokens,
+            pad_to_multiple_of=pad_to_multiple_of,
+            prefill_tokens=prefill_tokens,
+            prefix_reuse=prefix_reuse,
+            prefix_cache_tokens=prefix_cache_tokens,
+            compile=compile,
+        )
         device = next(model.parameters()).device
         compiled = resolve_compile(compile, device)
         if tokenizer.eos_token_id is None:
@@ -456,6 +459,32 @@ class TransformersGenerator(Generator):
         self.tree = PrefixTree(max_tokens=0)
         self._weights = None
         release_device_memory()
+
+    @classmethod
+    def check_values(cls, **options: Any) -> None:
+        """Raise ``ValueError`` naming the option if a value of ``options`` (those of
+        :meth:`option_names`) would be refused, before any model is loaded."""
+        for name in ("batch_size", "pad_to_multiple_of", "prefill_tokens"):
+            if name in options:
+                check_int(name, options[name], low=1)
+        check_int("max_batch_tokens", options.get("max_batch_tokens"), low=1, optional=True)
+        check_int("prefix_cache_tokens", options.get("prefix_cache_tokens", 0), low=0)
+        for name in ("prefix_reuse", "progress"):
+            if not isinstance(options.get(name, False), bool):
+                raise ValueError(f"{name}: must be true or false, got {options[name]!r}")
+        if options.get("prefix_cache_tokens") and not options.get("prefix_reuse"):
+            raise ValueError("prefix_cache_tokens: keeps prefixes for prefix_reuse, which is off")
+        if options.get("compile", False) not in (True, False, "auto"):
+            raise ValueError(f"compile: must be true, false or 'auto', got {options['compile']!r}")
+        dtype = options.get("dtype", "auto")
+        if not isinstance(dtype, torch.dtype) and dtype is not None and dtype not in DTYPES:
+            raise ValueError(f"dtype: must be one of {sorted(DTYPES)}, got {dtype!r}")
+        device = options.get("device", "auto")
+        if device != "auto":
+            try:
+                torch.device(device)
+            except (RuntimeError, TypeError):
+                raise ValueError(f"device: not a torch device name: {device!r}") from None
 
     @classmethod
     def option_names(cls) -> set[str]:

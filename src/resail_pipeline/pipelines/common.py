@@ -23,7 +23,7 @@ from kedro.pipeline import Pipeline
 from resail_pipeline.checkpoints import CheckpointInfo
 from resail_pipeline.config import ConfigError, build, check_choice, check_folder_name, check_int
 from resail_pipeline.devices import visible_devices
-from resail_pipeline.envs import Environment, check_env_name, make_env
+from resail_pipeline.envs import Environment, check_env_name, check_env_options, make_env
 from resail_pipeline.generation import (
     GENERATOR_REGISTRY,
     Generator,
@@ -36,6 +36,9 @@ from resail_pipeline.training.config import METHODS, REACT
 
 #: The input name under which every base pipeline receives the cycle-start policy.
 POLICY = "policy"
+#: The catalog's folder of what every experiment of a data folder shares: cycle 0 (initial
+#: policy, Experience, probe set, its evaluation) and the shared cycle-1 corpus.
+SHARED_FOLDER = "shared"
 #: Datasets shared by every cycle of an experiment, never namespaced: the fixed Experience, the
 #: probe set and the initial policy (GRPO's frozen KL reference).
 SHARED_INPUTS = {
@@ -104,6 +107,17 @@ class RunConfig:
                 f"choose one of {sorted(GENERATOR_REGISTRY)}"
             )
         check_folder_name(self.experiment, "experiment")
+        if self.experiment == SHARED_FOLDER:
+            raise ConfigError(
+                f"experiment: {SHARED_FOLDER!r} is the folder every experiment shares (cycle 0 and "
+                "the cycle-1 corpus); name the experiment otherwise"
+            )
+        check_int("seed", self.seed, low=0)
+        if not isinstance(self.env_options, dict):
+            raise ConfigError(f"env_options: expected a mapping, got {self.env_options!r}")
+        check_env_options(self.env, self.env_options)
+        if Path(self.staging_dir).exists() and not Path(self.staging_dir).is_dir():
+            raise ConfigError(f"staging_dir: {self.staging_dir} is a file; give a folder")
         if self.generation is None:  # `generation:` left empty in YAML
             object.__setattr__(self, "generation", {})
         for backend, options in self.generation.items():
@@ -132,7 +146,10 @@ class RunConfig:
         one is built and asked for each split's tasks, so missing data (ALFWorld) or an unknown
         split fails here, before any model is loaded."""
         factory = partial(make_env, self.env, **self.env_options)
-        env = factory()
+        try:
+            env = factory()
+        except (TypeError, ValueError) as error:  # an option value the adapter refuses
+            raise ConfigError(f"run.env_options.{error}") from None
         for split in splits:
             env.task_ids(split)
         return factory
