@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 from kedro.framework.hooks import hook_impl
 
@@ -24,6 +24,34 @@ INITIAL_POLICY = "cycle_0.checkpoint"
 #: datasets written by nodes that act in the environment: a pipeline with one of them has its
 #: budgets compared with the environment's splits before it starts
 _ACTS_IN_ENV = ("tasks", "eval_results", "experience")
+
+
+class RunFolderHook:
+    """Puts the catalog's folders where the run's resolved parameters say.
+
+    The catalog names each dataset's folder after the run's environment and experiment
+    (``data/<layer>/<env><data_tag>/<experiment>/``), but a catalog cannot read parameters: it
+    saw only the command line and ``globals.yml``, so ``run: {method: sdpo}`` in an environment's
+    parameters (as ``conf/local`` would hold it) trained SDPO into the default method's folder,
+    or, with ``--only-missing-outputs``, skipped every node as done. Once the context exists, and
+    before the catalog is built, this hook resolves ``params:run`` and hands its ``env`` and
+    ``experiment`` to the catalog's ``${run:...}`` resolver (:func:`run_value`).
+    """
+
+    #: ``env`` and ``experiment`` of the current context's run
+    resolved: ClassVar[dict[str, str]] = {}
+
+    @hook_impl
+    def after_context_created(self, context: Any) -> None:
+        run = RunConfig.from_params(dict(context.params["run"]))
+        RunFolderHook.resolved = {"env": run.env, "experiment": run.experiment}
+
+
+def run_value(key: str, default: str) -> str:
+    """``${run:<key>, <default>}`` in the catalog: ``env`` or ``experiment`` of the run, as its
+    parameters resolve them (:class:`RunFolderHook`); ``default`` where no context was created
+    (a configuration loaded outside a session)."""
+    return RunFolderHook.resolved.get(key, default)
 
 
 class NodeTimingHook:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -12,12 +13,13 @@ import pandas as pd
 import pytest
 import torch
 
-from resail_pipeline.hooks import DeviceMemoryHook, NodeTimingHook, PreflightHook
+from resail_pipeline.hooks import DeviceMemoryHook, NodeTimingHook, PreflightHook, RunFolderHook
 from resail_pipeline.settings import HOOKS
 
 
 def test_every_hook_is_registered():
     assert {type(hook) for hook in HOOKS} == {
+        RunFolderHook,
         NodeTimingHook,
         DeviceMemoryHook,
         PreflightHook,
@@ -167,3 +169,38 @@ def test_another_initial_policy_is_an_error_not_ignored(cycle_1, tiny_checkpoint
     asked = {**params["bootstrap"], "checkpoint": str(other)}
     with pytest.raises(ValueError, match=r"this data folder's initial policy is .* asks for"):
         hook.before_pipeline_run({}, reader, _catalog(None, policy, bootstrap=asked))
+
+
+@pytest.mark.parametrize(
+    ("parameters", "runtime", "folder"),
+    [
+        ("run:\n  method: sdpo\n", {}, "textcraft/sdpo"),
+        ("run:\n  method: sdpo\n", {"run": {"experiment": "mine"}}, "textcraft/mine"),
+        ("", {"run": {"method": "rft"}}, "textcraft/rft"),
+        ("", {}, "textcraft/oel_resail"),
+    ],
+)
+def test_the_catalogs_folders_follow_the_resolved_run_parameters(
+    tmp_path, parameters, runtime, folder
+):
+    """A method set in an environment's parameters (as conf/local would hold it) names the folder
+    the run writes to, as one given on the command line does."""
+    from kedro.framework.session import KedroSession
+    from kedro.framework.startup import bootstrap_project
+
+    from resail_pipeline.hooks import RunFolderHook
+
+    root = Path(__file__).resolve().parents[2]
+    (tmp_path / "pyproject.toml").symlink_to(root / "pyproject.toml")
+    shutil.copytree(root / "conf", tmp_path / "conf")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "resail_pipeline").symlink_to(root / "src" / "resail_pipeline")
+    (tmp_path / "conf" / "local" / "parameters.yml").write_text(parameters)
+    bootstrap_project(tmp_path)
+    try:
+        with KedroSession.create(project_path=tmp_path, runtime_params=runtime) as session:
+            catalog = session.load_context().catalog
+            described = catalog.get("cycle_2.trajectories")._describe()
+    finally:
+        RunFolderHook.resolved = {}
+    assert f"/{folder}/cycle_2/trajectories.parquet" in str(described["filepath"])

@@ -17,7 +17,7 @@ from kedro.runner import SequentialRunner
 
 from resail_pipeline.checkpoints import read_checkpoint_info, resolve_device
 from resail_pipeline.evaluation.report import sensitivity_per_update
-from resail_pipeline.pipelines.common import in_cycle
+from resail_pipeline.pipelines.common import RunConfig, in_cycle
 from resail_pipeline.pipelines.evaluate import initial_policy_pipeline
 from resail_pipeline.pipelines.evaluate import nodes as evaluate_nodes
 from resail_pipeline.pipelines.score import nodes as score_nodes
@@ -213,7 +213,8 @@ def test_the_train_pipeline_returns_the_probe(enabled, cycle_0, tmp_path):
         return
     steps = len(cycle_0["cycle_0.probe_set"])
     assert probe["update"].tolist() == [0] * steps + [1] * steps
-    experiment = params["run"]["experiment"]
+    experiment = RunConfig.from_params(params["run"]).experiment  # null: the method
+    assert experiment == "oel_resail"
     assert (probe[["experiment", "method", "cycle"]] == [experiment, "oel_resail", 1]).all().all()
     per_update = sensitivity_per_update(probe)  # what the report's figure 6 plots
     assert per_update["update"].tolist() == [0, 1] and (per_update["jsd"] > 0).all()

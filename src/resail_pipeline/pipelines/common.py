@@ -75,8 +75,8 @@ class RunConfig:
     env: str
     # training method (selects the objective; also names the experiment by default)
     method: str
-    # folder of this run's datasets under data/<layer>/<env>/
-    experiment: str
+    # folder of this run's datasets under data/<layer>/<env>/ (None: the method's name)
+    experiment: str | None = None
     # seeds task sampling and collection
     seed: int = 0
     # generation backend name (transformers | vllm)
@@ -106,6 +106,8 @@ class RunConfig:
                 f"backend: unknown generation backend {self.backend!r}; "
                 f"choose one of {sorted(GENERATOR_REGISTRY)}"
             )
+        if self.experiment is None:
+            object.__setattr__(self, "experiment", self.method)
         check_folder_name(self.experiment, "experiment")
         if self.experiment == SHARED_FOLDER:
             raise ConfigError(
