@@ -12,12 +12,15 @@ run's metrics and the PI-sensitivity probe's rows.
 from __future__ import annotations
 
 import collections
+import ctypes
 import hashlib
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +49,7 @@ __all__ = [
     "first_failure",
     "launch",
     "prepare",
+    "tied_to_this_process",
 ]
 
 logger = logging.getLogger(__name__)
@@ -164,6 +168,28 @@ def collect(job: Job) -> TrainResult:
     )
 
 
+#: prctl(2) option: the signal a process receives when the thread that started it ends
+_PR_SET_PDEATHSIG = 1
+
+
+def tied_to_this_process() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has the child receive ``SIGTERM`` when this process dies, however it
+    dies (``SIGKILL`` included), so that a killed run leaves no trainer behind to share the cores
+    with its rerun (torchrun, on ``SIGTERM``, stops its workers). ``None`` where the kernel has no
+    parent-death signal (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here, not in the forked child
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before the signal was armed
+            os._exit(1)
+
+    return preexec
+
+
 def launch(
     config: TrainConfig, log_path: str | Path | None = None, *, tail_lines: int = 40
 ) -> TrainResult:
@@ -187,7 +213,12 @@ def launch(
     with (
         open(job.log_path, "w") as log,
         subprocess.Popen(
-            job.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=job.env
+            job.command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=job.env,
+            preexec_fn=tied_to_this_process(),  # one prctl call in the child
         ) as process,
     ):
         for line in process.stdout:
