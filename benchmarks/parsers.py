@@ -2,9 +2,10 @@
 
 Model output is untrusted: an action parser or summary validator that backtracks over a long run
 of tags or spaces stalls a whole rollout. This script times ``parse_action``, ``strip_thinking``
-and ``validate_summary`` (with a trajectory's evidence, so the copy rule runs too) on inputs built
-to defeat backtracking, at three sizes, and prints each time and the worst per function. Linear
-scans keep every call far below the 50 ms the hardening issue allows at 1 MB.
+and ``validate_summary`` (with a trajectory's evidence, so the copy rule runs too), and the GUI
+path's ``accepted_remark`` and ``predicted_action``, on inputs built to defeat backtracking, at
+three sizes, and prints each time and the worst per function. Linear scans keep every call far
+below the 50 ms the hardening issue allows at 1 MB.
 
     .venv/bin/python benchmarks/parsers.py
 """
@@ -17,9 +18,11 @@ from collections.abc import Callable
 import pandas as pd
 
 from resail_pipeline.devices import machine_header
+from resail_pipeline.evaluation.gui_actions import predicted_action
 from resail_pipeline.experience.evidence import build_evidence
 from resail_pipeline.experience.validation import validate_summary
 from resail_pipeline.prompts import parse_action, strip_thinking
+from resail_pipeline.prompts.gui import accepted_remark
 
 SIZES = (128 * 1024, 512 * 1024, 1024 * 1024)
 
@@ -35,6 +38,9 @@ def hostile(size: int) -> dict[str, str]:
         "spaces after a heading": "Guidance summary:\n- Checks:" + " " * size + "x",
         "field lines": "- Checks: a\n" * (size // 12),
         "dashes": "-" * size,
+        "remark headers": "<remark>\nHow to do:\nWatch out:\n" * (size // 33),
+        "open remarks": "<remark>How to do:\n" * (size // 19),
+        "open tool calls": "<tool_call>" * (size // 11),
     }
 
 
@@ -73,6 +79,8 @@ def main() -> None:
         "parse_action": parse_action,
         "strip_thinking": strip_thinking,
         "validate_summary": lambda text: validate_summary(text, "success", evidence),
+        "accepted_remark": accepted_remark,
+        "predicted_action": predicted_action,
     }
     worst = dict.fromkeys(functions, (0.0, ""))
     for size in SIZES:

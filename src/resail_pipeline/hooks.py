@@ -11,7 +11,7 @@ from kedro.framework.hooks import hook_impl
 from resail_pipeline.bootstrap.config import BootstrapConfig
 from resail_pipeline.collection import check_collection_settings
 from resail_pipeline.devices import release_device_memory
-from resail_pipeline.initial_policy import check_published
+from resail_pipeline.initial_policy import check_published, requested_policy
 from resail_pipeline.pipelines.bootstrap.nodes import NODE_KEYS
 from resail_pipeline.pipelines.collect.nodes import collect_config, settings_of
 from resail_pipeline.pipelines.common import RunConfig, cycle_namespace, policy_info
@@ -92,9 +92,9 @@ class PreflightHook:
        collects, a misspelt section (``trian``) is no longer ignored. A pipeline that acts in the
        environment also has its split names and budgets compared with the environment's splits
        (:func:`~resail_pipeline.pipelines.parameters.check_budgets`).
-    2. The initial policy the run asks for (``bootstrap.checkpoint``, the shipped reference) is
-       the one already published for the data folder, weights included: under
-       ``--only-missing-outputs`` the bootstrap node is skipped, and another policy would be
+    2. The initial policy the run asks for (``bootstrap.checkpoint``, the shipped reference,
+       which must exist) is the one already published for the data folder, weights included:
+       under ``--only-missing-outputs`` the bootstrap node is skipped, and another policy would be
        ignored in silence.
     3. Every collection the run would reuse was made with the run's settings. A cycle's ``tasks``
        table records how it was collected. When it exists, a rerun (``make run`` uses
@@ -111,13 +111,13 @@ class PreflightHook:
         names = pipeline.datasets()
         if any(name.rsplit(".", 1)[-1] in _ACTS_IN_ENV for name in names):
             check_budgets(params)
-        if INITIAL_POLICY in names and catalog.exists(INITIAL_POLICY):
+        if INITIAL_POLICY in names:
             run = RunConfig.from_params(params["run"])
             fields = {k: v for k, v in params["bootstrap"].items() if k not in NODE_KEYS}
-            check_published(
-                policy_info(catalog.load(INITIAL_POLICY)),
-                BootstrapConfig.from_dict({**fields, "env": run.env}),
-            )
+            bootstrap = BootstrapConfig.from_dict({**fields, "env": run.env})
+            requested_policy(bootstrap)  # a reference that names no directory is an error
+            if catalog.exists(INITIAL_POLICY):
+                check_published(policy_info(catalog.load(INITIAL_POLICY)), bootstrap)
         cycles = sorted(
             int(name.split(".")[0].removeprefix("cycle_"))
             for name in names

@@ -1,5 +1,7 @@
 """Project settings (Kedro defaults unless stated)."""
 
+import warnings
+
 from resail_pipeline.hooks import (
     DeviceMemoryHook,
     NodeTimingHook,
@@ -18,3 +20,6 @@ CONFIG_LOADER_ARGS = {
     # ${run:env, ...} and ${run:experiment, ...} in the catalog: the run's resolved parameters
     "custom_resolvers": {"run": run_value},
 }
+# Kedro registers custom resolvers through an OmegaConf call it marks deprecated itself; the warning
+# would head every run's log and is not the project's to act on
+warnings.filterwarnings("ignore", message=r"register_new_resolver\(\) is deprecated")

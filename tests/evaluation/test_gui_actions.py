@@ -159,3 +159,24 @@ def test_a_step_record_of_the_aitz_release_as_the_scorer_reads_it():
         logged_step({**record, "result_touch_yx": "[0.1,"})
     with pytest.raises(ValueError, match="result_action_type: missing"):
         logged_step({"ui_positions": "[]"})
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        '<tool_call>{"arguments": {"action": "terminate"}}</tool_call>',
+        'x<tool_call><tool_call>{"arguments": {"action": "terminate"}}</tool_call></tool_call>',
+        '<tool_call>{"arguments": {"action": "terminate"}}',
+        "</tool_call><tool_call>",
+        '</tool_call><tool_call>{"arguments": {"action": "terminate"}}</tool_call>',
+        "<tool_call>" * 50,
+        "",
+    ],
+)
+def test_the_tool_call_is_the_one_the_lazy_pattern_finds(response):
+    """The linear scan finds the text the replaced <tool_call>(.*?)</tool_call> found."""
+    import re
+
+    found = re.search(r"<tool_call>(.*?)</tool_call>", response, re.DOTALL)
+    want = None if found is None else predicted_action(f"<tool_call>{found.group(1)}</tool_call>")
+    assert predicted_action(response) == want

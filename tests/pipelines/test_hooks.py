@@ -171,6 +171,28 @@ def test_another_initial_policy_is_an_error_not_ignored(cycle_1, tiny_checkpoint
         hook.before_pipeline_run({}, reader, _catalog(None, policy, bootstrap=asked))
 
 
+def test_a_reference_policy_that_does_not_exist_is_refused_before_any_node(cycle_1):
+    """A typo in bootstrap.reference was taken as 'build one' (or, with --only-missing-outputs,
+    the published policy was used in silence)."""
+    from kedro.pipeline import Pipeline, node
+
+    from resail_pipeline.config import ConfigError
+
+    policy, _ = cycle_1
+    reader = Pipeline([node(lambda x: x, "cycle_0.checkpoint", "out", name="reader")])
+    params = _catalog(None, policy).load("parameters")
+    typo = {**params["bootstrap"], "reference": "reference/textcraft-initail"}
+    for exists in (True, False):  # published already, or not yet
+        catalog = _catalog(None, policy, bootstrap=typo)
+        if not exists:
+            catalog.release("cycle_0.checkpoint")
+            assert not catalog.exists("cycle_0.checkpoint")
+        with pytest.raises(ConfigError, match=r"bootstrap\.reference: no policy directory"):
+            PreflightHook().before_pipeline_run({}, reader, catalog)
+    built = {**params["bootstrap"], "reference": None}  # null: build one
+    PreflightHook().before_pipeline_run({}, reader, _catalog(None, policy, bootstrap=built))
+
+
 @pytest.mark.parametrize(
     ("parameters", "runtime", "folder"),
     [

@@ -254,15 +254,3 @@ def test_a_bad_run_value_is_refused_before_any_node(values, message):
     with pytest.raises(ConfigError, match=message):
         check_parameters(params)
         check_budgets(params)
-
-
-def test_a_reference_policy_that_does_not_exist_is_refused_before_any_node():
-    from resail_pipeline.config import ConfigError
-    from resail_pipeline.pipelines.parameters import check_parameters
-
-    params = _params("base")
-    params["bootstrap"] = {**params["bootstrap"], "reference": "reference/textcraft-initail"}
-    with pytest.raises(ConfigError, match=r"bootstrap\.reference: no policy directory"):
-        check_parameters(params)
-    params["bootstrap"]["reference"] = None  # null: build one
-    check_parameters(params)

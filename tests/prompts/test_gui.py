@@ -181,3 +181,32 @@ def test_template_phrases_are_literal_template_text():
     assert gui.ACTION_SYSTEM in phrases
     assert all("{" not in p or "JSON" in p for p in phrases)
     assert "The user query: " in phrases
+
+
+REMARK = "<remark>\nHow to do:\n1) open\n\nWatch out:\n- x\n</remark>"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        REMARK,
+        f"before {REMARK} after </remark>",
+        "<remark> How to do:  \n a Watch out: \n b</remark>",
+        "<remark>How to do: x\nWatch out:\n</remark>",  # text after the heading on its line
+        "<remark>How to do:\nWatch out: x\nWatch out:\n</remark>",
+        "<remark>How to do:\n<remark>How to do:\nWatch out:\n</remark>",
+        "<remark>nothing</remark>" + REMARK,
+        "<remark>How to do:\nWatch out:\n",
+        "<remark>How to do:\n" * 30,
+        "<remark>How to do:\nWatch out:\n" * 30,
+        "",
+    ],
+)
+def test_the_remark_is_the_one_the_single_pattern_finds(text):
+    """The linear scan returns what the replaced expression, which backtracked to cubic time over
+    repeated headers, returned."""
+    import re
+
+    pattern = r"<remark>\s*How to do:\s*\n.*?Watch out:\s*\n.*?</remark>"
+    found = re.search(pattern, text, re.DOTALL)
+    assert gui.accepted_remark(text) == (found.group(0) if found else None)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -62,7 +61,7 @@ _LOGGED_KINDS = {3: "type", 4: "drag", 5: "back", 6: "home", 7: "enter", 10: "st
 LOGGED_ACTION_TYPES = frozenset(_LOGGED_KINDS)
 #: ``mobile_use`` system buttons the matcher knows
 _BUTTONS = {"back": "back", "home": "home", "enter": "enter"}
-_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+_OPEN, _CLOSE = "<tool_call>", "</tool_call>"
 #: the predicted coordinates' scale (appendix G: normalised integers 0..999)
 _COORDINATE_SCALE = 999.0
 
@@ -155,11 +154,15 @@ def predicted_action(response: str) -> GuiAction | None:
     readable action the matcher knows (which scores zero)."""
     if not isinstance(response, str):
         return None
-    found = _TOOL_CALL.search(response)
-    if found is None:
+    # the first opening tag and the first closing tag after it (where the first opening has no
+    # closing tag after it, no later one has): linear, where searching for
+    # <tool_call>(.*?)</tool_call> rescanned the rest of the text from every opening tag
+    start = response.find(_OPEN)
+    end = -1 if start < 0 else response.find(_CLOSE, start + len(_OPEN))
+    if end < 0:
         return None
     try:
-        call = json.loads(found.group(1))
+        call = json.loads(response[start + len(_OPEN) : end])
     except json.JSONDecodeError:
         return None
     arguments = call.get("arguments") if isinstance(call, dict) else None

@@ -15,7 +15,6 @@ from resail_pipeline.bootstrap.config import BootstrapConfig
 from resail_pipeline.config import ConfigError, build, check_folder_name
 from resail_pipeline.experience import SummarizeConfig
 from resail_pipeline.gui.config import AitzConfig
-from resail_pipeline.initial_policy import requested_policy
 from resail_pipeline.pipelines.bootstrap.nodes import NODE_KEYS as BOOTSTRAP_NODE_KEYS
 from resail_pipeline.pipelines.collect.nodes import collect_config
 from resail_pipeline.pipelines.common import RunConfig
@@ -57,7 +56,7 @@ def check_parameters(params: Mapping[str, Any]) -> None:
         check_folder_name(params["data_tag"], "data_tag", empty=True)
     run = RunConfig.from_params(dict(params["run"]))
     bootstrap = {k: v for k, v in params["bootstrap"].items() if k not in BOOTSTRAP_NODE_KEYS}
-    requested_policy(BootstrapConfig.from_dict({**bootstrap, "env": run.env}))
+    BootstrapConfig.from_dict({**bootstrap, "env": run.env})
     collect_config(dict(params["collect"]), dict(params["train"]), run)
     build(SummarizeConfig, dict(params["summarize"]), "summarize")
     build(ScoreParams, dict(params["score"]), "score")

@@ -190,14 +190,31 @@ def describe_action(action: GuiAction) -> str:
     return "terminate (task complete)"
 
 
-_REMARK = re.compile(r"<remark>\s*How to do:\s*\n.*?Watch out:\s*\n.*?</remark>", re.DOTALL)
+#: the opening of a remark: the tag, then the first heading and the end of its line
+_REMARK_HOW = re.compile(r"<remark>\s*How to do:[^\S\n]*\n")
+#: the second heading and the end of its line
+_REMARK_WATCH = re.compile(r"Watch out:[^\S\n]*\n")
+_REMARK_END = "</remark>"
 
 
 def accepted_remark(text: str) -> str | None:
     """The ``<remark>`` block of a summary response, or ``None`` when it lacks one of the form
-    asked for (both headings, each followed by a line)."""
-    found = _REMARK.search(text)
-    return found.group(0) if found else None
+    asked for (both headings, each followed by a line).
+
+    The first opening, the first second heading after it, the first closing tag after that: what
+    ``<remark>\\s*How to do:\\s*\\n.*?Watch out:\\s*\\n.*?</remark>`` finds, in time linear in the
+    text (the single expression backtracked to cubic time over repeated headers, and model output
+    is untrusted). Where the first opening has no second heading or closing tag after it, no later
+    one has either.
+    """
+    opening = _REMARK_HOW.search(text)
+    if opening is None:
+        return None
+    watch = _REMARK_WATCH.search(text, opening.end())
+    if watch is None:
+        return None
+    end = text.find(_REMARK_END, watch.end())
+    return None if end < 0 else text[opening.start() : end + len(_REMARK_END)]
 
 
 def rule_remark(steps: Sequence[tuple[GuiAction, str | None]]) -> str:
