@@ -190,3 +190,70 @@ def test_the_heartbeat_runs_while_the_command_runs(tmp_path):
     )
     assert code == 0 and 2 <= len(beats) <= 6
     assert _run([sys.executable, "-c", "raise SystemExit(3)"], tmp_path, dict(os.environ)) == 3
+
+
+def _eval_results(folder: Path, successes: list[list[bool]], cycle: int) -> None:
+    """An eval_results file: ``successes[seed][task]`` on the dev split, ordinary view."""
+    rows = [
+        {
+            "policy_id": f"p@{cycle}",
+            "cycle": cycle,
+            "method": "oel",
+            "env": "textcraft",
+            "split": "dev",
+            "view": "ordinary",
+            "decoding_seed": seed,
+            "task_id": task,
+            "success": success,
+            "num_steps": 5,
+        }
+        for seed, row in enumerate(successes)
+        for task, success in enumerate(row)
+    ]
+    folder.mkdir(parents=True)
+    pd.DataFrame(rows).to_parquet(folder / "eval_results.parquet", index=False)
+
+
+def test_the_rule_chooses_the_largest_harmless_rate_and_reports_every_candidate(tmp_path):
+    from resail_pipeline.study import apply_rule, write_rule
+
+    plan_file = tmp_path / "plan.yml"
+    plan_file.write_text(
+        "rule: {choose: largest_harmless, parameter: train.optimizer.lr, method: oel}\n"
+        "experiments:\n"
+        + "".join(
+            f"  - {{name: {name}, method: oel, cycles: 1, params: {{train.optimizer.lr: {lr}}}}}\n"
+            for name, lr in (("small", 1e-5), ("middle", 2e-5), ("large", 4e-5))
+        )
+    )
+    plan = load_plan(plan_file)
+    tasks = 40
+    half = [task % 2 == 0 for task in range(tasks)]  # the initial policy solves half the tasks
+    outputs = tmp_path / "outputs"
+    _eval_results(outputs / "shared" / "cycle_0", [half, half], cycle=0)
+    _eval_results(outputs / "small" / "cycle_1", [half, half], cycle=1)  # no change
+    better = [True] * tasks
+    _eval_results(outputs / "middle" / "cycle_1", [better, half], cycle=1)  # +25 points
+    _eval_results(outputs / "large" / "cycle_1", [[False] * tasks] * 2, cycle=1)  # -50 points
+
+    table, chosen = apply_rule(plan, outputs)
+    assert chosen == 2e-5  # not the largest candidate: it harms
+    by_name = table.set_index("experiment")
+    assert by_name.loc["small", "difference"] == 0 and by_name.loc["small", "harmless"]
+    assert by_name.loc["middle", "difference"] == 25 and by_name.loc["middle", "low"] > 0
+    assert by_name.loc["large", "difference"] == -50 and not by_name.loc["large", "harmless"]
+    assert by_name.loc["large", "high"] < 0 and (table["tasks"] == tasks).all()
+
+    text_chosen = write_rule(plan, outputs, tmp_path / "report")
+    written = (tmp_path / "report" / "rule.md").read_text()
+    assert text_chosen == 2e-5 and "chosen: train.optimizer.lr = 2e-05" in written
+    assert all(name in written for name in ("small", "middle", "large"))
+
+    # every candidate harms: none is chosen, and the smallest is reported as harmful
+    for name in ("small", "middle"):
+        (outputs / name / "cycle_1" / "eval_results.parquet").unlink()
+        (outputs / name / "cycle_1").rmdir()
+        _eval_results(outputs / name / "cycle_1", [[False] * tasks] * 2, cycle=1)
+    assert apply_rule(plan, outputs)[1] is None
+    assert write_rule(plan, outputs, tmp_path / "report") is None
+    assert "the smallest, 1e-05, is harmful" in (tmp_path / "report" / "rule.md").read_text()
