@@ -35,6 +35,7 @@ from resail_pipeline.checkpoints import (
     verify_weights,
     weights_sha256,
 )
+from resail_pipeline.datasets.checkpoint import with_published_path
 
 logger = logging.getLogger("kill_resume")
 
@@ -152,7 +153,8 @@ def _checkpoints(tag: str) -> dict[str, CheckpointInfo]:
     folder = ROOT / "data" / "06_models" / f"{ENV_NAME}{tag}"
     found = {}
     for manifest in sorted(folder.rglob("checkpoint.parquet")):
-        info = CheckpointInfo.from_frame(pd.read_parquet(manifest), source=str(manifest))
+        frame = with_published_path(pd.read_parquet(manifest), manifest)
+        info = CheckpointInfo.from_frame(frame, source=str(manifest))
         found[str(manifest.relative_to(folder))] = info
     return found
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
+import pandas as pd
 import pytest
+from kedro.io import DatasetError
 
 from resail_pipeline.checkpoints import CheckpointError, CheckpointInfo, read_checkpoint_info
 from resail_pipeline.datasets import CheckpointDataset
@@ -47,3 +50,65 @@ def test_a_missing_model_directory_is_refused(tmp_path, tiny_checkpoint):
         dataset.save(frame)
     with pytest.raises(CheckpointError, match="no such directory"):
         CheckpointInfo.from_frame(frame)
+
+
+@pytest.fixture()
+def published(tmp_path, tiny_checkpoint):
+    """Cycle 2's checkpoint, published from staging, and its dataset."""
+    staging = tmp_path / "staging"
+    info = _staged(tiny_checkpoint, staging)
+    info = CheckpointInfo(**{**info.to_row(), "cycle": 2})
+    dataset = CheckpointDataset(
+        str(tmp_path / "x" / "cycle_2" / "checkpoint.parquet"), str(staging)
+    )
+    dataset.save(info.to_frame())
+    return dataset, tmp_path / "x" / "cycle_2"
+
+
+def _edit_row(folder, **values):
+    frame = pd.read_parquet(folder / "checkpoint.parquet").assign(**values)
+    frame.to_parquet(folder / "checkpoint.parquet", index=False)
+
+
+def test_a_published_model_is_recorded_beside_its_manifest_and_moves_with_it(published, tmp_path):
+    _, folder = published
+    assert pd.read_parquet(folder / "checkpoint.parquet")["path"].iloc[0] == "policy"
+    moved = shutil.move(tmp_path / "x", tmp_path / "y")
+    again = CheckpointDataset(str(Path(moved) / "cycle_2" / "checkpoint.parquet"), str(tmp_path))
+    assert CheckpointInfo.from_frame(again.load()).path == str(Path(moved) / "cycle_2" / "policy")
+
+
+def test_flipped_weights_are_refused_when_loaded(published):
+    dataset, folder = published
+    weights = next((folder / "policy").glob("*.safetensors"))
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    with pytest.raises(DatasetError) as error:
+        dataset.load()
+    assert isinstance(error.value.__cause__, CheckpointError)
+    assert "changed since they were published" in str(error.value.__cause__)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"sha256": "0" * 64}, "the manifest says 000000000000"),
+        ({"cycle": 0}, "records cycle 0 in the folder of cycle 2"),
+        ({"policy_id": "other@0123456789ab"}, "records policy other@0123456789ab, the model"),
+    ],
+)
+def test_an_edited_manifest_row_is_refused_when_loaded(published, values, message):
+    dataset, folder = published
+    _edit_row(folder, **values)
+    with pytest.raises(DatasetError) as error:
+        dataset.load()
+    assert message in str(error.value.__cause__)
+
+
+def test_a_row_naming_another_model_is_refused_when_loaded(published, tiny_checkpoint):
+    dataset, folder = published
+    _edit_row(folder, path=str(tiny_checkpoint))  # another policy's directory, same weights
+    with pytest.raises(DatasetError) as error:
+        dataset.load()
+    assert "the model published with this manifest is" in str(error.value.__cause__)
