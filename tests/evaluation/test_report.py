@@ -514,3 +514,34 @@ def test_gui_accuracy_table_is_one_row_per_run_in_percent():
     assert list(table.columns) == ["Run", "update 0", "update 10"]
     assert table["Run"].tolist() == ["OEL", "OEL + SGS"]
     assert table[["update 0", "update 10"]].to_numpy().tolist() == [[50.0, 25.0], [50.0, 75.0]]
+
+
+def test_the_report_checks_each_summarys_episode_count_against_its_rows():
+    """A 0-row or truncated eval_results file would drop its cycle from the paired differences,
+    or pair it on fewer tasks, in silence."""
+    from resail_pipeline.evaluation.report import check_episode_counts
+    from resail_pipeline.evaluation.stats import summarize_eval_results
+
+    cells = {"shared": 0, "oel": 1, "oel_resail": 1}
+    results = pd.DataFrame(
+        [
+            row
+            for experiment, cycle in cells.items()
+            for row in _episode_rows(
+                experiment, cycle, "ordinary", {0: [True], 1: [False], 2: [True]}
+            )
+        ]
+    )
+    summaries = pd.concat(
+        summarize_eval_results(group.drop(columns="experiment")).assign(experiment=experiment)
+        for experiment, group in results.groupby("experiment")
+    )
+    check_episode_counts(summaries, results)
+    empty = results[results["experiment"] != "oel"]  # oel's file has no rows
+    with pytest.raises(ValueError, match=r"oel cycle 1 textcraft/test ordinary has 0 episode rows"):
+        check_episode_counts(summaries, empty)
+    truncated = results.drop(index=results.index[-1])
+    with pytest.raises(ValueError, match=r"has 2 episode rows, its eval_summary counts 3"):
+        check_episode_counts(summaries, truncated)
+    with pytest.raises(ValueError, match=r"eval_summary: no summary of oel cycle 1"):
+        check_episode_counts(summaries[summaries["experiment"] != "oel"], results)

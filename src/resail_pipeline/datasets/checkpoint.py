@@ -112,8 +112,7 @@ class CheckpointDataset(AtomicParquetDataset):
             recorded = json.loads(manifest.read_text()).get("policy_id")
             if recorded is not None and recorded != row["policy_id"]:
                 raise CheckpointError(
-                    f"{where}: records policy {row['policy_id']}, the model in {path} is "
-                    f"{recorded}"
+                    f"{where}: records policy {row['policy_id']}, the model in {path} is {recorded}"
                 )
 
     def _save(self, data: pd.DataFrame) -> None:

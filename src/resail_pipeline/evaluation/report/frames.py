@@ -171,6 +171,41 @@ def checked_eval_summary(eval_summary: pd.DataFrame, source: str) -> pd.DataFram
     return frame
 
 
+def check_episode_counts(
+    eval_summary: pd.DataFrame,
+    eval_results: pd.DataFrame,
+    *,
+    sources: tuple[str, str] = ("eval_summary", "eval_results"),
+) -> None:
+    """Raise where an evaluation's episodes are not the ones its summary counted.
+
+    Every (experiment, cycle, env, split, view) cell of ``eval_summary`` must have as many rows in
+    ``eval_results`` as its ``episodes``, and every cell of ``eval_results`` a summary: a 0-row or
+    truncated ``eval_results`` file would otherwise drop its cycle from the paired differences, or
+    pair them on fewer tasks, in silence.
+    """
+    keys = list(_CELL_KEYS)
+    for frame, source in ((eval_summary, sources[0]), (eval_results, sources[1])):
+        require(frame, keys, source)
+    counted = eval_summary.groupby(keys)["episodes"].sum().astype(int)
+    present = eval_results.groupby(keys).size().reindex(counted.index, fill_value=0)
+    for key, want in counted.items():
+        if present[key] != want:
+            cell = dict(zip(keys, key, strict=True))
+            raise ValueError(
+                f"{sources[1]}: {cell['experiment']} cycle {cell['cycle']} "
+                f"{cell['env']}/{cell['split']} {cell['view']} has {present[key]} episode rows, "
+                f"its {sources[0]} counts {want}; rerun that evaluation"
+            )
+    unsummarised = set(eval_results.groupby(keys).size().index) - set(counted.index)
+    if unsummarised:
+        cell = dict(zip(keys, sorted(unsummarised)[0], strict=True))
+        raise ValueError(
+            f"{sources[0]}: no summary of {cell['experiment']} cycle {cell['cycle']} "
+            f"{cell['env']}/{cell['split']} {cell['view']}, whose episodes are in {sources[1]}"
+        )
+
+
 def _same_sd(a: float, b: float) -> bool:
     return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, abs_tol=1e-9)
 

@@ -37,7 +37,11 @@ def report_node(
     if unknown:
         raise ValueError(f"report: unknown parameter(s) {unknown}; known: {list(REPORT_KEYS)}")
     main = report.main_results_table(eval_summaries, source="eval_summary files")
-    paired = report.paired_differences_table(_with_cycle(eval_results), source="eval_results files")
+    eval_results = _with_cycle(eval_results)
+    report.check_episode_counts(
+        eval_summaries, eval_results, sources=("eval_summary files", "eval_results files")
+    )
+    paired = report.paired_differences_table(eval_results, source="eval_results files")
     ablations = "".join(
         f"## {title}\n\n"
         + report.table_to_markdown(
