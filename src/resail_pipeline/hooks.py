@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Any, ClassVar
 
 from kedro.framework.hooks import hook_impl
 
 from resail_pipeline.bootstrap.config import BootstrapConfig
 from resail_pipeline.collection import check_collection_settings
+from resail_pipeline.config import ConfigError
 from resail_pipeline.devices import release_device_memory
 from resail_pipeline.initial_policy import check_published, requested_policy
+from resail_pipeline.io import LockedError, ProcessLock
 from resail_pipeline.pipelines.bootstrap.nodes import NODE_KEYS
 from resail_pipeline.pipelines.collect.nodes import collect_config, settings_of
 from resail_pipeline.pipelines.common import RunConfig, cycle_namespace, policy_info
@@ -102,13 +105,21 @@ class PreflightHook:
        corpus shared by every method of an environment (appendix A.2), or an experiment's own
        later cycles. A run whose collection settings differ (another budget, seed or decoding)
        fails here, naming each setting, instead of training on a corpus it did not ask for.
+    4. A pipeline that writes a cycle stages its models where the catalog publishes them from,
+       and holds its experiment's lock in the data folder's staging area until it ends (a second
+       run of the same experiment is refused; the kernel drops the lock of a killed run).
     """
+
+    def __init__(self) -> None:
+        self._lock: ProcessLock | None = None
 
     @hook_impl
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
         params = catalog.load("parameters")
         check_parameters(params)
         names = pipeline.datasets()
+        if any(name.startswith("cycle_") for name in pipeline.all_outputs()):
+            self._take_lock(RunConfig.from_params(params["run"]), names, catalog)
         if any(name.rsplit(".", 1)[-1] in _ACTS_IN_ENV for name in names):
             check_budgets(params)
         if INITIAL_POLICY in names:
@@ -143,7 +154,50 @@ class PreflightHook:
             check_collection_settings(catalog.load(tasks), expected, source)
 
 
+    def _take_lock(self, run: RunConfig, names: set[str], catalog: Any) -> None:
+        """Stage where the catalog publishes from, and hold the experiment's lock.
+
+        A staging folder other than the catalog's left published manifests pointing into staging
+        (where a later run's cleanup deletes them); a second run of the same experiment in the
+        same data folder cleaned up the first one's live trainer folder.
+        """
+        staging = Path(run.staging_dir).resolve()
+        for name in sorted(n for n in names if n.endswith(".checkpoint")):
+            published_from = _described(catalog, name).get("staging_dir")
+            if published_from is not None and Path(published_from).resolve() != staging:
+                raise ConfigError(
+                    f"run.staging_dir: {run.staging_dir} is not the folder the catalog publishes "
+                    f"checkpoints from ({published_from}); leave run.staging_dir at its default"
+                )
+        self._release()
+        lock = ProcessLock(staging / f"{run.experiment}.lock")
+        try:
+            lock.acquire()
+        except LockedError as error:
+            raise ConfigError(
+                f"run.experiment: another run of {run.experiment!r} is writing this data folder "
+                f"({error}); wait for it, or give this run another --params run.experiment"
+            ) from None
+        self._lock = lock
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    @hook_impl
+    def after_pipeline_run(self) -> None:
+        self._release()
+
+    @hook_impl
+    def on_pipeline_error(self) -> None:
+        self._release()
+
+
+def _described(catalog: Any, name: str) -> dict[str, Any]:
+    return catalog.get(name)._describe() if hasattr(catalog, "get") else {}
+
+
 def _filepath(catalog: Any, name: str) -> str:
     """The dataset's file, for messages (its name where it has none)."""
-    described = catalog.get(name)._describe() if hasattr(catalog, "get") else {}
-    return str(described.get("filepath", name))
+    return str(_described(catalog, name).get("filepath", name))

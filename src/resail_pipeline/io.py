@@ -3,6 +3,7 @@ ever half-replaced, and no configured name writes outside its folder."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -67,3 +68,42 @@ def fresh_staging_path(staging_dir: str | os.PathLike, prefix: str) -> Path:
         for stale in staging.glob(f"{prefix}*"):
             shutil.rmtree(stale, ignore_errors=True)
     return staging / f"{prefix}{uuid.uuid4().hex[:12]}"
+
+
+class LockedError(RuntimeError):
+    """Another process holds the lock."""
+
+
+class ProcessLock:
+    """An exclusive lock on ``path`` held by this process until :meth:`release` or its end.
+
+    ``flock(2)`` on a file that stays in place: the kernel drops the lock when the process dies,
+    however it dies, so a killed run never leaves a stale lock behind. The file records the pid
+    of the holder, for the message of the one that waits.
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self._file = None
+
+    def acquire(self) -> None:
+        """Take the lock, or raise :class:`LockedError` naming the process that holds it."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(self.path, "a+")  # noqa: SIM115 (held open as long as the lock)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            handle.close()
+            raise LockedError(f"{self.path}: held by process {holder}") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        self._file = handle
+
+    def release(self) -> None:
+        if self._file is not None:
+            self._file.close()  # closing the file releases the lock
+            self._file = None

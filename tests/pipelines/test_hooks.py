@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -226,3 +227,84 @@ def test_the_catalogs_folders_follow_the_resolved_run_parameters(
     finally:
         RunFolderHook.resolved = {}
     assert f"/{folder}/cycle_2/trajectories.parquet" in str(described["filepath"])
+
+
+def test_a_second_run_of_an_experiment_is_refused_while_the_first_holds_its_lock(cycle_1, tmp_path):
+    from kedro.pipeline import Pipeline, node
+
+    from resail_pipeline.config import ConfigError
+
+    policy, _ = cycle_1
+    writer = Pipeline([node(lambda x: x, "params:run", "cycle_1.out", name="writer")])
+    run = {**RUN, "staging_dir": str(tmp_path / "staging")}
+    first, second = PreflightHook(), PreflightHook()
+    first.before_pipeline_run({}, writer, _catalog(None, policy, run=run))
+    assert (tmp_path / "staging" / "oel.lock").read_text() == str(os.getpid())
+    with pytest.raises(ConfigError, match=r"another run of 'oel' is writing this data folder"):
+        second.before_pipeline_run({}, writer, _catalog(None, policy, run=run))
+    other = {**run, "experiment": "other"}  # another experiment of the folder may run beside it
+    second.before_pipeline_run({}, writer, _catalog(None, policy, run=other))
+    second.after_pipeline_run()
+    first.on_pipeline_error()  # the lock goes with the run, however it ends
+    second.before_pipeline_run({}, writer, _catalog(None, policy, run=run))
+    second.after_pipeline_run()
+
+
+def test_a_killed_runs_lock_is_free():
+    import subprocess
+    import sys
+    import tempfile
+
+    from resail_pipeline.io import LockedError, ProcessLock
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "x.lock"
+        holder = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import sys, time\n"
+                "from resail_pipeline.io import ProcessLock\n"
+                f"lock = ProcessLock({str(path)!r})\n"
+                "lock.acquire()\n"
+                "print('held', flush=True)\n"
+                "time.sleep(120)\n",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert holder.stdout.readline().strip() == "held"
+            with pytest.raises(LockedError, match=f"held by process {holder.pid}"):
+                ProcessLock(path).acquire()
+            holder.kill()
+            holder.wait()
+            lock = ProcessLock(path)
+            lock.acquire()
+            lock.release()
+        finally:
+            holder.kill()
+
+
+def test_staging_elsewhere_than_the_catalog_publishes_from_is_refused(cycle_1, tmp_path):
+    from kedro.io import DataCatalog, MemoryDataset
+    from kedro.pipeline import Pipeline, node
+
+    from resail_pipeline.config import ConfigError
+    from resail_pipeline.datasets import CheckpointDataset
+
+    policy, _ = cycle_1
+    trainer = Pipeline([node(lambda x: x, "cycle_0.checkpoint", "cycle_1.checkpoint", name="t")])
+    run = {**RUN, "staging_dir": str(tmp_path / "elsewhere")}
+    base = _catalog(None, policy, run=run)
+    catalog = DataCatalog(
+        {
+            "parameters": MemoryDataset(base.load("parameters")),
+            "cycle_0.checkpoint": MemoryDataset(policy),
+            "cycle_1.checkpoint": CheckpointDataset(
+                str(tmp_path / "c1" / "checkpoint.parquet"), str(tmp_path / "staging")
+            ),
+        }
+    )
+    with pytest.raises(ConfigError, match=r"run\.staging_dir: .*elsewhere is not the folder"):
+        PreflightHook().before_pipeline_run({}, trainer, catalog)
