@@ -153,7 +153,6 @@ class PreflightHook:
             expected = settings_of(config, run, policy_info(catalog.load(policy)))
             check_collection_settings(catalog.load(tasks), expected, source)
 
-
     def _take_lock(self, run: RunConfig, names: set[str], catalog: Any) -> None:
         """Stage where the catalog publishes from, and hold the experiment's lock.
 

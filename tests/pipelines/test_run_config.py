@@ -254,3 +254,27 @@ def test_a_bad_run_value_is_refused_before_any_node(values, message):
     with pytest.raises(ConfigError, match=message):
         check_parameters(params)
         check_budgets(params)
+
+
+def test_an_evaluation_records_its_machine_and_generation_settings(tiny_checkpoint):
+    """bf16 rounding differs between processors: an eval_summary says where and how it ran."""
+    from resail_pipeline.checkpoints import read_checkpoint_info
+    from resail_pipeline.devices import processor
+    from resail_pipeline.pipelines.evaluate.nodes import evaluate_node
+
+    run = {
+        **_params("base")["run"],
+        "generation": {"transformers": {"dtype": "float32", "compile": False, "batch_size": 4}},
+    }
+    assert RunConfig.from_params(run).generation_record() == "transformers, float32, eager"
+    evaluate = {
+        **_params("base")["evaluate"],
+        "num_tasks": 1,
+        "decoding_seeds": [0],
+        "views": ["ordinary"],
+        "max_new_tokens": 4,
+    }
+    checkpoint = read_checkpoint_info(tiny_checkpoint).to_frame()
+    _, summary, _ = evaluate_node(checkpoint, None, evaluate, run)
+    assert summary["generation"].tolist() == ["transformers, float32, eager"]
+    assert summary["machine"].iloc[0].startswith(processor())

@@ -20,14 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import torch
 
 from resail_pipeline.checkpoints import (
     MANIFEST_NAME,
     CheckpointError,
     check_checkpoint,
     read_checkpoint_info,
-    resolve_device,
     weights_sha256,
     write_manifest,
 )
@@ -43,7 +41,7 @@ from resail_pipeline.evaluation.evaluate import (
 from resail_pipeline.evaluation.stats import summarize_eval_results
 from resail_pipeline.experience import SummarizeConfig
 from resail_pipeline.generation import make_generator
-from resail_pipeline.generation.transformers_backend import resolve_compile, resolve_dtype
+from resail_pipeline.generation.transformers_backend import resolved_settings
 from resail_pipeline.io import atomic_path
 
 logger = logging.getLogger(__name__)
@@ -249,19 +247,6 @@ def ship(policy: str | Path, destination: str | Path) -> Path:
     return destination
 
 
-def generation_dtype(generation: dict[str, Any]) -> torch.dtype:
-    """The dtype a transformers generator built with the options ``generation`` runs in."""
-    device = resolve_device(generation.get("device", "auto"))
-    return resolve_dtype(generation.get("dtype", "auto"), device)
-
-
-def generation_compiled(generation: dict[str, Any]) -> bool:
-    """Whether a transformers generator built with the options ``generation`` compiles the
-    forward of a policy of the architectures it compiles (the bootstrap's are Qwen3)."""
-    device = resolve_device(generation.get("device", "auto"))
-    return resolve_compile(generation.get("compile", False), device)
-
-
 def evaluate_and_record(
     policy: str | Path,
     config: EvalConfig,
@@ -285,8 +270,7 @@ def evaluate_and_record(
         raise NotADirectoryError(f"results: {results} exists and is not a directory")
     started = time.perf_counter()
     # resolved once: the generator runs as the record says
-    dtype = generation_dtype(generation or {})
-    compiled = generation_compiled(generation or {})
+    dtype, compiled = resolved_settings(generation or {})
     eval_summary, eval_results, experience = dual_view_evaluation(
         policy,
         config,

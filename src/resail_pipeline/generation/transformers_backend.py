@@ -53,7 +53,7 @@ import itertools
 import logging
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,6 +169,16 @@ def resolve_compile(compile: bool | str, device: torch.device) -> bool:
     if compile not in (True, False, "auto"):
         raise ValueError(f"compile: must be true, false or 'auto', got {compile!r}")
     return can_compile(device) if compile == "auto" else compile
+
+
+def resolved_settings(options: Mapping[str, Any]) -> tuple[torch.dtype, bool]:
+    """The dtype and whether the forward is compiled, for a generator built with ``options``
+    (``run.generation.transformers``) on this machine: what a record of its outputs states."""
+    device = resolve_device(options.get("device", "auto"))
+    return (
+        resolve_dtype(options.get("dtype", "auto"), device),
+        resolve_compile(options.get("compile", False), device),
+    )
 
 
 @dataclass(frozen=True)

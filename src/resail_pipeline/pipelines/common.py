@@ -31,6 +31,7 @@ from resail_pipeline.generation import (
     make_generator,
 )
 from resail_pipeline.generation.sharded import ShardedGenerator
+from resail_pipeline.generation.transformers_backend import resolved_settings
 from resail_pipeline.io import fresh_staging_path
 from resail_pipeline.training.config import METHODS, REACT
 
@@ -138,6 +139,17 @@ class RunConfig:
     def generation_options(self) -> dict[str, Any]:
         """The chosen backend's options (``run.generation.<backend>``)."""
         return dict(self.generation.get(self.backend) or {})
+
+    def generation_record(self) -> str:
+        """How this run's generator computes, as an evaluation records it beside its machine:
+        the backend and, for transformers, the dtype and whether the forward is compiled on this
+        machine (bf16 rounding differs between processors; fp32 eager is the portable setting)."""
+        options = self.generation_options
+        if self.backend == "transformers":
+            dtype, compiled = resolved_settings(options)
+            mode = "compiled" if compiled else "eager"
+            return f"transformers, {str(dtype).removeprefix('torch.')}, {mode}"
+        return f"{self.backend}, dtype {options.get('dtype', 'auto')}"
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> RunConfig:

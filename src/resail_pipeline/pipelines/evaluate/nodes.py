@@ -7,8 +7,9 @@ from typing import Any
 
 import pandas as pd
 
+from resail_pipeline.checkpoints import resolve_device
 from resail_pipeline.config import build, check_int
-from resail_pipeline.devices import off_process
+from resail_pipeline.devices import machine_description, off_process
 from resail_pipeline.evaluation.evaluate import EvalConfig, build_experience, evaluate_policy
 from resail_pipeline.evaluation.stats import summarize_eval_results
 from resail_pipeline.experience import SummarizeConfig
@@ -38,7 +39,8 @@ def evaluate_node(
     """The checkpoint on the test split under every decoding seed and view.
 
     Returns ``eval_results`` (one row per episode), ``eval_summary`` (success per seed, mean and
-    sample SD per view) and ``eval_steps`` (every step, for inspection).
+    sample SD per view, with the ``machine`` and the ``generation`` settings they were measured
+    with) and ``eval_steps`` (every step, for inspection).
     """
     run = RunConfig.from_params(run_params)
     config = eval_config(evaluate_params)
@@ -54,7 +56,11 @@ def evaluate_node(
             method=method,
             experience=experience if config.privileged else None,
         )
-    return results, summarize_eval_results(results), steps
+    # what the figures depend on beyond the policy: bf16 kernels round differently per processor
+    summary = summarize_eval_results(results).assign(
+        machine=machine_description(resolve_device("auto")), generation=run.generation_record()
+    )
+    return results, summary, steps
 
 
 def experience_node(
