@@ -28,3 +28,23 @@ def test_the_processor_names_its_instruction_sets_and_any_cap(monkeypatch):
     assert plain.count(";") == 1 and plain.split("; ")[1]  # model; instruction sets
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     assert processor() == f"{plain}; ONEDNN_MAX_CPU_ISA=AVX2"
+
+
+def test_the_matmul_rate_shrinks_a_product_that_would_take_too_long(monkeypatch):
+    import torch
+
+    from resail_pipeline import devices
+
+    sizes = []
+    real_randn = torch.randn
+
+    def recording_randn(*shape, **kwargs):
+        sizes.append(shape[0])
+        return real_randn(*shape, **kwargs)
+
+    monkeypatch.setattr(devices.torch, "randn", recording_randn)
+    assert devices.matmul_rate(torch.float32, size=256, seconds=1.0) > 0
+    assert sizes == [256, 256]  # fast enough: measured at the size asked
+    sizes.clear()
+    assert devices.matmul_rate(torch.float32, size=1024, seconds=0.0) > 0
+    assert sizes == [1024, 1024, 512, 512, 256, 256, 128, 128]  # halved down to the floor

@@ -65,14 +65,22 @@ def processor() -> str:
     return "; ".join([model, isa, *caps])
 
 
-def matmul_rate(dtype: torch.dtype, size: int = 2048, rounds: int = 10) -> float:
-    """Measured FLOP/s of a ``(size, size) @ (size, size)`` product on the CPU in ``dtype``."""
-    a = torch.randn(size, size).to(dtype)
-    b = torch.randn(size, size).to(dtype)
-    a @ b  # warm-up: kernel selection, first touch
-    start = time.perf_counter()
-    for _ in range(rounds):
+def matmul_rate(dtype: torch.dtype, size: int = 2048, seconds: float = 1.0) -> float:
+    """Measured FLOP/s of a ``(size, size) @ (size, size)`` product on the CPU in ``dtype``, over
+    about ``seconds``. Where one product would take longer than that (bf16 on a processor that
+    emulates it runs at a few GFLOP/s), the cube's side is halved until it fits."""
+    while True:
+        a = torch.randn(size, size).to(dtype)
+        b = torch.randn(size, size).to(dtype)
+        start = time.perf_counter()
+        a @ b  # warm-up: kernel selection, first touch
+        if time.perf_counter() - start <= seconds or size <= 128:
+            break
+        size //= 2
+    rounds, start = 0, time.perf_counter()
+    while rounds == 0 or time.perf_counter() - start < seconds:
         a @ b
+        rounds += 1
     return 2 * size**3 * rounds / (time.perf_counter() - start)
 
 
@@ -83,7 +91,7 @@ def machine_header() -> str:
         for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))
     )
     return (
-        f"processor: {processor()}; 2048-cube GEMM GFLOP/s: {rates}; "
+        f"processor: {processor()}; GEMM GFLOP/s: {rates}; "
         f"{torch.get_num_threads()} torch threads, torch {torch.__version__}"
     )
 
