@@ -157,6 +157,54 @@ SCHEMAS: dict[str, dict[str, str]] = {
         "sd": FLOAT,
         "episodes": INT,
     },
+    # one row per logged AITZ step of a split; `action`, `boxes`: JSON; `history`: earlier actions
+    "aitz_steps": {
+        "episode_id": STR,
+        "step_id": INT,
+        "instruction": STR,
+        "image_path": STR,
+        "action": STR,
+        "boxes": STR,
+        "history": LIST,
+    },
+    # one row per step of the training pool; `position`: its episode's place in the draw order
+    "aitz_pool": {
+        "episode_id": STR,
+        "step_id": INT,
+        "instruction": STR,
+        "image_path": STR,
+        "action": STR,
+        "boxes": STR,
+        "history": LIST,
+        "position": INT,
+    },
+    # one row per warm-start update of the initial policy (no rows for a given checkpoint)
+    "aitz_warm_start": {"update": INT, "loss": FLOAT},
+    # one row per pool step: the initial policy's diagnostic attempt, exact match or not
+    "aitz_attempts": {
+        "episode_id": STR,
+        "step_id": INT,
+        "response": STR,
+        "token_ids": LIST,
+        "correct": BOOL,
+    },
+    # one row per pool episode; `remark` is empty when `source` is "dropped"
+    "aitz_summaries": {"episode_id": STR, "remark": STR, "attempts": INT, "source": STR},
+    # one row per scored pool step: PI sensitivity along its attempt's `tokens` tokens, in nats
+    "aitz_scores": {"episode_id": STR, "step_id": INT, "jsd": FLOAT, "tokens": INT},
+    # one row per scored pool step in pool order: the filter's decision
+    "aitz_filter": {"episode_id": STR, "step_id": INT, "jsd": FLOAT, "kept": BOOL},
+    # one row per OEL update of a run (`oel` or `oel_sgs`)
+    "aitz_train_metrics": {
+        "run": STR,
+        "update": INT,
+        "loss": FLOAT,
+        "num_steps": INT,
+        "tokens": INT,
+        "seconds": FLOAT,
+    },
+    # one row per monitoring point of a run: accuracy on the fixed subset's non-stop `steps`
+    "aitz_curve": {"run": STR, "update": INT, "accuracy": FLOAT, "steps": INT},
 }
 
 

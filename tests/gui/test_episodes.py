@@ -17,6 +17,7 @@ from resail_pipeline.gui.episodes import (
     read_episodes,
 )
 from resail_pipeline.gui.synthetic import SyntheticConfig, write_synthetic
+from resail_pipeline.schemas import check_columns
 
 
 def _episode_file(root, split="train", category="general", episode="E1"):
@@ -51,6 +52,7 @@ def test_reads_release_layout_in_step_order(tmp_path):
     records = [_record(1, action_type=10), _record(0)]  # out of order on disk
     _write_episode(tmp_path, records)
     steps = read_episodes(tmp_path, "train")
+    check_columns(steps, "aitz_steps")
     assert list(steps["step_id"]) == [0, 1]
     assert list(steps["category"]) == ["general", "general"]
     assert steps["image_path"].iloc[0] == "train/general/E1/E1_0.png"
@@ -100,6 +102,7 @@ def test_unsupported_and_long_episodes_are_left_out(tmp_path):
 
 
 def test_synthetic_episodes_are_scored_by_their_own_boxes(aitz_root, aitz_train):
+    check_columns(aitz_train, "aitz_steps")
     assert aitz_train["episode_id"].nunique() == 12
     assert set(aitz_train["category"]) <= {"general", "google_apps", "single"}
     for row in aitz_train.itertuples():

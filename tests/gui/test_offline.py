@@ -12,6 +12,7 @@ from resail_pipeline.gui import offline
 from resail_pipeline.gui.config import AitzConfig
 from resail_pipeline.gui.experiment import filter_steps
 from resail_pipeline.prompts.gui import accepted_remark
+from resail_pipeline.schemas import check_columns
 
 CONFIG = {
     "schedule": {"updates": 2, "trajectories_per_update": 2, "seed": 0},
@@ -39,6 +40,7 @@ def test_keep_top_fraction_breaks_ties_to_the_lower_index():
 
 def test_training_pool_is_a_seeded_ordered_sample(aitz_train):
     pool = offline.training_pool(aitz_train, 5, seed=3)
+    check_columns(pool, "aitz_pool")
     assert pool["episode_id"].nunique() == 5
     assert pool.equals(offline.training_pool(aitz_train, 5, seed=3))
     assert sorted(pool["position"].unique()) == list(range(5))
@@ -51,8 +53,10 @@ def test_summaries_fall_back_to_rules_or_drop(vision_policy, aitz_root, aitz_tra
     pool = offline.training_pool(aitz_train, 2, seed=0)
     attempts = offline.diagnose(vision_policy, pool, aitz_root, _config())
     assert list(attempts.columns) == ["episode_id", "step_id", "response", "token_ids", "correct"]
+    check_columns(attempts, "aitz_attempts")
     assert len(attempts) == len(pool)
     ruled = offline.summarize(vision_policy, pool, attempts, aitz_root, _config())
+    check_columns(ruled, "aitz_summaries")
     # a random model never writes an accepted remark: each try is counted, then the rules write it
     assert ruled["source"].tolist() == ["rules", "rules"]
     assert ruled["attempts"].tolist() == [2, 2]
@@ -60,6 +64,7 @@ def test_summaries_fall_back_to_rules_or_drop(vision_policy, aitz_root, aitz_tra
     dropped = offline.summarize(
         vision_policy, pool, attempts, aitz_root, _config(on_rejected="drop")
     )
+    check_columns(dropped, "aitz_summaries")
     assert dropped["source"].tolist() == ["dropped", "dropped"]
     assert (dropped["remark"] == "").all()
 
@@ -70,6 +75,7 @@ def test_scores_are_one_per_step_of_an_episode_with_a_remark(vision_policy, aitz
     attempts = offline.diagnose(vision_policy, pool, aitz_root, config)
     summaries = offline.summarize(vision_policy, pool, attempts, aitz_root, config)
     scores = offline.score_steps(vision_policy, pool, attempts, summaries, aitz_root, config)
+    check_columns(scores, "aitz_scores")
     assert len(scores) == len(pool)
     assert (scores["jsd"] >= 0).all() and (scores["jsd"] <= np.log(2) + 1e-6).all()
     assert scores["tokens"].tolist() == [len(ids) for ids in attempts["token_ids"]]
@@ -86,6 +92,7 @@ def test_filter_table_keeps_the_top_share_in_pool_order(aitz_train):
     pool = offline.training_pool(aitz_train, 3, seed=1)
     scores = pool[["episode_id", "step_id"]].assign(jsd=np.linspace(1.0, 0.0, len(pool)))
     table = filter_steps(pool, scores.sample(frac=1.0, random_state=0), keep=0.5)
+    check_columns(table, "aitz_filter")
     assert table[["episode_id", "step_id"]].equals(pool[["episode_id", "step_id"]])
     kept = int(np.ceil(0.5 * len(pool)))
     assert table["kept"].tolist() == [True] * kept + [False] * (len(pool) - kept)
@@ -118,6 +125,8 @@ def test_filtered_run_trains_only_on_kept_steps(
     metrics, curve = offline.train_oel(
         student, teacher, pool, summaries, kept, monitor, aitz_root, config, run="oel_sgs"
     )
+    check_columns(metrics, "aitz_train_metrics")
+    check_columns(curve, "aitz_curve")
     assert metrics["num_steps"].tolist() == [1, 0]
     assert metrics["tokens"].iloc[0] > 0 and metrics["tokens"].iloc[1] == 0
     assert curve["update"].tolist() == [0, 1, 2]
@@ -157,6 +166,7 @@ def test_monitor_accuracy_leaves_out_stop_steps(vision_policy, aitz_root, aitz_t
 def test_warm_start_lowers_the_cloning_loss(make_vision_policy, aitz_root, aitz_train):
     policy = make_vision_policy(aitz_train, seed=1)
     losses = offline.warm_start(policy, aitz_train, aitz_root, updates=30, batch=8, lr=3e-3, seed=0)
+    check_columns(losses, "aitz_warm_start")
     assert losses["update"].tolist() == list(range(1, 31))
     assert losses["loss"].iloc[-5:].mean() < 0.5 * losses["loss"].iloc[:5].mean()
 
