@@ -17,7 +17,7 @@ Each run is a fresh process with its variables set (they are read once, at start
 processor line. The parent prints, per setting, the episodes whose actions are identical in both
 runs, the first step at which the others part, and the success rate of each run.
 
-    .venv/bin/python benchmarks/cross_processor.py [--tasks 30] [--seeds 0 1]
+    .venv/bin/python benchmarks/cross_processor.py [--tasks 30] [--seeds 0 1] [--settings "fp32 eager"]
 """
 
 from __future__ import annotations
@@ -59,6 +59,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--tasks", type=int, default=30, help="test tasks, evenly spaced (30)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--policy", default=str(POLICY))
+    parser.add_argument(
+        "--settings",
+        nargs="+",
+        choices=[setting for setting, *_ in SETTINGS],
+        default=[setting for setting, *_ in SETTINGS],
+        help="which settings to compare (all)",
+    )
     parser.add_argument(
         "--child", default=None, help=argparse.SUPPRESS
     )  # "<dtype>,<compile>,<out>"
@@ -123,6 +130,8 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         for setting, dtype, compiled, caps in SETTINGS:
+            if setting not in args.settings:
+                continue
             label = ", ".join(f"{k}={v}" for k, v in caps.items())
             print(f"\n== {setting}: the processor's own kernels, then {label}", flush=True)
             own = run(args, dtype, compiled, {}, Path(tmp) / "own.json")
