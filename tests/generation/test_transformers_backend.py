@@ -453,3 +453,18 @@ def test_a_closed_generator_drops_the_model_but_not_the_callers(tiny_model, tiny
     assert again.generate(["Goal: craft stick."], params)[
         0
     ].token_ids  # the caller's model lives on
+
+
+def test_the_cache_grows_no_further_than_the_batch_can_need(tiny_model, tiny_tokenizer):
+    """Doubling from 64 free columns to 100 new tokens would reserve about 130 columns past the
+    prompt; the batch can need only its prompt width and 100."""
+    generator = make(tiny_model, tiny_tokenizer, batch_size=2, pad_to_multiple_of=1)
+    prompt = chat_prompt(tiny_tokenizer, MESSAGES[0])
+    steps = 100
+    params = SamplingParams(temperature=1.0, max_new_tokens=steps, seed=3, n=2)
+    out = generator.generate([prompt], params, seeds=[5])
+    assert max(len(g.token_ids) for g in out) > 64  # it did grow past the first reservation
+    shape = generator._cache_shape()
+    width = len(tiny_tokenizer(prompt)["input_ids"])
+    per_column = shape.layers * 2 * 2 * shape.heads * shape.head_dim  # 2 rows
+    assert max(flat.numel() for flat in generator._storage.free) <= per_column * (width + steps)

@@ -83,7 +83,8 @@ from resail_pipeline.generation.prefix_tree import Node, PrefixTree
 
 logger = logging.getLogger(__name__)
 
-#: Free columns a decode batch starts with; the buffer doubles when they run out.
+#: Free columns a decode batch starts with; the buffer doubles when they run out, up to what the
+#: batch can need.
 _FIRST_DECODE_COLUMNS = 64
 
 #: What one more forward costs, in padded tokens, when prefill rows are cut into forwards.
@@ -323,11 +324,13 @@ class _KVBuffer:
         order[holes] = movers
         return order
 
-    def reserve(self, capacity: int) -> None:
-        """Grow to at least ``capacity`` columns (doubling, so that growth is amortised)."""
+    def reserve(self, capacity: int, limit: int) -> None:
+        """Grow to at least ``capacity`` columns: doubling, so that growth is amortised, but never
+        past ``limit``, the columns the batch can need (its prompt width and every new token),
+        since the old buffer is alive while its contents move to the new one."""
         if capacity <= self.capacity:
             return
-        grown = max(capacity, 2 * self.capacity)
+        grown = max(capacity, min(2 * self.capacity, limit))
         mask = self.mask.new_zeros((self.mask.shape[0], grown))
         mask[:, : self.capacity] = self.mask
         shape = self.data.shape
@@ -841,7 +844,7 @@ class TransformersGenerator(Generator):
                     chosen[order],
                     position[order],
                 )
-            buffer.reserve(width + 1)
+            buffer.reserve(width + 1, limit=prefilled.width + steps)
             buffer.mask[:, width] = 1
             logits = self._forward(
                 chosen[:, None],
