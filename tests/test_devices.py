@@ -48,3 +48,25 @@ def test_the_matmul_rate_shrinks_a_product_that_would_take_too_long(monkeypatch)
     sizes.clear()
     assert devices.matmul_rate(torch.float32, size=1024, seconds=0.0) > 0
     assert sizes == [1024, 1024, 512, 512, 256, 256, 128, 128]  # halved down to the floor
+
+
+def test_compiled_kernels_of_a_capped_processor_get_a_cache_of_their_own(monkeypatch):
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    from resail_pipeline.devices import separate_compile_cache
+
+    for name in ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    separate_compile_cache()
+    assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ  # the processor's own kernels: the default
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    separate_compile_cache()
+    chosen = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    assert chosen.startswith(default_cache_dir()) and chosen.endswith("-ATEN_CPU_CAPABILITY=avx2")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default_cache_dir())  # set by inductor itself
+    separate_compile_cache()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == chosen
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/chosen")
+    separate_compile_cache()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/chosen"  # a folder the user chose stays

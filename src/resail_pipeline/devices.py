@@ -27,6 +27,7 @@ __all__ = [
     "off_process",
     "processor",
     "release_device_memory",
+    "separate_compile_cache",
     "visible_devices",
 ]
 
@@ -63,6 +64,25 @@ def processor() -> str:
     isa = ", ".join(name for flag, name in _ISA_FLAGS if flag in flags) or "ISA unknown"
     caps = [f"{name}={os.environ[name]}" for name in _ISA_CAPS if os.environ.get(name)]
     return "; ".join([model, isa, *caps])
+
+
+def separate_compile_cache() -> None:
+    """Give compiled kernels a cache of their own where kernels are held below the processor's.
+
+    Inductor keys its on-disk cache without the variables of :data:`_ISA_CAPS`: kernels compiled
+    with ``ATEN_CPU_CAPABILITY=avx2`` and loaded by a process without it crashed it (a
+    segmentation fault in the first compiled forward). With any of them set, and no cache folder
+    chosen, the cache goes to a folder named after them, beside the default one.
+    """
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    caps = [f"{name}={os.environ[name]}" for name in _ISA_CAPS if os.environ.get(name)]
+    # inductor itself writes its default into the variable the first time it looks it up
+    if (
+        caps
+        and os.environ.get("TORCHINDUCTOR_CACHE_DIR", default_cache_dir()) == default_cache_dir()
+    ):
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = f"{default_cache_dir()}-{'-'.join(caps)}"
 
 
 def matmul_rate(dtype: torch.dtype, size: int = 2048, seconds: float = 1.0) -> float:

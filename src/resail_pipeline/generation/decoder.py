@@ -26,6 +26,8 @@ from typing import Any, NamedTuple
 import torch
 import torch.nn.functional as F
 
+from resail_pipeline.devices import separate_compile_cache
+
 logger = logging.getLogger(__name__)
 
 #: ``model_type`` values whose decoder layers this forward reproduces.
@@ -156,6 +158,7 @@ def _attention(
 @functools.cache
 def _compiled(function: Callable[..., Any]) -> Callable[..., Any]:
     """``function`` compiled once per process, for every shape (the token count is dynamic)."""
+    separate_compile_cache()
     return torch.compile(function, dynamic=True)
 
 
