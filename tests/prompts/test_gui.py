@@ -183,19 +183,19 @@ def test_template_phrases_are_literal_template_text():
     assert "The user query: " in phrases
 
 
-REMARK = "<remark>\nHow to do:\n1) open\n\nWatch out:\n- x\n</remark>"
+PARSED_REMARK = "<remark>\nHow to do:\n1) open\n\nWatch out:\n- x\n</remark>"
 
 
 @pytest.mark.parametrize(
     "text",
     [
-        REMARK,
-        f"before {REMARK} after </remark>",
+        PARSED_REMARK,
+        f"before {PARSED_REMARK} after </remark>",
         "<remark> How to do:  \n a Watch out: \n b</remark>",
         "<remark>How to do: x\nWatch out:\n</remark>",  # text after the heading on its line
         "<remark>How to do:\nWatch out: x\nWatch out:\n</remark>",
         "<remark>How to do:\n<remark>How to do:\nWatch out:\n</remark>",
-        "<remark>nothing</remark>" + REMARK,
+        "<remark>nothing</remark>" + PARSED_REMARK,
         "<remark>How to do:\nWatch out:\n",
         "<remark>How to do:\n" * 30,
         "<remark>How to do:\nWatch out:\n" * 30,
