@@ -106,3 +106,64 @@ def test_a_published_initial_policy_cannot_be_swapped_in_silence(copy_of, tmp_pa
     save_policy(model, tokenizer, published, name="changed")  # new weights, same directory
     with pytest.raises(ValueError, match=r"weights in .*published changed"):
         check_published(info, BootstrapConfig(checkpoint=str(published)))
+
+
+def test_a_known_hash_is_not_computed_again(tiny_checkpoint, monkeypatch):
+    """The trainer's ranks read the policy's info with the hash rank 0 verified (8-16 GB of
+    weights at the paper's scale), instead of each hashing it again."""
+    from resail_pipeline import checkpoints
+
+    info = checkpoints.read_checkpoint_info(tiny_checkpoint)
+
+    def no_hashing(path):
+        raise AssertionError("hashed again")
+
+    monkeypatch.setattr(checkpoints, "weights_sha256", no_hashing)
+    again = checkpoints.read_checkpoint_info(tiny_checkpoint, known_sha256=info.sha256)
+    assert again == info
+    with pytest.raises(AssertionError, match="hashed again"):
+        checkpoints.read_checkpoint_info(tiny_checkpoint)
+
+
+@pytest.mark.parametrize(
+    ("name", "edit"),
+    [
+        ("config.json", lambda c: {**c, "rope_theta": 1.0}),
+        ("config.json", lambda c: {**c, "rms_norm_eps": 0.1}),
+        ("tokenizer_config.json", lambda c: {**c, "model_max_length": 7}),
+    ],
+)
+def test_edited_config_or_tokenizer_files_are_refused(copy_of, name, edit):
+    """The weights' hash leaves these out, and an edit changes every output under the same
+    policy id: the manifest records their own hash, checked before a checkpoint is used."""
+    import json
+
+    from resail_pipeline.checkpoints import CheckpointError, verify_files
+
+    good = copy_of("good")
+    assert verify_files(good) == good
+    edited = copy_of("edited")
+    config = json.loads((edited / name).read_text())
+    (edited / name).write_text(json.dumps(edit(config)))
+    with pytest.raises(CheckpointError, match=r"edited: its config, tokenizer or chat template"):
+        verify_files(edited)
+
+
+def test_the_shipped_reference_refuses_an_edited_config(tmp_path):
+    import json
+    import shutil
+    from pathlib import Path
+
+    from resail_pipeline.checkpoints import CheckpointError
+    from resail_pipeline.initial_policy import verify_reference
+
+    shipped = Path(__file__).resolve().parents[1] / "reference" / "textcraft-initial"
+    copy = shutil.copytree(shipped, tmp_path / "reference")
+    assert (
+        verify_reference(copy).sha256
+        == json.loads((shipped / "resail_manifest.json").read_text())["sha256"]
+    )
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, "rope_theta": 10.0}))
+    with pytest.raises(CheckpointError, match="config, tokenizer or chat template files changed"):
+        verify_reference(copy)

@@ -90,6 +90,37 @@ def weights_sha256(path: str | Path) -> str:
     return sha256_files(sorted(Path(path).glob("*.safetensors")))
 
 
+def files_sha256(path: str | Path) -> str:
+    """sha256 over everything else of the checkpoint that decides its outputs: every file but the
+    safetensors weights (hashed apart, :func:`weights_sha256`) and the manifest, i.e. the model
+    and generation configs, the tokenizer files and the chat template (names and contents)."""
+    path = Path(path)
+    return sha256_files(
+        sorted(
+            f
+            for f in path.iterdir()
+            if f.is_file() and f.suffix != ".safetensors" and f.name != MANIFEST_NAME
+        )
+    )
+
+
+def verify_files(path: str | Path) -> Path:
+    """Return ``path`` if its config, tokenizer and template files are the ones its manifest
+    recorded (``files_sha256``; a manifest written before it was recorded is not checked), else
+    raise :class:`CheckpointError`: an edited ``rope_theta`` or chat template changes every
+    output under the same weights and policy id."""
+    path = Path(path)
+    manifest = path / MANIFEST_NAME
+    if manifest.is_file():
+        expected = json.loads(manifest.read_text()).get("files_sha256")
+        if expected is not None and files_sha256(path) != expected:
+            raise CheckpointError(
+                f"checkpoint {path}: its config, tokenizer or chat template files changed since "
+                "it was published (files_sha256 differs from its manifest); restore them"
+            )
+    return path
+
+
 def load_tokenizer(path: str | Path) -> Any:
     tokenizer = AutoTokenizer.from_pretrained(str(check_checkpoint(path)), trust_remote_code=False)
     tokenizer.padding_side = "left"
@@ -209,7 +240,7 @@ def save_policy(
             cycle=cycle,
             sha256=sha,
         )
-        write_manifest(tmp, {**info.to_row(), **(extra or {})})
+        write_manifest(tmp, {**info.to_row(), "files_sha256": files_sha256(tmp), **(extra or {})})
     return info
 
 
@@ -220,11 +251,17 @@ def write_manifest(directory: str | Path, manifest: dict[str, Any]) -> None:
         tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
-def read_checkpoint_info(path: str | Path, **defaults: Any) -> CheckpointInfo:
-    """The info of a checkpoint directory: from its manifest, or computed for a foreign one."""
+def read_checkpoint_info(
+    path: str | Path, *, known_sha256: str | None = None, **defaults: Any
+) -> CheckpointInfo:
+    """The info of a checkpoint directory: from its manifest, or computed for a foreign one.
+
+    ``known_sha256``: the weights' hash, already verified by the caller (at the paper's scale a
+    hash reads 8-16 GB); otherwise the weights are hashed here.
+    """
     path = check_checkpoint(path)
     manifest_path = path / MANIFEST_NAME
-    sha = weights_sha256(path)
+    sha = known_sha256 if known_sha256 is not None else weights_sha256(path)
     if manifest_path.is_file():
         manifest = json.loads(manifest_path.read_text())
         fields = {k: manifest[k] for k in CheckpointInfo.__dataclass_fields__ if k in manifest}

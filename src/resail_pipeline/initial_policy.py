@@ -21,6 +21,7 @@ from resail_pipeline.checkpoints import (
     CheckpointInfo,
     check_checkpoint,
     read_checkpoint_info,
+    verify_files,
     verify_weights,
     weights_sha256,
 )
@@ -32,8 +33,9 @@ logger = logging.getLogger(__name__)
 
 
 def verify_reference(path: str | Path) -> CheckpointInfo:
-    """The shipped reference policy's info, after checking its weights against its manifest."""
-    path = check_checkpoint(path)
+    """The shipped reference policy's info, after checking its weights and its other files
+    (config, tokenizer, chat template) against its manifest."""
+    path = verify_files(check_checkpoint(path))
     manifest = path / MANIFEST_NAME
     if not manifest.is_file():
         raise CheckpointError(f"reference policy {path}: {MANIFEST_NAME} is missing")

@@ -112,3 +112,14 @@ def test_a_row_naming_another_model_is_refused_when_loaded(published, tiny_check
     with pytest.raises(DatasetError) as error:
         dataset.load()
     assert "the model published with this manifest is" in str(error.value.__cause__)
+
+
+def test_an_edited_chat_template_is_refused_when_loaded(published):
+    dataset, folder = published
+    template = folder / "policy" / "chat_template.jinja"
+    if not template.exists():  # the tokenizer's own config carries it
+        template = folder / "policy" / "tokenizer_config.json"
+    template.write_text(template.read_text() + " ")
+    with pytest.raises(DatasetError) as error:
+        dataset.load()
+    assert "config, tokenizer or chat template files changed" in str(error.value.__cause__)

@@ -13,7 +13,8 @@ Loading verifies the checkpoint against its manifest row before any node acts wi
 byte or an edited row would otherwise collect with other weights under the old ``policy_id``, or
 re-collect a cycle under another's label): the model beside the manifest is the one the row
 names, a manifest in a ``cycle_<r>`` folder has cycle ``r``, the weights hash to the row's
-``sha256`` and the checkpoint's own manifest records the same ``policy_id``.
+``sha256``, the checkpoint's own manifest records the same ``policy_id`` and its config,
+tokenizer and template files are the ones that manifest recorded (``files_sha256``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from resail_pipeline.checkpoints import (
     MANIFEST_NAME,
     CheckpointError,
     check_checkpoint,
+    verify_files,
     weights_sha256,
 )
 from resail_pipeline.datasets.parquet import AtomicParquetDataset
@@ -89,7 +91,7 @@ class CheckpointDataset(AtomicParquetDataset):
     def _verify(self, row: pd.Series, own: Path) -> None:
         """Raise :class:`CheckpointError` where the checkpoint is not what ``row`` says."""
         where = f"{self._filepath}"
-        path = check_checkpoint(row["path"]).resolve()
+        path = verify_files(check_checkpoint(row["path"])).resolve()
         if own.is_dir() and path != own.resolve():
             raise CheckpointError(
                 f"{where}: names the model {row['path']}, but the model published with this "

@@ -207,15 +207,18 @@ class TrainingRun:
         self.config = config
         self.rank, self.world_size, self.device = init_distributed(config.engine.kind)
 
-        # inputs, before any model is loaded
-        manifest = read_manifest(config.run.manifest)
+        # inputs, before any model is loaded: rank 0 checks every file against its sha256 (the
+        # policy's weights are 8-16 GB at the paper's scale), the other ranks wait for it
+        manifest = read_manifest(config.run.manifest, verify=self.rank == 0)
+        if self.world_size > 1:
+            dist.barrier()
         if config.uses_cached_responses and manifest.responses is None:
             raise InputError(
                 f"responses: method {config.method!r} trains on responses cached at cycle start; "
                 f"the manifest {config.run.manifest} lists none"
             )
         self.manifest = manifest
-        self.parent = read_checkpoint_info(manifest.policy)
+        self.parent = read_checkpoint_info(manifest.policy, known_sha256=manifest.sha256["policy"])
         self.tokenizer = load_tokenizer(manifest.policy)
         responses = None
         if config.uses_cached_responses:
