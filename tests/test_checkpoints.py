@@ -142,6 +142,9 @@ def test_edited_config_or_tokenizer_files_are_refused(copy_of, name, edit):
 
     good = copy_of("good")
     assert verify_files(good) == good
+    for record in ("train.log", "train_config.yaml"):  # what the trainer leaves beside a model
+        (good / record).write_text("a record, not an input")
+    assert verify_files(good) == good
     edited = copy_of("edited")
     config = json.loads((edited / name).read_text())
     (edited / name).write_text(json.dumps(edit(config)))

@@ -90,18 +90,23 @@ def weights_sha256(path: str | Path) -> str:
     return sha256_files(sorted(Path(path).glob("*.safetensors")))
 
 
-def files_sha256(path: str | Path) -> str:
-    """sha256 over everything else of the checkpoint that decides its outputs: every file but the
-    safetensors weights (hashed apart, :func:`weights_sha256`) and the manifest, i.e. the model
-    and generation configs, the tokenizer files and the chat template (names and contents)."""
-    path = Path(path)
-    return sha256_files(
-        sorted(
-            f
-            for f in path.iterdir()
-            if f.is_file() and f.suffix != ".safetensors" and f.name != MANIFEST_NAME
-        )
+def _decides_outputs(file: Path) -> bool:
+    """A configuration, tokenizer or template file of a checkpoint (not its weights, manifest or
+    the records a trainer leaves beside them, such as ``train.log``)."""
+    name = file.name
+    if name == MANIFEST_NAME:
+        return False
+    return name.endswith(".json") or name.startswith(
+        ("tokenizer", "chat_template", "vocab", "merges")
     )
+
+
+def files_sha256(path: str | Path) -> str:
+    """sha256 over everything else of the checkpoint that decides its outputs, the weights apart
+    (:func:`weights_sha256`): the model and generation configs, the tokenizer files and the chat
+    template (names and contents)."""
+    path = Path(path)
+    return sha256_files(sorted(f for f in path.iterdir() if f.is_file() and _decides_outputs(f)))
 
 
 def verify_files(path: str | Path) -> Path:
