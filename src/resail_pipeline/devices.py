@@ -45,6 +45,11 @@ _ISA_FLAGS = (
 _ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY")
 
 
+def _isa_caps() -> list[str]:
+    """The variables of :data:`_ISA_CAPS` set in this process, as ``NAME=value``."""
+    return [f"{name}={os.environ[name]}" for name in _ISA_CAPS if os.environ.get(name)]
+
+
 def processor() -> str:
     """The CPU a figure was measured on: model, the instruction sets that decide its kernels, and
     any variable that holds the kernels below them, e.g. ``"Intel(R) Xeon(R) Processor; AMX,
@@ -62,8 +67,7 @@ def processor() -> str:
     except OSError:  # not Linux
         pass
     isa = ", ".join(name for flag, name in _ISA_FLAGS if flag in flags) or "ISA unknown"
-    caps = [f"{name}={os.environ[name]}" for name in _ISA_CAPS if os.environ.get(name)]
-    return "; ".join([model, isa, *caps])
+    return "; ".join([model, isa, *_isa_caps()])
 
 
 def separate_compile_cache() -> None:
@@ -76,7 +80,7 @@ def separate_compile_cache() -> None:
     """
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
-    caps = [f"{name}={os.environ[name]}" for name in _ISA_CAPS if os.environ.get(name)]
+    caps = _isa_caps()
     # inductor itself writes its default into the variable the first time it looks it up
     if (
         caps

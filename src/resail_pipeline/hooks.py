@@ -117,13 +117,13 @@ class PreflightHook:
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
         params = catalog.load("parameters")
         check_parameters(params)
+        run = RunConfig.from_params(params["run"])
         names = pipeline.datasets()
         if any(name.startswith("cycle_") for name in pipeline.all_outputs()):
-            self._take_lock(RunConfig.from_params(params["run"]), names, catalog)
+            self._take_lock(run, names, catalog)
         if any(name.rsplit(".", 1)[-1] in _ACTS_IN_ENV for name in names):
             check_budgets(params)
         if INITIAL_POLICY in names:
-            run = RunConfig.from_params(params["run"])
             fields = {k: v for k, v in params["bootstrap"].items() if k not in NODE_KEYS}
             bootstrap = BootstrapConfig.from_dict({**fields, "env": run.env})
             requested_policy(bootstrap)  # a reference that names no directory is an error

@@ -107,11 +107,11 @@ def resolve_initial_policy(
     before it is returned to be published."""
     requested = requested_policy(config)
     if config.checkpoint is not None:
-        logger.info("bootstrap: using the configured checkpoint %s", config.checkpoint)
-        return read_checkpoint_info(verify_weights(config.checkpoint))
+        logger.info("bootstrap: using the configured checkpoint %s", requested)
+        return read_checkpoint_info(verify_weights(requested))
     if requested is not None:
-        logger.info("bootstrap: using the shipped reference policy %s", config.reference)
-        return verify_reference(verify_weights(config.reference))
+        logger.info("bootstrap: using the shipped reference policy %s", requested)
+        return verify_reference(verify_weights(requested))
     from resail_pipeline.bootstrap.build import build_initial_policy  # the builder, only to build
 
     return build_initial_policy(config, out_dir, command=command, progress=progress)

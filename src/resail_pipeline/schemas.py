@@ -21,6 +21,17 @@ from pandas.api import types as ptypes
 #: value kinds of a column; ``?`` after a kind: nulls allowed
 BOOL, INT, FLOAT, STR, LIST = "bool", "int", "float", "str", "list"
 
+#: the columns of a logged AITZ step, which the training pool extends
+_AITZ_STEPS = {
+    "episode_id": STR,
+    "step_id": INT,
+    "instruction": STR,
+    "image_path": STR,
+    "action": STR,
+    "boxes": STR,
+    "history": LIST,
+}
+
 SCHEMAS: dict[str, dict[str, str]] = {
     # one row per task of a cycle's collection or of an evaluation
     "tasks": {"env": STR, "split": STR, "task_id": INT, "seed": INT},
@@ -158,26 +169,9 @@ SCHEMAS: dict[str, dict[str, str]] = {
         "episodes": INT,
     },
     # one row per logged AITZ step of a split; `action`, `boxes`: JSON; `history`: earlier actions
-    "aitz_steps": {
-        "episode_id": STR,
-        "step_id": INT,
-        "instruction": STR,
-        "image_path": STR,
-        "action": STR,
-        "boxes": STR,
-        "history": LIST,
-    },
+    "aitz_steps": dict(_AITZ_STEPS),
     # one row per step of the training pool; `position`: its episode's place in the draw order
-    "aitz_pool": {
-        "episode_id": STR,
-        "step_id": INT,
-        "instruction": STR,
-        "image_path": STR,
-        "action": STR,
-        "boxes": STR,
-        "history": LIST,
-        "position": INT,
-    },
+    "aitz_pool": {**_AITZ_STEPS, "position": INT},
     # one row per warm-start update of the initial policy (no rows for a given checkpoint)
     "aitz_warm_start": {"update": INT, "loss": FLOAT},
     # one row per pool step: the initial policy's diagnostic attempt, exact match or not
