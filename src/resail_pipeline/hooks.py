@@ -19,6 +19,7 @@ from resail_pipeline.pipelines.bootstrap.nodes import NODE_KEYS
 from resail_pipeline.pipelines.collect.nodes import collect_config, settings_of
 from resail_pipeline.pipelines.common import RunConfig, cycle_namespace, policy_info
 from resail_pipeline.pipelines.parameters import check_budgets, check_parameters
+from resail_pipeline.pipelines.score.nodes import cycle_start_key
 
 logger = logging.getLogger(__name__)
 
@@ -38,21 +39,30 @@ class RunFolderHook:
     parameters (as ``conf/local`` would hold it) trained SDPO into the default method's folder,
     or, with ``--only-missing-outputs``, skipped every node as done. Once the context exists, and
     before the catalog is built, this hook resolves ``params:run`` and hands its ``env`` and
-    ``experiment`` to the catalog's ``${run:...}`` resolver (:func:`run_value`).
+    ``experiment`` to the catalog's ``${run:...}`` resolver (:func:`run_value`), with
+    ``cycle_start``, the folder of cycle 1's shared responses and scores
+    (:func:`~resail_pipeline.pipelines.score.nodes.cycle_start_key`).
     """
 
-    #: ``env`` and ``experiment`` of the current context's run
+    #: ``env``, ``experiment`` and ``cycle_start`` of the current context's run
     resolved: ClassVar[dict[str, str]] = {}
 
     @hook_impl
     def after_context_created(self, context: Any) -> None:
-        run = RunConfig.from_params(dict(context.params["run"]))
-        RunFolderHook.resolved = {"env": run.env, "experiment": run.experiment}
+        params = context.params
+        run = RunConfig.from_params(dict(params["run"]))
+        RunFolderHook.resolved = {
+            "env": run.env,
+            "experiment": run.experiment,
+            "cycle_start": cycle_start_key(
+                dict(params["train"]), dict(params["score"]), dict(params["run"])
+            ),
+        }
 
 
 def run_value(key: str, default: str) -> str:
-    """``${run:<key>, <default>}`` in the catalog: ``env`` or ``experiment`` of the run, as its
-    parameters resolve them (:class:`RunFolderHook`); ``default`` where no context was created
+    """``${run:<key>, <default>}`` in the catalog: ``env``, ``experiment`` or ``cycle_start`` of the
+    run, as its parameters resolve them (:class:`RunFolderHook`); ``default`` where no context was created
     (a configuration loaded outside a session)."""
     return RunFolderHook.resolved.get(key, default)
 

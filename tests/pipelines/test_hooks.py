@@ -203,30 +203,76 @@ def test_a_reference_policy_that_does_not_exist_is_refused_before_any_node(cycle
         ("", {}, "textcraft/oel_resail"),
     ],
 )
-def test_the_catalogs_folders_follow_the_resolved_run_parameters(
-    tmp_path, parameters, runtime, folder
-):
-    """A method set in an environment's parameters (as conf/local would hold it) names the folder
-    the run writes to, as one given on the command line does."""
+def _catalog_paths(tmp_path, parameters, runtime, names):
+    """The file paths the project's catalog gives ``names`` in a session over a copy of conf/ with
+    ``parameters`` as conf/local's parameters and ``runtime`` as the command line's."""
     from kedro.framework.session import KedroSession
     from kedro.framework.startup import bootstrap_project
 
     from resail_pipeline.hooks import RunFolderHook
 
     root = Path(__file__).resolve().parents[2]
-    (tmp_path / "pyproject.toml").symlink_to(root / "pyproject.toml")
-    shutil.copytree(root / "conf", tmp_path / "conf")
-    (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "resail_pipeline").symlink_to(root / "src" / "resail_pipeline")
-    (tmp_path / "conf" / "local" / "parameters.yml").write_text(parameters)
-    bootstrap_project(tmp_path)
+    project = tmp_path / "project"
+    project.mkdir(parents=True)
+    (project / "pyproject.toml").symlink_to(root / "pyproject.toml")
+    shutil.copytree(root / "conf", project / "conf")
+    (project / "src").mkdir()
+    (project / "src" / "resail_pipeline").symlink_to(root / "src" / "resail_pipeline")
+    (project / "conf" / "local" / "parameters.yml").write_text(parameters)
+    bootstrap_project(project)
     try:
-        with KedroSession.create(project_path=tmp_path, runtime_params=runtime) as session:
+        with KedroSession.create(project_path=project, runtime_params=runtime) as session:
             catalog = session.load_context().catalog
-            described = catalog.get("cycle_2.trajectories")._describe()
+            paths = [str(catalog.get(name)._describe()["filepath"]) for name in names]
     finally:
         RunFolderHook.resolved = {}
-    assert f"/{folder}/cycle_2/trajectories.parquet" in str(described["filepath"])
+    return [path.split("/data/", 1)[1] for path in paths]
+
+
+@pytest.mark.parametrize(
+    ("parameters", "runtime", "folder"),
+    [
+        ("run:\n  method: sdpo\n", {}, "textcraft/sdpo"),
+        ("run:\n  method: sdpo\n", {"run": {"experiment": "mine"}}, "textcraft/mine"),
+        ("", {"run": {"method": "rft"}}, "textcraft/rft"),
+        ("", {}, "textcraft/oel_resail"),
+    ],
+)
+def test_the_catalogs_folders_follow_the_resolved_run_parameters(
+    tmp_path, parameters, runtime, folder
+):
+    """A method set in an environment's parameters (as conf/local would hold it) names the folder
+    the run writes to, as one given on the command line does."""
+    (path,) = _catalog_paths(tmp_path, parameters, runtime, ["cycle_2.trajectories"])
+    assert path == f"02_intermediate/{folder}/cycle_2/trajectories.parquet"
+
+
+def test_cycle_ones_responses_and_scores_are_shared_where_their_settings_agree(tmp_path):
+    """Two learning rates and two methods that sample in the ordinary view share cycle 1's cached
+    responses and scores; EPD (privileged view) and another sampling temperature do not, and later
+    cycles stay each experiment's own."""
+    names = ["cycle_1.responses", "cycle_1.scores", "cycle_2.responses"]
+
+    def paths(case, parameters="", **run):
+        return _catalog_paths(tmp_path / case, parameters, {"run": run}, names)
+
+    base = paths("base", method="oel", experiment="a")
+    other_lr = paths("lr", "train:\n  optimizer:\n    lr: 1.0e-6\n", method="oel", experiment="b")
+    resail = paths("resail", method="oel_resail")
+    epd = paths("epd", method="epd")
+    hotter = paths("hot", "train:\n  responses:\n    temperature: 0.7\n", method="oel")
+
+    responses, scores, later = base
+    folder = responses.removesuffix("/responses.parquet")
+    assert folder.startswith("04_feature/textcraft/shared/cycle_1/ordinary-")
+    assert scores == f"{folder}/scores.parquet"
+    assert later == "04_feature/textcraft/a/cycle_2/responses.parquet"
+    assert other_lr[:2] == base[:2] and resail[:2] == base[:2]
+    assert other_lr[2] == "04_feature/textcraft/b/cycle_2/responses.parquet"
+    assert epd[0].startswith("04_feature/textcraft/shared/cycle_1/privileged-")
+    assert hotter[0] != responses and hotter[0].startswith(
+        "04_feature/textcraft/shared/cycle_1/ordinary-"
+    )
 
 
 def test_a_second_run_of_an_experiment_is_refused_while_the_first_holds_its_lock(cycle_1, tmp_path):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import json
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import pandas as pd
@@ -26,6 +28,37 @@ class ScoreParams:
     def __post_init__(self) -> None:
         check_int("seed", self.seed, low=0)
         check_int("micro_batch_steps", self.micro_batch_steps, low=1)
+
+
+def cycle_start_key(
+    train_params: dict[str, Any], score_params: dict[str, Any], run_params: dict[str, Any]
+) -> str:
+    """The name of the folder that holds cycle 1's cached responses and scores.
+
+    Both are made by the initial policy on the shared cycle-1 corpus, so every experiment of a
+    data folder whose settings for them agree can share them: the lr candidates of a budget check,
+    OEL and OEL + ReSAIL, every method that caches ordinary-view responses. The name is the view
+    the responses are sampled in and a hash of every setting that could change either table: the
+    sampling (``train.responses``, ``score``), the scoring support (``train.resail.top_k``), the
+    trainer's device and precision (``train.engine``, which scoring follows) and the run's
+    generation backend, seed, shards and environment options. What cannot change them (the
+    optimizer, schedule, the other ReSAIL switches, the probe) is left out; a setting added to
+    those sections later is counted in, so that two experiments never share by mistake.
+    """
+    run = RunConfig.from_params(run_params)
+    config = TrainConfig.from_dict({**train_params, "method": run.method}, "train")
+    settings = {
+        "view": config.cached_response_view,
+        "responses": asdict(config.responses),
+        "top_k": config.resail.top_k,
+        "engine": asdict(config.engine),
+        "score": asdict(build(ScoreParams, score_params, "score")),
+        "run": {
+            k: v for k, v in asdict(run).items() if k not in ("method", "experiment", "staging_dir")
+        },
+    }
+    text = json.dumps(settings, sort_keys=True, default=str)
+    return f"{config.cached_response_view}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 
 def respond_node(
