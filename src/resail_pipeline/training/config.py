@@ -356,8 +356,7 @@ class TrainConfig:
     # input manifest and output paths
     run: RunPaths = field(default_factory=RunPaths)
     # the forward of training, scoring and in-loop sampling compiled with torch.compile: true,
-    # false, or auto (compiled on a CPU with a C++ compiler; YAML reads on/off as true/false);
-    # conf/base sets auto, as run.generation does for rollouts
+    # false, or auto (compiled on a CPU with a C++ compiler; YAML reads on/off as true/false)
     compile: bool | str = False
 
     def __post_init__(self) -> None:
