@@ -43,10 +43,10 @@ smoke: run
 
 # The method comparison on the embedded default (conf/study, docs/results-textcraft-cpu.md): every
 # method of table 1 and the retention-view ablation, each resumed from what exists, then the
-# report in data/08_reporting/textcraft-study/. study-budgets is the check on the dev split that
-# fixed its budgets.
+# report in data/08_reporting/textcraft-study/; `make study TIER=1` runs the plan's first tier
+# only. study-budgets is the check on the dev split that fixed its budgets.
 study: $(VENV)/.installed-$(RUN_EXTRAS)
-	$(BIN)/python -m resail_pipeline.study --env study
+	$(BIN)/python -m resail_pipeline.study --env study $(if $(TIER),--tier $(TIER))
 
 study-budgets: $(VENV)/.installed-$(RUN_EXTRAS)
 	$(BIN)/python -m resail_pipeline.study --env study --plan conf/study/budgets.yml

@@ -1,32 +1,50 @@
-"""Wall time of one update of ``oel_resail`` against ``oel``, side by side on the same batch and model.
+"""Wall time of one training update: ``oel_resail`` against ``oel``, or the trainer before and now.
 
 The batch is built the pipeline's way: TextCraft training goals played by the exact planner (every
 third episode stops two actions short and fails), ordinary prompts rendered from each step's
 history by ``prompts.render_user_message`` (appendix G), summaries written by the experience rules.
 The model has the embedded default's shape (Qwen3, 4 layers, width 256, SwiGLU 768, tied
-embeddings, random init) over a word-level tokenizer trained on that text.
+embeddings, random init) over a word-level tokenizer trained on that text. A random model rarely
+ends a response, so every response has ``--max-tokens`` tokens.
 
-Both methods are set up once from the same checkpoint and inputs; each round then times one update
-of each, in alternating order, from the same starting weights (restored before every update), on
-the schedule's first batch. Fresh OEL responses are sampled with the same seeds from the same
-weights, so both methods see the same responses. A random model rarely ends a response, so every
-response has ``--max-tokens`` tokens. The script prints the median wall seconds per phase
-(response, scoring, optimisation, other: the categories of the paper's table 6), the median
-process CPU seconds per update, and the ratios. On a machine shared with other jobs, CPU time is
-the steadier of the two, and one thread (the default here) the steadier setting.
+Methods (the default): both methods are set up once from the same checkpoint and inputs; each
+round then times one update of each, in alternating order, from the same starting weights
+(restored before every update), on the schedule's first batch. Fresh OEL responses are sampled
+with the same seeds from the same weights, so both methods see the same responses. The script
+prints the median wall seconds per phase (response, scoring, optimisation, other: the categories
+of the paper's table 6), the median process CPU seconds per update, and the ratios. On a machine
+shared with other jobs, CPU time is the steadier of the two, and one thread the steadier setting.
+
+Side by side (``--side-by-side``): for each of ``--methods``, the trainer as of git revision
+``--baseline`` (its ``src/`` extracted from git and imported in a process of its own) and the
+current one, each in a process of its own, set up from the same
+checkpoint, inputs and configuration; each round times one update of each, in alternating order,
+from the same starting weights and seeds. The current trainer runs twice: eager
+(``train.compile: false``) and, where inductor can compile here, compiled (``true``, what ``auto``
+picks on a CPU with a C++ compiler). Every round asserts that each sampled the same response tokens
+as ``before`` and computed the same loss (fp32; relative 1e-5 eager, 1e-4 compiled, whose fused
+loops sum in another order), and the script prints the median wall seconds per phase of each and
+the ratios (before / now). The first update of each process, which compiles, is not timed.
 
     .venv/bin/python benchmarks/train_update_cost.py [--rounds 5] [--max-tokens 32] [--threads 1]
+    .venv/bin/python benchmarks/train_update_cost.py --side-by-side [--baseline REV] [--no-compile]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
 import resource
 import statistics
+import subprocess
+import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import torch
@@ -44,6 +62,9 @@ from resail_pipeline.training.run import TrainingRun
 from resail_pipeline.training.trainer import PHASES, UpdateRecord
 
 METHODS = ("oel", "oel_resail")
+ROOT = Path(__file__).resolve().parents[1]
+#: the trainer before the functional, compiled forward (training, scoring, in-loop sampling)
+BASELINE = "4ce2e74"
 
 
 def play_episodes(num: int) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -106,7 +127,8 @@ def play_episodes(num: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     return pd.concat(steps, ignore_index=True), pd.DataFrame(summaries)
 
 
-def setup(workdir: Path, args: argparse.Namespace) -> dict[str, TrainingRun]:
+def write_workload(workdir: Path, args: argparse.Namespace) -> Path:
+    """The batch's inputs and the random policy under ``workdir``; returns the inputs' manifest."""
     steps, summaries = play_episodes(args.trajectories)
     tokenizer = build_word_tokenizer([*steps["prompt"], *summaries["summary"], *steps["response"]])
     config = small_qwen3_config(
@@ -114,28 +136,36 @@ def setup(workdir: Path, args: argparse.Namespace) -> dict[str, TrainingRun]:
     )
     policy = workdir / "policy"
     save_policy(build_qwen3(config, seed=0), tokenizer, policy, name="bench")
-    manifest = write_inputs(workdir / "inputs", policy=policy, steps=steps, summaries=summaries)
-    runs = {}
-    for method in METHODS:
-        train_config = TrainConfig.from_dict(
-            {
-                "method": method,
-                "schedule": {"updates": 1, "trajectories_per_update": args.trajectories},
-                "engine": {
-                    "kind": "single",
-                    "precision": args.precision,
-                    "micro_batch_steps": args.micro_batch_steps,
-                },
-                "responses": {"max_tokens": args.max_tokens, "batch_size": 64},
-                "run": {
-                    "manifest": str(manifest),
-                    "checkpoint": str(workdir / method / "policy"),
-                    "run_dir": str(workdir / method),
-                },
-            }
+    return write_inputs(workdir / "inputs", policy=policy, steps=steps, summaries=summaries)
+
+
+def train_config(method: str, manifest: Path, workdir: Path, args: argparse.Namespace) -> dict:
+    """The ``train`` configuration of one update of ``method`` on the workload."""
+    return {
+        "method": method,
+        "schedule": {"updates": 1, "trajectories_per_update": args.trajectories},
+        "engine": {
+            "kind": "single",
+            "precision": args.precision,
+            "micro_batch_steps": args.micro_batch_steps,
+        },
+        "responses": {"max_tokens": args.max_tokens, "batch_size": 64},
+        "run": {
+            "manifest": str(manifest),
+            "checkpoint": str(workdir / method / "policy"),
+            "run_dir": str(workdir / method),
+        },
+    }
+
+
+def setup(workdir: Path, args: argparse.Namespace) -> dict[str, TrainingRun]:
+    manifest = write_workload(workdir, args)
+    return {
+        method: TrainingRun(
+            TrainConfig.from_dict(train_config(method, manifest, workdir, args), "train")
         )
-        runs[method] = TrainingRun(train_config)
-    return runs
+        for method in METHODS
+    }
 
 
 def time_update(
@@ -148,6 +178,181 @@ def time_update(
     return time.perf_counter() - wall, time.process_time() - cpu, record
 
 
+# ----------------------------------------------------------------------------------------------
+# side by side: the trainer of another revision and the current one, each in its own process
+
+#: runs in a worker process whose ``PYTHONPATH`` holds one revision's ``src/``: sets up one
+#: TrainingRun from the configuration on its first input line, then times one update per line
+WORKER = """
+import hashlib, json, sys, time
+import torch
+from resail_pipeline.training import TrainConfig
+from resail_pipeline.training.run import TrainingRun
+
+setup = json.loads(sys.stdin.readline())
+torch.set_num_threads(setup["threads"])
+run = TrainingRun(TrainConfig.from_dict(setup["config"], "train"))
+start = {k: v.clone() for k, v in run.trainer.engine.inner.state_dict().items()}
+sampled = []
+generator = run.trainer.generator
+if generator is not None:
+    generate = generator.generate
+    def recording(*a, **k):
+        out = generate(*a, **k)
+        sampled.extend(tuple(g.token_ids) for g in out)
+        return out
+    generator.generate = recording
+print(json.dumps({"ready": True}), flush=True)
+for line in sys.stdin:
+    run.trainer.engine.inner.load_state_dict(start)
+    sampled.clear()
+    wall, cpu = time.perf_counter(), time.process_time()
+    record = run.trainer.update(0, run.schedule[0])
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    digest = hashlib.sha256(repr(sampled).encode()).hexdigest()
+    print(json.dumps({"wall": wall, "cpu": cpu, "seconds": record.seconds, "loss": record.loss,
+                      "tokens": record.tokens, "responses": digest}), flush=True)
+"""
+
+
+class Worker:
+    """A process with one revision's trainer, set up for one method; :meth:`update` times one."""
+
+    def __init__(self, src: Path, config: dict[str, Any], threads: int) -> None:
+        env = {**os.environ, "PYTHONPATH": str(src), "TQDM_DISABLE": "1"}
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", WORKER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            text=True,
+        )
+        self._send({"config": config, "threads": threads})
+        if not self._receive().get("ready"):
+            raise RuntimeError(f"worker for {src} did not start")
+
+    def _send(self, message: Any) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(message) + "\n")
+        self.process.stdin.flush()
+
+    def _receive(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"a worker exited (code {self.process.wait()})")
+        return json.loads(line)
+
+    def update(self) -> dict[str, Any]:
+        self._send("update")
+        return self._receive()
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait()
+
+
+def revision_source(revision: str, folder: Path) -> Path:
+    """``src/`` of git revision ``revision`` extracted under ``folder``."""
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", revision, "src"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
+    target = folder / f"src-{revision}"
+    target.mkdir(parents=True)
+    archive_path = folder / "src.tar"
+    archive_path.write_bytes(archive)
+    with tarfile.open(archive_path) as tar:
+        tar.extractall(target, filter="data")
+    return target / "src"
+
+
+#: relative difference from ``before``'s loss allowed to each current trainer: eager, the same
+#: operations (attention kernels aside); compiled, fused loops that sum in another order, on a loss
+#: that is a divergence between two nearly equal distributions, where relative rounding grows
+TOLERANCE = {"now eager": 1e-5, "now compiled": 1e-4}
+
+
+def side_by_side(args: argparse.Namespace) -> None:
+    """Time the baseline's trainer against the current one (see the module notes)."""
+    from resail_pipeline.generation.decoder import can_compile
+
+    nows = {"now eager": False}
+    if args.compile and can_compile(torch.device("cpu")):
+        nows["now compiled"] = True
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        manifest = write_workload(workdir, args)
+        baseline = revision_source(args.baseline, workdir)
+        print(
+            f"before: git {args.baseline}; now: the working tree, train.compile "
+            f"{' and '.join(str(v).lower() for v in nows.values())}; {args.trajectories} "
+            f"trajectories, {args.max_tokens} response tokens, {args.threads} thread(s), "
+            f"precision {args.precision}"
+        )
+        for method in args.methods:
+            workers = {
+                "before": Worker(
+                    baseline, train_config(method, manifest, workdir / "b", args), args.threads
+                )
+            }
+            for k, (version, compiled) in enumerate(nows.items()):
+                config = {
+                    **train_config(method, manifest, workdir / f"n{k}", args),
+                    "compile": compiled,
+                }
+                workers[version] = Worker(ROOT / "src", config, args.threads)
+            for worker in workers.values():
+                worker.update()  # warm-up: compiles, allocates, picks kernels
+            results: dict[str, list[dict[str, Any]]] = {v: [] for v in workers}
+            worst = dict.fromkeys(nows, 0.0)
+            for round_ in range(args.rounds):
+                order = list(workers) if round_ % 2 == 0 else list(workers)[::-1]
+                for version in order:
+                    results[version].append(workers[version].update())
+                before = results["before"][-1]
+                for version in nows:
+                    now = results[version][-1]
+                    if (now["responses"], now["tokens"]) != (before["responses"], before["tokens"]):
+                        raise AssertionError(f"{method}, {version}: other responses than before")
+                    relative = abs(now["loss"] - before["loss"]) / abs(before["loss"])
+                    worst[version] = max(worst[version], relative)
+                    if relative > TOLERANCE[version]:
+                        raise AssertionError(
+                            f"{method}, {version}: loss {now['loss']!r}, before {before['loss']!r}"
+                        )
+            for worker in workers.values():
+                worker.close()
+            print(
+                f"{method}: median of {args.rounds} updates (wall seconds); the same responses "
+                f"and loss ({results['before'][0]['loss']:.6g}) in every round, largest relative "
+                "difference " + ", ".join(f"{v} {d:.1e}" for v, d in worst.items())
+            )
+            columns = (*PHASES, "total", "cpu")
+            print(f"{'':>13}" + "".join(f"{c:>13}" for c in columns))
+            medians = {}
+            for version, rows in results.items():
+                medians[version] = {
+                    **{p: statistics.median(r["seconds"][p] for r in rows) for p in PHASES},
+                    "total": statistics.median(r["wall"] for r in rows),
+                    "cpu": statistics.median(r["cpu"] for r in rows),
+                }
+                print(f"{version:>13}" + "".join(f"{medians[version][c]:>13.3f}" for c in columns))
+            for version in nows:
+                print(
+                    f"{'before / ' + version.removeprefix('now '):>13}"
+                    + "".join(
+                        f"{medians['before'][c] / medians[version][c]:>13.2f}"
+                        if medians[version][c] > 0
+                        else f"{'-':>13}"
+                        for c in columns
+                    )
+                )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5, help="timed updates per method")
@@ -155,11 +360,27 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=32, help="response tokens per step")
     parser.add_argument("--micro-batch-steps", type=int, default=None)
     parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: 1 comparing methods, every core side by side)",
+    )
+    parser.add_argument("--side-by-side", action="store_true", help="the trainer before and now")
+    parser.add_argument("--baseline", default=BASELINE, help="git revision of `before`")
+    parser.add_argument("--methods", nargs="+", default=["oel", "oel_resail"], choices=METHODS)
+    parser.add_argument(
+        "--no-compile", dest="compile", action="store_false", help="only the eager current trainer"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    if args.threads is None:
+        args.threads = (os.cpu_count() or 1) if args.side_by_side else 1
     torch.set_num_threads(args.threads)
     print(machine_header())
+    if args.side_by_side:
+        side_by_side(args)
+        return
 
     with tempfile.TemporaryDirectory() as tmp:
         runs = setup(Path(tmp), args)

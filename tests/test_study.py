@@ -35,16 +35,22 @@ def test_the_shipped_plan_is_the_papers_comparison():
         "grpo": 3,
         "oel_resail-retention_none": 3,
         "oel_resail-retention_ordinary": 3,
+        "oel_resail-selection_bottom": 3,
+        "oel_resail-selection_random": 3,
     }
-    retention = {
-        e.name: e.params.get("train.resail.retention")
-        for e in plan.experiments
-        if e.name.startswith("oel_resail-")
+    ablations = {e.name: e.params for e in plan.experiments if e.name.startswith("oel_resail-")}
+    assert ablations == {
+        "oel_resail-retention_none": {"train.resail.retention": "none"},
+        "oel_resail-retention_ordinary": {"train.resail.retention": "ordinary"},
+        "oel_resail-selection_bottom": {"train.resail.selection": "bottom"},
+        "oel_resail-selection_random": {"train.resail.selection": "random"},
     }
-    assert retention == {
-        "oel_resail-retention_none": "none",
-        "oel_resail-retention_ordinary": "ordinary",
-    }
+    # tier by tier: the question (the OEL pair, with the probe) before SDPO's, then the rest
+    tiers = [(e.tier, e.name) for e in plan.experiments]
+    assert tiers == sorted(tiers, key=lambda t: t[0])
+    assert {n for t, n in tiers if t == 1} == {"oel", "oel_resail"}
+    assert {n for t, n in tiers if t == 2} == {"sdpo", "sdpo_resail"}
+    assert all(e.params.get("train.probe.enabled") for e in plan.experiments if e.tier == 1)
     assert plan_path("smoke", ROOT) == ROOT / "conf" / "base" / "study.yml"
 
 
@@ -83,6 +89,7 @@ def test_an_experiment_becomes_nested_run_params():
             "listed with two methods",
         ),
         ("experiment: []", r"unknown key\(s\) \['experiment'\]"),
+        ("experiments: [{method: oel, cycles: 1, tier: 0}]", r"experiments\[0\]\.tier"),
     ],
 )
 def test_a_bad_plan_fails_before_anything_runs(tmp_path, text, message):
@@ -90,6 +97,34 @@ def test_a_bad_plan_fails_before_anything_runs(tmp_path, text, message):
     path.write_text(text)
     with pytest.raises(ValueError, match=message):
         load_plan(path)
+
+
+def test_a_tier_runs_the_experiments_up_to_it_then_the_report(tmp_path, monkeypatch):
+    import resail_pipeline.study as study
+
+    calls = []
+
+    def fake_kedro(args, project, params=None, cycles=None, heartbeat=None):
+        """A fake of the Kedro call: records what would run."""
+        calls.append((args[args.index("--pipelines") + 1], (params or {}).get("run")))
+        return 0
+
+    monkeypatch.setattr(study, "_kedro", fake_kedro)
+    plan = load_plan(ROOT / "conf" / "base" / "study.yml")
+    study.run_study(plan, "study", tmp_path, log=tmp_path / "times.csv", tier=1)
+    assert calls == [
+        ("cycle", {"method": "oel", "experiment": "oel"}),
+        ("cycle", {"method": "oel_resail", "experiment": "oel_resail"}),
+        ("report", None),
+    ]
+    calls.clear()
+    study.run_study(plan, "study", tmp_path, log=tmp_path / "times.csv", tier=2)
+    assert [run["experiment"] for _, run in calls[:-1]] == [
+        "oel",
+        "oel_resail",
+        "sdpo",
+        "sdpo_resail",
+    ]
 
 
 @pytest.mark.slow

@@ -4,7 +4,8 @@ A GPU process's CUDA context holds memory on its device until the process ends. 
 runs the trainer's ``torchrun`` between other nodes, so it never creates one itself: generation
 runs in worker processes (:mod:`~resail_pipeline.generation.sharded`), and the nodes that load a
 model to score run it through :func:`off_process`, which on a GPU machine executes the function in
-a fresh process and returns its result.
+a fresh process and returns its result, or through :func:`in_shards`, which runs one part of the
+work per GPU, each in a process of its own.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import gc
 import os
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from typing import Any, TypeVar
@@ -21,10 +22,12 @@ from typing import Any, TypeVar
 import torch
 
 __all__ = [
+    "in_shards",
     "machine_description",
     "machine_header",
     "matmul_rate",
     "off_process",
+    "pin_worker",
     "processor",
     "release_device_memory",
     "separate_compile_cache",
@@ -158,3 +161,44 @@ def off_process(function: Callable[..., R], *args: Any, **kwargs: Any) -> R:
         return function(*args, **kwargs)
     with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as worker:
         return worker.submit(function, *args, **kwargs).result()
+
+
+def pin_worker(device: str | None, threads: int) -> None:
+    """Initialiser of a worker process: it sees only GPU ``device`` (``None``: no GPU) and computes
+    on ``threads`` CPU threads (its share of the cores)."""
+    if device is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = device
+    torch.set_num_threads(threads)
+
+
+def in_shards(
+    function: Callable[..., R], parts: Sequence[tuple[Any, ...]], **kwargs: Any
+) -> list[R]:
+    """``[function(*part, **kwargs) for part in parts]``, the parts at once, each in a fresh
+    (spawned) process of its own: part ``k`` on the ``k``-th visible GPU, or, without GPUs, on its
+    share of the CPU cores. As for :func:`off_process`, ``function`` must be importable by name
+    and what crosses the pipe picklable."""
+    devices = visible_devices()
+    if not parts:
+        return []
+    if devices and len(parts) > len(devices):
+        raise ValueError(f"shards: {len(parts)} parts but {len(devices)} GPU(s) visible")
+    threads = max(1, (os.cpu_count() or 1) // len(parts))
+    context = get_context("spawn")
+    workers = [
+        ProcessPoolExecutor(
+            max_workers=1,
+            mp_context=context,
+            initializer=pin_worker,
+            initargs=(devices[k] if devices else None, threads),
+        )
+        for k in range(len(parts))
+    ]
+    try:
+        futures = [
+            w.submit(function, *part, **kwargs) for w, part in zip(workers, parts, strict=True)
+        ]
+        return [future.result() for future in futures]
+    finally:
+        for worker in workers:
+            worker.shutdown(wait=True, cancel_futures=True)

@@ -16,6 +16,7 @@ to the minute: such a row has an empty ``exit_code``. The time of a study interr
 is the sum of its rows.
 
     python -m resail_pipeline.study --env study             # the comparison (make study)
+    python -m resail_pipeline.study --env study --tier 1    # its first tier (make study TIER=1)
     python -m resail_pipeline.study --env study --plan conf/study/budgets.yml
 
 A plan may pre-register a rule (``rule:``) that chooses among its candidates once they are
@@ -67,6 +68,8 @@ class Experiment:
     cycles: int
     name: str = ""
     params: Mapping[str, Any] = field(default_factory=dict)
+    # the plan's tiers run in order; ``--tier N`` runs those up to N (the question first)
+    tier: int = 1
 
     def __post_init__(self) -> None:
         if self.method not in METHODS or self.method == REACT:
@@ -76,6 +79,7 @@ class Experiment:
                 f"experiment writes), got {self.method!r}"
             )
         check_int("cycles", self.cycles, low=1)
+        check_int("tier", self.tier, low=1)
         if not self.name:
             object.__setattr__(self, "name", self.method)
         check_folder_name(self.name, "name")
@@ -344,16 +348,28 @@ class _Segment:
         )
 
 
-def run_study(plan: StudyPlan, env: str, project: Path, *, log: Path) -> None:
-    """Run every experiment of ``plan`` in order, then the report; raise on the first failure."""
-    for k, experiment in enumerate(plan.experiments, start=1):
+def run_study(
+    plan: StudyPlan, env: str, project: Path, *, log: Path, tier: int | None = None
+) -> None:
+    """Run the experiments of ``plan`` in order (those of tiers up to ``tier``; ``None``: all),
+    then the report; raise on the first failure."""
+    experiments = [e for e in plan.experiments if tier is None or e.tier <= tier]
+    if len(experiments) < len(plan.experiments):
         logger.info(
-            "study: experiment %d/%d %s (%s, %d cycles)",
-            k,
+            "study: tiers up to %d, %d of the plan's %d experiments",
+            tier,
+            len(experiments),
             len(plan.experiments),
+        )
+    for k, experiment in enumerate(experiments, start=1):
+        logger.info(
+            "study: experiment %d/%d %s (%s, %d cycles, tier %d)",
+            k,
+            len(experiments),
             experiment.name,
             experiment.method,
             experiment.cycles,
+            experiment.tier,
         )
         segment = _Segment(log, experiment)
         segment.record()
@@ -392,11 +408,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--plan", type=Path, help="the plan (default: conf/<env>/study.yml, else base)"
     )
     parser.add_argument("--project", type=Path, default=Path.cwd(), help="the Kedro project")
+    parser.add_argument(
+        "--tier", type=int, default=None, help="run the experiments of tiers up to this one"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     path = args.plan or plan_path(args.env, args.project)
     log = args.project / "data" / "08_reporting" / f"{path.stem}-{args.env}.csv"
-    run_study(load_plan(path), args.env, args.project, log=log)
+    run_study(load_plan(path), args.env, args.project, log=log, tier=args.tier)
 
 
 if __name__ == "__main__":

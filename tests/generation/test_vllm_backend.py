@@ -176,3 +176,28 @@ def test_close_shuts_the_engine_down_once(tiny_tokenizer, monkeypatch):
     assert shutdowns == [1] and cleanups == [1]
     with pytest.raises(RuntimeError, match="tiny@0: closed"):
         generator.generate(["x"], SamplingParams())
+
+
+def test_a_prompt_longer_than_max_model_len_is_refused_before_any_request(
+    tiny_tokenizer, monkeypatch
+):
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(SamplingParams=dict))
+    llm = FakeLLM(tiny_tokenizer, [])
+    prompts = [chat_prompt(tiny_tokenizer, m) for m in MESSAGES[:2]]
+    longest = max(
+        len(ids) for ids in tiny_tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    )
+    llm.llm_engine = types.SimpleNamespace(
+        model_config=types.SimpleNamespace(max_model_len=longest + 3)
+    )
+    generator = VLLMGenerator(llm, policy_id="tiny@0", progress=False)
+    assert generator.max_model_len == longest + 3
+    with pytest.raises(
+        ValueError,
+        match=rf"max_model_len: {longest + 3} tokens, but a prompt of "
+        rf"{longest} tokens with 4 new ones needs {longest + 4}",
+    ):
+        generator.generate(prompts, SamplingParams(max_new_tokens=4))
+    assert llm.requests is None  # nothing was sent
+    llm.completions = [FakeCompletion([5], [{5: FakeLogprob(-1.0)}], "length")] * 2
+    assert len(generator.generate(prompts, SamplingParams(max_new_tokens=3))) == 2

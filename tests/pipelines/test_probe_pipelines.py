@@ -124,7 +124,8 @@ def test_the_scorer_follows_the_trainers_engine(
     train["engine"].update(kind=kind, precision=precision, chunk_size=64)
     policy = read_checkpoint_info(tiny_checkpoint).to_frame()
     unused = pd.DataFrame()
-    score_nodes.score_node(unused, unused, unused, policy, train, {"micro_batch_steps": 4})
+    run = {"env": "textcraft", "method": "oel"}
+    score_nodes.score_node(unused, unused, unused, policy, train, {"micro_batch_steps": 4}, run)
     assert calls["device"] == resolve_device(
         "auto"
     )  # the CPU here: auto resolves to fp32 without GPUs

@@ -193,8 +193,8 @@ def base_config(**sections: dict[str, Any]) -> dict[str, Any]:
         "probe": {"top_k": 5, "micro_batch_steps": 2},
     }
     for name, values in sections.items():
-        if name == "method":
-            config["method"] = values
+        if not isinstance(values, dict):  # a top-level value: method, compile
+            config[name] = values
         else:
             config[name] = {**config.get(name, {}), **values}
     return config

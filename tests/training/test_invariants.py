@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from resail_pipeline.generation.decoder import can_compile
 from resail_pipeline.training import data as training_data
 from resail_pipeline.training.run import TrainingRun
 
@@ -26,12 +27,21 @@ def no_summary(monkeypatch):
     monkeypatch.setattr(training_data, "add_privileged", lambda prompt, summary: prompt)
 
 
-@pytest.mark.parametrize("method", ["oel", "sdpo", "oel_resail", "sdpo_resail"])
+@pytest.mark.parametrize(
+    ("method", "compiled"),
+    [("oel", False), ("sdpo", False), ("oel_resail", False), ("sdpo_resail", False), ("oel", True)],
+)
 def test_a_zero_loss_leaves_every_weight_bit_identical(
-    method, no_summary, make_config, sharp_checkpoint
+    method, compiled, no_summary, make_config, sharp_checkpoint
 ):
+    """Compiled, the student's forward (with autograd) and the teacher's (without) are two graphs
+    of the same functions; they must still round alike."""
+    if compiled and not can_compile(torch.device("cpu")):
+        pytest.skip("no C++ compiler for torch.compile here")
     # weight decay off: decoupled decay moves weights whatever the loss
-    config = make_config(method=method, schedule={"updates": 1, "trajectories_per_update": 3})
+    config = make_config(
+        method=method, schedule={"updates": 1, "trajectories_per_update": 3}, compile=compiled
+    )
     run = TrainingRun(config)
     step = run.data.steps[run.data.trajectories[0]][0]
     assert step.privileged_ids == step.ordinary_ids

@@ -155,3 +155,39 @@ def test_epds_teacher_answers_in_the_privileged_view(sharp_checkpoint, tiny_step
 
     with pytest.raises(ValueError, match="no accepted summary for trajectory 't4'"):
         sample_responses(generator, tiny_steps, params, summaries=tiny_summaries)
+
+
+def test_scoring_split_over_two_worker_processes_gives_the_one_process_scores(
+    sharp_checkpoint, tiny_steps, tiny_summaries, tiny_responses
+):
+    """``run.shards: 2`` on a CPU: two spawned scorers, one block of trajectories each."""
+    from resail_pipeline.checkpoints import read_checkpoint_info
+    from resail_pipeline.pipelines.score.nodes import score_node, trajectory_blocks
+
+    assert trajectory_blocks(tiny_steps, 2) == [["t0", "t1"], ["t2", "t3", "t4"]]  # 5 + 5 steps
+    policy = read_checkpoint_info(sharp_checkpoint).to_frame()
+    train = {"resail": {"top_k": 5}, "engine": {"kind": "single", "precision": "fp32"}}
+    frames = {
+        shards: score_node(
+            tiny_steps,
+            tiny_summaries,
+            tiny_responses,
+            policy,
+            train,
+            {"micro_batch_steps": 3},
+            {"env": "textcraft", "method": "oel", "shards": shards},
+        )
+        for shards in (1, 2)
+    }
+    one, two = frames[1], frames[2]
+    assert two[["traj_id", "t", "scorer_id", "tokens"]].equals(
+        one[["traj_id", "t", "scorer_id", "tokens"]]
+    )
+    assert sorted(set(two["traj_id"])) == ["t0", "t1", "t2", "t3"]  # t4 has no accepted summary
+    # other batch compositions round differently
+    torch.testing.assert_close(
+        torch.tensor(two["jsd"].to_numpy()),
+        torch.tensor(one["jsd"].to_numpy()),
+        atol=1e-7,
+        rtol=1e-5,
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from resail_pipeline.generation.decoder import can_compile
 from resail_pipeline.training.views import (
     ORDINARY,
     PRIVILEGED,
@@ -91,3 +92,79 @@ def test_view_logits_serves_each_row_its_views(tiny_model, tiny_tokenizer):
         atol=1e-5,
         rtol=1e-5,
     )
+
+
+def _mixed_rows(generator: torch.Generator) -> list[ViewRow]:
+    """Rows of two views over a shared prefix, of different lengths (so some are padded)."""
+    rows = []
+    for n_prefix, n_ord, n_priv, n_resp in [(6, 3, 8, 4), (2, 1, 5, 2), (9, 4, 2, 5)]:
+        prefix = torch.randint(4, 60, (n_prefix,), generator=generator).tolist()
+        ordinary = prefix + torch.randint(4, 60, (n_ord,), generator=generator).tolist()
+        privileged = prefix + torch.randint(60, 90, (n_priv,), generator=generator).tolist()
+        response = torch.randint(4, 90, (n_resp,), generator=generator).tolist()
+        rows.append(ViewRow(prompts=(ordinary, privileged), response=response))
+    return rows
+
+
+def _logits_and_gradients(model, module, rows):
+    """The valid response logits of ``rows`` through ``module`` and the gradients of the model's
+    weights of their summed log-normalisers."""
+    model.zero_grad()
+    out = forward_views(module, pack_rows(rows, pad_id=0))  # (R, nb, T, V)
+    valid = torch.zeros(out.shape[:3], dtype=torch.bool)
+    for i, row in enumerate(rows):
+        valid[i, : len(row.prompts), : len(row.response)] = True
+    out[valid].float().logsumexp(-1).sum().backward()
+    return out[valid].detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def _assert_close(got, want, tolerance):
+    torch.testing.assert_close(got[0], want[0], atol=tolerance, rtol=tolerance)
+    assert got[1].keys() == want[1].keys()
+    for name in want[1]:
+        torch.testing.assert_close(got[1][name], want[1][name], atol=tolerance, rtol=10 * tolerance)
+
+
+@pytest.mark.parametrize("branches", [1, 2])
+def test_the_functional_forward_gives_the_models_logits_and_gradients(tiny_model, branches):
+    """The decoder's functional forward (the rollouts') against the model's own, with gradient:
+    padded one-branch rows (SDPA's causal kernel, no mask) and packed two-branch rows (tree mask)."""
+    rows = _mixed_rows(torch.Generator().manual_seed(1))
+    if branches == 1:
+        rows = [ViewRow(prompts=r.prompts[:1], response=r.response) for r in rows]
+    assert pack_rows(rows, pad_id=0).attention_mask.dim() == (2 if branches == 1 else 4)
+    functional = ResponseLogits(tiny_model)
+    assert functional._decoder is not None and not functional.compiled
+    own = ResponseLogits(tiny_model, functional=False)
+    assert own._decoder is None
+    _assert_close(
+        _logits_and_gradients(tiny_model, functional, rows),
+        _logits_and_gradients(tiny_model, own, rows),
+        1e-5,
+    )
+
+
+def test_the_compiled_forward_and_backward_agree_with_eager_within_rounding(tiny_model):
+    if not can_compile(torch.device("cpu")):
+        pytest.skip("no C++ compiler for torch.compile here")
+    rows = _mixed_rows(torch.Generator().manual_seed(2))
+    rows.append(ViewRow(prompts=([5, 6, 7],), response=[8, 9]))
+    compiled = ResponseLogits(tiny_model, compile=True)
+    assert compiled.compiled
+    _assert_close(
+        _logits_and_gradients(tiny_model, compiled, rows),
+        _logits_and_gradients(tiny_model, ResponseLogits(tiny_model), rows),
+        1e-5,
+    )
+
+
+def test_the_functional_forward_refuses_left_padding(tiny_model):
+    module = ResponseLogits(tiny_model)
+    ids = torch.tensor([[0, 5, 6, 7]])
+    with pytest.raises(ValueError, match="attention_mask: a 2-D mask must pad on the right"):
+        module(ids, torch.tensor([[0, 1, 1, 1]]), torch.arange(4)[None], torch.tensor([[3]]))
+
+
+def test_only_the_functional_forward_compiles(tiny_model):
+    with pytest.raises(ValueError, match="compile: only the functional forward"):
+        ResponseLogits(tiny_model, compile=True, functional=False)

@@ -1,6 +1,8 @@
 """The forward of a Llama-family decoder (Llama, Qwen2, Qwen3) as plain tensor functions over the
 transformers model's own weights, which :class:`~.transformers_backend.TransformersGenerator`
-runs in place of ``model(...)`` for those architectures.
+(rollouts, the trainer's in-loop sampling) and
+:class:`~resail_pipeline.training.views.ResponseLogits` (the trainer's and the scorers' forward)
+run in place of ``model(...)`` for those architectures.
 
 On a CPU the shipped policy's forward (4 layers of width 256) spends less of its time in matmuls
 than in the elementwise work around them (RMSNorm's fp32 round trip, rotary embeddings, SwiGLU,
@@ -194,7 +196,9 @@ def can_compile(device: torch.device) -> bool:
 
 class DecoderForward:
     """``model``'s forward for generation, given a transformers ``Cache`` whose layers take the new
-    keys and values (``update``) and report how many columns precede them (``length``).
+    keys and values (``update``) and report how many columns precede them (``length``), and over
+    whole sequences without a cache (:meth:`hidden_states`: training and scoring, where autograd
+    runs through the compiled functions as through the eager ones).
 
     Args:
         model: a causal LM for which :func:`unsupported` returns ``None``.
@@ -238,9 +242,7 @@ class DecoderForward:
         past = cache.layers[0].length
         if positions is None:
             positions = torch.arange(past, past + width, device=input_ids.device).expand(rows, -1)
-        h = decoder.embed_tokens(input_ids).view(rows * width, -1)  # (N, H)
-        cos, sin = decoder.rotary_emb(h, positions.reshape(1, -1))  # (1, N, D) each
-        cos, sin = cos[0], sin[0]
+        h, cos, sin = self._embed(input_ids, positions)
         attention_mask = None
         if mask is not None and ((width > 1 and past > 0) or not bool(mask.all())):
             # (transformers drops an all-ones mask too: SDPA's kernels round differently with one)
@@ -249,24 +251,65 @@ class DecoderForward:
                 columns = torch.arange(past + width, device=mask.device)
                 causal = columns <= past + torch.arange(width, device=mask.device)[:, None]
                 attention_mask = attention_mask & causal  # (B, 1, T, past + T)
+        h = self._layers(h, cos, sin, rows, attention_mask, cache)
+        h = h[:, -1] if last is None else h[torch.arange(rows, device=h.device), last]  # (B, H)
+        return self.model.lm_head(decoder.norm(h)).float()
+
+    def hidden_states(
+        self, input_ids: torch.Tensor, mask: torch.Tensor | None, positions: torch.Tensor
+    ) -> torch.Tensor:
+        """``(B, T, H)`` final-norm hidden states of whole sequences, without a cache: the forward
+        the trainer and the scorers run (with gradient where the weights require it).
+
+        Args:
+            input_ids: ``(B, T)`` tokens.
+            mask: bool ``(B, 1, T, T)``, True where a position may attend; ``None``: causal, which
+                is exact for right-padded rows (no real token sees a pad).
+            positions: ``(B, T)`` position ids.
+        """
+        h, cos, sin = self._embed(input_ids, positions)
+        return self.model.model.norm(self._layers(h, cos, sin, input_ids.shape[0], mask, None))
+
+    def _embed(
+        self, input_ids: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The embeddings ``(N, H)`` of the ``N = B * T`` tokens and their rotary ``cos``, ``sin``
+        ``(N, D)``."""
+        decoder = self.model.model
+        h = decoder.embed_tokens(input_ids).view(input_ids.numel(), -1)  # (N, H)
+        cos, sin = decoder.rotary_emb(h, positions.reshape(1, -1))  # (1, N, D) each
+        return h, cos[0], sin[0]
+
+    def _layers(
+        self,
+        h: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        rows: int,
+        mask: torch.Tensor | None,
+        cache: Any | None,
+    ) -> torch.Tensor:
+        """``(B, T, H)`` hidden states after the last layer (before the final norm) from the
+        embeddings ``h`` ``(B * T, H)`` of ``rows`` rows; the new keys and values go through
+        ``cache`` when one is given."""
+        decoder = self.model.model
+        width = h.shape[0] // rows
         for index, module in enumerate(decoder.layers):
             weights = _Layer.of(module)
             q, k, v = self._before(
                 h, weights, cos, sin, self.eps, self.heads, self.kv_heads, self.head_dim
             )
-            keys, values = cache.layers[index].update(
-                k.view(rows, width, self.kv_heads, self.head_dim).transpose(1, 2),
-                v.view(rows, width, self.kv_heads, self.head_dim).transpose(1, 2),
-            )  # (B, kv_heads, past + T, D)
+            keys = k.view(rows, width, self.kv_heads, self.head_dim).transpose(1, 2)
+            values = v.view(rows, width, self.kv_heads, self.head_dim).transpose(1, 2)
+            if cache is not None:
+                keys, values = cache.layers[index].update(keys, values)  # (B, kv, past + T, D)
             attended = _attention(
                 q.view(rows, width, self.heads, self.head_dim).transpose(1, 2),
                 keys,
                 values,
-                attention_mask,
+                mask,
                 module.self_attn.scaling,
             )  # (B, heads, T, D)
             attended = attended.transpose(1, 2).reshape(rows * width, self.heads * self.head_dim)
             h = self._after(h, attended, weights, self.eps)
-        h = h.view(rows, width, -1)
-        h = h[:, -1] if last is None else h[torch.arange(rows, device=h.device), last]  # (B, H)
-        return self.model.lm_head(decoder.norm(h)).float()
+        return h.view(rows, width, -1)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from resail_pipeline.checkpoints import load_tokenizer, read_checkpoint_info
-from resail_pipeline.devices import visible_devices
+from resail_pipeline.devices import pin_worker, visible_devices
 from resail_pipeline.generation.base import Generation, Generator, SamplingParams, prompt_seeds
 
 __all__ = ["ShardedGenerator"]
@@ -45,11 +45,7 @@ def _start(
     """Worker initialiser: pin the worker to its GPU (or its share of the CPU cores), then build
     its generator."""
     global _GENERATOR
-    if device is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = device
-    import torch
-
-    torch.set_num_threads(threads)
+    pin_worker(device, threads)
     from resail_pipeline.generation import make_generator
 
     _GENERATOR = make_generator(backend, path, policy_id=policy_id, **options)

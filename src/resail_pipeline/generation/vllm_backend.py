@@ -41,6 +41,9 @@ class VLLMGenerator(Generator):
             raise ValueError("tokenizer: has no eos_token, so a response could never end")
         self.policy_id = policy_id
         self.progress = progress
+        model_config = getattr(getattr(llm, "llm_engine", None), "model_config", None)
+        #: the engine's context length: a prompt and its new tokens must fit in it
+        self.max_model_len: int | None = getattr(model_config, "max_model_len", None)
 
     @classmethod
     def option_names(cls) -> set[str] | None:
@@ -105,6 +108,21 @@ class VLLMGenerator(Generator):
         cleanup_dist_env_and_memory()
         release_device_memory()
 
+    def check_lengths(self, encoded: Sequence[Sequence[int]], max_new_tokens: int) -> None:
+        """Refuse, before any request runs, a call whose longest prompt and its ``max_new_tokens``
+        exceed the engine's ``max_model_len`` (vLLM would fail the whole call on it, after the
+        other requests had run), naming the setting and the lengths."""
+        if self.max_model_len is None or not encoded:
+            return
+        longest = max(len(ids) for ids in encoded)
+        if longest + max_new_tokens > self.max_model_len:
+            raise ValueError(
+                f"run.generation.vllm.max_model_len: {self.max_model_len} tokens, but a prompt of "
+                f"{longest} tokens with {max_new_tokens} new ones needs {longest + max_new_tokens}; "
+                "raise it (up to the model's max_position_embeddings) or shorten the episodes "
+                "(run.env_options.max_steps)"
+            )
+
     def generate(
         self,
         prompts: Sequence[str],
@@ -120,6 +138,7 @@ class VLLMGenerator(Generator):
 
         stream_seeds = response_seeds(len(prompts), params, seeds)
         encoded = self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+        self.check_lengths(encoded, params.max_new_tokens)
         eos_id = self.tokenizer.eos_token_id
         requests = [{"prompt_token_ids": encoded[r // params.n]} for r in range(len(stream_seeds))]
         request_params = [

@@ -168,14 +168,19 @@ class RunConfig:
             env.task_ids(split)
         return factory
 
+    @property
+    def workers(self) -> int:
+        """Worker processes a node's generation and scoring split over: ``shards`` resolved on
+        this machine (``auto``: one per visible GPU); 0 where the work stays in one process."""
+        if self.shards == "auto":
+            return len(visible_devices())  # none without a GPU
+        return self.shards if self.shards > 1 else 0
+
     def generator(self, policy: CheckpointInfo) -> Generator:
         """``policy``'s generator: the backend in this process, or ``shards`` of it in their own
         processes (``auto`` on a GPU node: one per GPU, so that this process holds no CUDA
         context while the trainer runs)."""
-        if self.shards == "auto":
-            workers = len(visible_devices())  # none without a GPU
-        else:
-            workers = self.shards if self.shards > 1 else 0
+        workers = self.workers
         if not workers:
             return make_generator(
                 self.backend, policy.path, policy_id=policy.policy_id, **self.generation_options

@@ -355,9 +355,14 @@ class TrainConfig:
     grpo: GrpoConfig = field(default_factory=GrpoConfig)
     # input manifest and output paths
     run: RunPaths = field(default_factory=RunPaths)
+    # the forward of training, scoring and in-loop sampling compiled with torch.compile: true,
+    # false, or auto (compiled on a CPU with a C++ compiler; YAML reads on/off as true/false)
+    compile: bool | str = False
 
     def __post_init__(self) -> None:
         check_choice("method", self.method, METHODS)
+        if self.compile not in (True, False, "auto"):
+            raise ConfigError(f"compile: must be true, false or auto, got {self.compile!r}")
         check_sections(self)
 
     # ------------------------------------------------------------------------------------------

@@ -198,6 +198,7 @@ def build_probe_set(
     micro_batch_steps: int = 8,
     chunk_size: int | None = None,
     precision: str = "fp32",
+    compile: bool = False,
 ) -> pd.DataFrame:
     """The probe set: fixed logged steps and the initial model's support at each response position.
 
@@ -220,6 +221,7 @@ def build_probe_set(
         micro_batch_steps: steps per forward.
         chunk_size: positions per block in the full-vocabulary reductions.
         precision: ``fp32`` or ``bf16`` (autocast).
+        compile: run the forward compiled (:class:`~.views.ResponseLogits`).
 
     Returns:
         A frame with the ``probe_set`` schema, one row per probe step by trajectory and ``t``,
@@ -279,6 +281,7 @@ def build_probe_set(
         micro_batch_steps=micro_batch_steps,
         chunk_size=chunk_size,
         precision=precision,
+        compile=compile,
         desc="probe support",
     )
     for chunk, targets in batches:

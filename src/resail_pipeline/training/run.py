@@ -139,6 +139,7 @@ def score_with_frozen(
         max_response_tokens=config.responses.max_tokens,
         chunk_size=config.engine.chunk_size,
         precision=config.engine.autocast_precision,
+        compile=compiles(config, model),
     )
 
 
@@ -166,7 +167,16 @@ def probe_set_with_frozen(
         micro_batch_steps=config.probe.micro_batch_steps,
         chunk_size=config.engine.chunk_size,
         precision=config.engine.autocast_precision,
+        compile=compiles(config, model),
     )
+
+
+def compiles(config: TrainConfig, model: torch.nn.Module) -> bool:
+    """Whether ``model``'s forwards run compiled under ``config.compile`` (``auto``: on a CPU
+    with a C++ compiler; see :class:`~.views.ResponseLogits`)."""
+    from resail_pipeline.generation.transformers_backend import resolve_compile
+
+    return resolve_compile(config.compile, next(model.parameters()).device)
 
 
 def resolve_for_process(config: TrainConfig) -> TrainConfig:
@@ -265,12 +275,20 @@ class TrainingRun:
         if engine_config.gradient_checkpointing:
             enable_activation_checkpointing(student)
         student.train()
+        compiled = compiles(config, student)
         frozen = None
         if config.distills or config.parent == "grpo":
             path = manifest.policy if config.distills else (manifest.reference or manifest.policy)
-            frozen = ResponseLogits(load_model(path, dtype=dtype, device=self.device))
+            model = load_model(path, dtype=dtype, device=self.device)
+            frozen = ResponseLogits(model, compile=compiles(config, model))
         engine = build_engine(
-            ResponseLogits(student),
+            # activation checkpointing hooks the model's own layers, which the functional
+            # forward does not run
+            ResponseLogits(
+                student,
+                compile=compiled and not engine_config.gradient_checkpointing,
+                functional=not engine_config.gradient_checkpointing,
+            ),
             engine_config,
             config.optimizer,
             rank=self.rank,
@@ -287,6 +305,7 @@ class TrainingRun:
                 policy_id=f"{self.parent.policy_id}+{config.method}",
                 batch_size=config.responses.batch_size,
                 max_batch_tokens=config.responses.max_batch_tokens,
+                compile=compiled,
                 progress=False,
             )
         self.trainer = make_trainer(config, self.data, engine, self.tokenizer, frozen, generator)

@@ -129,15 +129,17 @@ def sensitivity_batches(
     micro_batch_steps: int = 16,
     chunk_size: int | None = None,
     precision: str = "fp32",
+    compile: bool = False,
     desc: str = "score",
 ) -> Iterator[tuple[Sequence[StepExample], TeacherTargets]]:
     """``(chunk, targets)`` over ``examples`` in chunks of ``micro_batch_steps``: the frozen
     ``model``'s two views of each step's own response on its own ordinary top-``top_k``, and their
-    PI sensitivity (``targets.scores``). Shared by the scores and the probe's fixed support."""
+    PI sensitivity (``targets.scores``). Shared by the scores and the probe's fixed support;
+    ``compile``: the forward compiled (:class:`~.views.ResponseLogits`)."""
     if micro_batch_steps < 1:
         raise ValueError(f"micro_batch_steps: must be >= 1, got {micro_batch_steps}")
     device = next(model.parameters()).device
-    scorer = ResponseLogits(model)
+    scorer = ResponseLogits(model, compile=compile)
     starts = range(0, len(examples), micro_batch_steps)
     for start in tqdm(starts, desc=desc, disable=len(starts) < 2):
         chunk = examples[start : start + micro_batch_steps]
@@ -171,8 +173,12 @@ def score_steps(
     max_response_tokens: int | None = None,
     chunk_size: int | None = None,
     precision: str = "fp32",
+    compile: bool = False,
 ) -> pd.DataFrame:
     """The frozen scorer's PI sensitivity of every step with an accepted summary and a response.
+
+    Steps are scored in micro-batches of similar length (a batch is as wide as its longest
+    packed row), and returned in trajectory order.
 
     Args:
         model: the scorer (the cycle-start policy); run without gradient, its weights untouched
@@ -187,6 +193,7 @@ def score_steps(
         max_response_tokens: score only the first tokens of each response.
         chunk_size: positions per block in the full-vocabulary reductions.
         precision: ``fp32`` or ``bf16`` (autocast).
+        compile: run the forward compiled (:class:`~.views.ResponseLogits`).
 
     Returns:
         A frame with the ``scores`` schema: ``traj_id, t, scorer_id, jsd, tokens``.
@@ -198,20 +205,24 @@ def score_steps(
         steps, summaries, tokenizer, responses=responses, max_response_tokens=max_response_tokens
     )
     examples = [s for traj in data.trajectories for s in data.steps[traj]]
+    order = {(s.traj_id, s.t): k for k, s in enumerate(examples)}
+    by_length = sorted(examples, key=lambda s: len(s.privileged_ids) + len(s.response_ids))
     rows = []
     batches = sensitivity_batches(
         model,
-        examples,
+        by_length,
         pad_id=tokenizer.pad_token_id,
         top_k=top_k,
         micro_batch_steps=micro_batch_steps,
         chunk_size=chunk_size,
         precision=precision,
+        compile=compile,
     )
     for chunk, targets in batches:
         tokens = targets.mask.sum(dim=1).tolist()
         for step, jsd, n in zip(chunk, targets.scores.tolist(), tokens, strict=True):
             rows.append((step.traj_id, step.t, scorer_id, float(jsd), int(n)))
+    rows.sort(key=lambda row: order[(row[0], row[1])])
     logger.info("scored %d steps with %s", len(rows), scorer_id)
     return pd.DataFrame(rows, columns=["traj_id", "t", "scorer_id", "jsd", "tokens"])
 

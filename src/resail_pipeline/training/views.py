@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 from transformers import PreTrainedModel
 
+from resail_pipeline.generation.decoder import DecoderForward, unsupported
 from resail_pipeline.packing import TreeRow, common_prefix_length, lay_out
 from resail_pipeline.training.data import StepExample
 
@@ -49,14 +50,39 @@ class ResponseLogits(nn.Module):
     Wraps a Hugging Face ``*ForCausalLM`` without logit soft-capping (Qwen3 and the like):
     decoder, then the output layer on the gathered hidden states. The wrapped model is
     ``self.model``; engines (DDP, DeepSpeed) wrap this module.
+
+    For the architectures :mod:`~resail_pipeline.generation.decoder` runs (Llama, Qwen2, Qwen3)
+    the decoder is its functional forward over the model's own weights, the one rollouts run,
+    compiled or not (``compile``); rows with one branch take SDPA's causal kernel instead of a
+    padding mask. Other architectures, and ``functional=False`` (activation checkpointing, which
+    hooks the model's own layers), run the model's decoder. The two agree to float rounding.
+
+    Args:
+        model: the causal LM.
+        compile: compile the functional forward's per-layer functions (forward and backward).
+        functional: use the functional forward where the architecture allows it.
     """
 
-    def __init__(self, model: PreTrainedModel) -> None:
+    def __init__(
+        self, model: PreTrainedModel, *, compile: bool = False, functional: bool = True
+    ) -> None:
         super().__init__()
         implementation = model.config._attn_implementation
         if implementation not in _MASKABLE:
             model.set_attn_implementation("sdpa")
         self.model = model
+        self._decoder: DecoderForward | None = None
+        if functional and unsupported(model) is None:
+            self._decoder = DecoderForward(model, compile=compile)
+        elif compile:
+            raise ValueError(
+                "compile: only the functional forward of a Llama-family model compiles"
+            )
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the decoder runs compiled."""
+        return self._decoder is not None and self._decoder.compiled
 
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor, positions: Tensor
@@ -65,13 +91,30 @@ class ResponseLogits(nn.Module):
 
         Args:
             input_ids: Long ``(R, L)``.
-            attention_mask: ``(R, L)`` padding mask, or bool ``(R, 1, L, L)`` (True: may attend).
+            attention_mask: ``(R, L)`` right-padding mask, or bool ``(R, 1, L, L)`` (True: may
+                attend).
             position_ids: Long ``(R, L)``.
             positions: Long ``(R, G)`` sequence positions whose next-token logits are wanted.
 
         Returns:
             ``(R, G, V)`` logits.
         """
+        if self._decoder is not None:
+            mask = None
+            if attention_mask.dim() == 4:
+                mask = attention_mask
+            elif not bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all()):
+                raise ValueError("attention_mask: a 2-D mask must pad on the right")
+            hidden = self._decoder.hidden_states(input_ids, mask, position_ids)  # (R, L, H)
+        else:
+            hidden = self._model_hidden_states(input_ids, attention_mask, position_ids)
+        index = positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])  # (R, G, H)
+        return self.model.get_output_embeddings()(hidden.gather(1, index))  # (R, G, V)
+
+    def _model_hidden_states(
+        self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor
+    ) -> Tensor:
+        """``(R, L, H)`` through the model's own decoder."""
         if attention_mask.dim() == 4 and self.model.config._attn_implementation == "eager":
             # eager attention adds its mask to the scores: 0 where allowed, the dtype's minimum elsewhere
             dtype = self.model.get_input_embeddings().weight.dtype
@@ -79,15 +122,12 @@ class ResponseLogits(nn.Module):
                 dtype = torch.get_autocast_dtype(input_ids.device.type)
             zero = torch.zeros((), dtype=dtype, device=attention_mask.device)
             attention_mask = torch.where(attention_mask, zero, torch.finfo(dtype).min)
-        decoder = self.model.get_decoder()
-        hidden = decoder(
+        return self.model.get_decoder()(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
             use_cache=False,
-        ).last_hidden_state  # (R, L, H)
-        index = positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])  # (R, G, H)
-        return self.model.get_output_embeddings()(hidden.gather(1, index))  # (R, G, V)
+        ).last_hidden_state
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 
 from resail_pipeline.config import build, check_int
-from resail_pipeline.devices import off_process
+from resail_pipeline.devices import in_shards, off_process
 from resail_pipeline.pipelines.common import RunConfig, policy_info
 from resail_pipeline.training import TrainConfig, sample_responses, usable_steps
 from resail_pipeline.training.run import score_with_frozen
@@ -38,20 +38,21 @@ def cycle_start_key(
     Both are made by the initial policy on the shared cycle-1 corpus, so every experiment of a
     data folder whose settings for them agree can share them: the lr candidates of a budget check,
     OEL and OEL + ReSAIL, every method that caches ordinary-view responses. The name is the view
-    the responses are sampled in and a hash of every setting that could change either table: the
-    sampling (``train.responses``, ``score``), the scoring support (``train.resail.top_k``), the
-    trainer's device and precision (``train.engine``, which scoring follows) and the run's
-    generation backend, seed, shards and environment options. What cannot change them (the
-    optimizer, schedule, the other ReSAIL switches, the probe) is left out; a setting added to
-    those sections later is counted in, so that two experiments never share by mistake.
+    the responses are sampled in and a hash of every setting that could change either table: all
+    of ``train`` but what cannot (the method beyond its view, the optimizer, the schedule, the
+    probe, GRPO's settings, the ReSAIL switches other than the scoring support ``top_k``), all
+    of ``score``, and the run's settings but its method, experiment and staging folder. A setting
+    added later is counted in, so that two experiments never share by mistake.
     """
     run = RunConfig.from_params(run_params)
     config = TrainConfig.from_dict({**train_params, "method": run.method}, "train")
+    train = asdict(config)
+    for name in ("method", "optimizer", "schedule", "probe", "grpo", "run"):
+        del train[name]
+    train["resail"] = {"top_k": config.resail.top_k}
     settings = {
         "view": config.cached_response_view,
-        "responses": asdict(config.responses),
-        "top_k": config.resail.top_k,
-        "engine": asdict(config.engine),
+        "train": train,
         "score": asdict(build(ScoreParams, score_params, "score")),
         "run": {
             k: v for k, v in asdict(run).items() if k not in ("method", "experiment", "staging_dir")
@@ -94,18 +95,58 @@ def score_node(
     policy: pd.DataFrame,
     train_params: dict[str, Any],
     score_params: dict[str, Any],
+    run_params: dict[str, Any],
 ) -> pd.DataFrame:
     """The frozen cycle-start teacher's PI sensitivity of every step over its cached response (the
     function the trainer scores with online, on the device and in the precision it trains in: bf16
-    weights without autocast under DeepSpeed in bf16, fp32 weights under autocast otherwise)."""
+    weights without autocast under DeepSpeed in bf16, fp32 weights under autocast otherwise).
+
+    Split by trajectory over ``run.shards`` worker processes as generation is (one per GPU on a
+    GPU node), each scoring its block; on a GPU machine with one process, in a process of its own:
+    Kedro's holds no CUDA context.
+    """
     info = policy_info(policy)
-    return off_process(  # on a GPU machine in its own process: Kedro's holds no CUDA context
-        score_with_frozen,
-        info.path,
-        info.policy_id,
-        TrainConfig.from_dict(train_params, "train"),
-        steps,
-        summaries,
-        responses,
-        micro_batch_steps=build(ScoreParams, score_params, "score").micro_batch_steps,
-    )
+    config = TrainConfig.from_dict(train_params, "train")
+    micro_batch_steps = build(ScoreParams, score_params, "score").micro_batch_steps
+    workers = RunConfig.from_params(run_params).workers
+    if workers < 2:
+        return off_process(
+            score_with_frozen,
+            info.path,
+            info.policy_id,
+            config,
+            steps,
+            summaries,
+            responses,
+            micro_batch_steps=micro_batch_steps,
+        )
+    parts = []
+    for block in trajectory_blocks(steps, workers):
+        parts.append(
+            (
+                info.path,
+                info.policy_id,
+                config,
+                steps[steps["traj_id"].isin(block)],
+                summaries[summaries["traj_id"].isin(block)],
+                responses[responses["traj_id"].isin(block)],
+            )
+        )
+    scores = in_shards(score_with_frozen, parts, micro_batch_steps=micro_batch_steps)
+    return pd.concat(scores, ignore_index=True)
+
+
+def trajectory_blocks(steps: pd.DataFrame, count: int) -> list[list[str]]:
+    """The trajectory ids of ``steps``, sorted (the order the scores come in), in at most ``count``
+    contiguous blocks of nearly equal step counts (none empty)."""
+    sizes = steps.groupby("traj_id", sort=True).size()
+    total, blocks, current, filled = int(sizes.sum()), [], [], 0
+    for traj_id, size in sizes.items():
+        current.append(str(traj_id))
+        filled += int(size)
+        if filled >= total * (len(blocks) + 1) / count and len(blocks) < count - 1:
+            blocks.append(current)
+            current = []
+    if current:
+        blocks.append(current)
+    return blocks

@@ -29,7 +29,15 @@ def base_pipeline() -> Pipeline:
             ),
             node(
                 score_node,
-                inputs=["steps", "summaries", "responses", POLICY, "params:train", "params:score"],
+                inputs=[
+                    "steps",
+                    "summaries",
+                    "responses",
+                    POLICY,
+                    "params:train",
+                    "params:score",
+                    "params:run",
+                ],
                 outputs="scores",
                 name="score_node",
             ),
