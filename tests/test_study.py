@@ -283,6 +283,7 @@ def test_the_rule_chooses_the_largest_harmless_rate_and_reports_every_candidate(
     written = (tmp_path / "report" / "rule.md").read_text()
     assert text_chosen == 2e-5 and "chosen: train.optimizer.lr = 2e-05" in written
     assert all(name in written for name in ("small", "middle", "large"))
+    assert "| small | 1e-05 |" in written  # each candidate's rate as written, not rounded to 0.0
 
     # every candidate harms: none is chosen, and the smallest is reported as harmful
     for name in ("small", "middle"):

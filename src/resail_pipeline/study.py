@@ -230,6 +230,8 @@ def write_rule(plan: StudyPlan, outputs: Path, reporting: Path) -> float | None:
 
     table, chosen = apply_rule(plan, outputs)
     rule = plan.rule
+    # the candidates' values as written (a learning rate is not a one-decimal figure)
+    shown = table.assign(**{rule.parameter: table[rule.parameter].map(lambda v: f"{v:g}")})
     verdict = (
         f"chosen: {rule.parameter} = {chosen:g}"
         if chosen is not None
@@ -239,7 +241,7 @@ def write_rule(plan: StudyPlan, outputs: Path, reporting: Path) -> float | None:
         f"# Rule `{rule.choose}` over {rule.method}'s {rule.parameter}\n\n"
         "Paired difference of cycle 1 from cycle 0 in percentage points, 95% bootstrap interval "
         "over tasks; harmless: upper bound >= 0.\n\n"
-        f"{table_to_markdown(table, float_format='.1f')}\n\n{verdict}\n"
+        f"{table_to_markdown(shown, float_format='.1f')}\n\n{verdict}\n"
     )
     reporting.mkdir(parents=True, exist_ok=True)
     with atomic_path(reporting / "rule.md") as tmp:
