@@ -98,8 +98,9 @@ def test_compiled_forward_agrees_with_eager_within_rounding(tiny_model, tiny_tok
         )
 
 
-def test_other_architectures_run_transformers_forward(tiny_model, tiny_tokenizer):
-    tiny_model.config.hidden_act = "gelu"
+def test_other_architectures_run_transformers_forward(tiny_model, tiny_tokenizer, monkeypatch):
+    # the model shares its config with the session's checkpoints: set it back afterwards
+    monkeypatch.setattr(tiny_model.config, "hidden_act", "gelu")
     assert unsupported(tiny_model) == "hidden_act 'gelu' is not silu"
     assert make(tiny_model, tiny_tokenizer)._decoder is None
     assert make(tiny_model, tiny_tokenizer, compile="auto")._decoder is None
