@@ -86,8 +86,11 @@ def test_resail_with_lambda_zero_and_no_selection_is_the_parent(parent, make_con
         rtol=1e-5,
         atol=0,
     )
+    # weights within 1% of the most AdamW can move them (lr 1e-3 x 2 updates): the parent's rows
+    # take SDPA's causal kernel, ReSAIL's packed rows the masked one, which round differently
+    # (1.2e-5 apart with kernels held to AVX2), and Adam normalises tiny gradients' rounding
     a, b = weights(plain.checkpoint.path), weights(resail.checkpoint.path)
-    assert all(torch.allclose(a[k], b[k], rtol=0, atol=1e-5) for k in a)
+    assert all(torch.allclose(a[k], b[k], rtol=0, atol=0.01 * 1e-3 * 2) for k in a)
 
     # balancing weighs steps per trajectory: with unequal trajectory lengths it is not the parent
     balanced = {"selection": "none", "balancing": True, "lambda": 0.0}
