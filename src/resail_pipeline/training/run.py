@@ -139,7 +139,7 @@ def score_with_frozen(
         max_response_tokens=config.responses.max_tokens,
         chunk_size=config.engine.chunk_size,
         precision=config.engine.autocast_precision,
-        compile=compiles(config, model),
+        compile=compiles(config, next(model.parameters()).device),
     )
 
 
@@ -167,16 +167,16 @@ def probe_set_with_frozen(
         micro_batch_steps=config.probe.micro_batch_steps,
         chunk_size=config.engine.chunk_size,
         precision=config.engine.autocast_precision,
-        compile=compiles(config, model),
+        compile=compiles(config, next(model.parameters()).device),
     )
 
 
-def compiles(config: TrainConfig, model: torch.nn.Module) -> bool:
-    """Whether ``model``'s forwards run compiled under ``config.compile`` (``auto``: on a CPU
+def compiles(config: TrainConfig, device: torch.device) -> bool:
+    """Whether forwards on ``device`` run compiled under ``config.compile`` (``auto``: on a CPU
     with a C++ compiler; see :class:`~.views.ResponseLogits`)."""
     from resail_pipeline.generation.transformers_backend import resolve_compile
 
-    return resolve_compile(config.compile, next(model.parameters()).device)
+    return resolve_compile(config.compile, device)
 
 
 def resolve_for_process(config: TrainConfig) -> TrainConfig:
@@ -275,12 +275,14 @@ class TrainingRun:
         if engine_config.gradient_checkpointing:
             enable_activation_checkpointing(student)
         student.train()
-        compiled = compiles(config, student)
+        # resolved for the device the models run on (the student is moved there by the engine)
+        compiled = compiles(config, self.device)
         frozen = None
         if config.distills or config.parent == "grpo":
             path = manifest.policy if config.distills else (manifest.reference or manifest.policy)
-            model = load_model(path, dtype=dtype, device=self.device)
-            frozen = ResponseLogits(model, compile=compiles(config, model))
+            frozen = ResponseLogits(
+                load_model(path, dtype=dtype, device=self.device), compile=compiled
+            )
         engine = build_engine(
             # activation checkpointing hooks the model's own layers, which the functional
             # forward does not run
