@@ -156,10 +156,7 @@ class PreflightHook:
                 raise ValueError(
                     f"{source}: a collection exists, but not the policy that made it ({policy})"
                 )
-            run = RunConfig.from_params(catalog.load("params:run"))
-            config = collect_config(
-                catalog.load("params:collect"), catalog.load("params:train"), run
-            )
+            config = collect_config(params["collect"], params["train"], run)
             expected = settings_of(config, run, policy_info(catalog.load(policy)))
             check_collection_settings(catalog.load(tasks), expected, source)
 

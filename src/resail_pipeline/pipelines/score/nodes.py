@@ -106,34 +106,26 @@ def score_node(
     Kedro's holds no CUDA context.
     """
     info = policy_info(policy)
-    config = TrainConfig.from_dict(train_params, "train")
+    scorer = (info.path, info.policy_id, TrainConfig.from_dict(train_params, "train"))
     micro_batch_steps = build(ScoreParams, score_params, "score").micro_batch_steps
     workers = RunConfig.from_params(run_params).workers
     if workers < 2:
         return off_process(
             score_with_frozen,
-            info.path,
-            info.policy_id,
-            config,
+            *scorer,
             steps,
             summaries,
             responses,
             micro_batch_steps=micro_batch_steps,
         )
-    parts = []
-    for block in trajectory_blocks(steps, workers):
-        parts.append(
-            (
-                info.path,
-                info.policy_id,
-                config,
-                steps[steps["traj_id"].isin(block)],
-                summaries[summaries["traj_id"].isin(block)],
-                responses[responses["traj_id"].isin(block)],
-            )
-        )
-    scores = in_shards(score_with_frozen, parts, micro_batch_steps=micro_batch_steps)
-    return pd.concat(scores, ignore_index=True)
+    parts = [
+        (*scorer, *(frame[frame["traj_id"].isin(block)] for frame in (steps, summaries, responses)))
+        for block in trajectory_blocks(steps, workers)
+    ]
+    return pd.concat(
+        in_shards(score_with_frozen, parts, micro_batch_steps=micro_batch_steps),
+        ignore_index=True,
+    )
 
 
 def trajectory_blocks(steps: pd.DataFrame, count: int) -> list[list[str]]:
