@@ -194,15 +194,6 @@ def test_a_reference_policy_that_does_not_exist_is_refused_before_any_node(cycle
     PreflightHook().before_pipeline_run({}, reader, _catalog(None, policy, bootstrap=built))
 
 
-@pytest.mark.parametrize(
-    ("parameters", "runtime", "folder"),
-    [
-        ("run:\n  method: sdpo\n", {}, "textcraft/sdpo"),
-        ("run:\n  method: sdpo\n", {"run": {"experiment": "mine"}}, "textcraft/mine"),
-        ("", {"run": {"method": "rft"}}, "textcraft/rft"),
-        ("", {}, "textcraft/oel_resail"),
-    ],
-)
 def _catalog_paths(tmp_path, parameters, runtime, names):
     """The file paths the project's catalog gives ``names`` in a session over a copy of conf/ with
     ``parameters`` as conf/local's parameters and ``runtime`` as the command line's."""

@@ -33,12 +33,8 @@ def test_response_logits_equal_the_full_forward(tiny_model):
     torch.testing.assert_close(out, separate_logits(tiny_model, [3, 4, 5, 6], [7, 8, 9]))
 
 
-@pytest.mark.parametrize("attention", ["sdpa", "eager"])
-def test_packed_views_equal_separate_forwards(tiny_model, attention):
-    tiny_model.set_attn_implementation(attention)
-    module = ResponseLogits(tiny_model)
-    assert tiny_model.config._attn_implementation == attention
-    generator = torch.Generator().manual_seed(0)
+def _mixed_rows(generator: torch.Generator) -> list[ViewRow]:
+    """Rows of two views over a shared prefix, of different lengths (so some are padded)."""
     rows = []
     for n_prefix, n_ord, n_priv, n_resp in [(6, 3, 8, 4), (2, 1, 5, 2), (9, 4, 2, 5)]:
         prefix = torch.randint(4, 60, (n_prefix,), generator=generator).tolist()
@@ -46,6 +42,15 @@ def test_packed_views_equal_separate_forwards(tiny_model, attention):
         privileged = prefix + torch.randint(60, 90, (n_priv,), generator=generator).tolist()
         response = torch.randint(4, 90, (n_resp,), generator=generator).tolist()
         rows.append(ViewRow(prompts=(ordinary, privileged), response=response))
+    return rows
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_packed_views_equal_separate_forwards(tiny_model, attention):
+    tiny_model.set_attn_implementation(attention)
+    module = ResponseLogits(tiny_model)
+    assert tiny_model.config._attn_implementation == attention
+    rows = _mixed_rows(torch.Generator().manual_seed(0))
     rows.append(ViewRow(prompts=([5, 6, 7],), response=[8, 9]))  # a row with one view
     packed = pack_rows(rows, pad_id=0)
     assert packed.attention_mask.shape[1] == 1 and packed.attention_mask.dim() == 4
@@ -92,18 +97,6 @@ def test_view_logits_serves_each_row_its_views(tiny_model, tiny_tokenizer):
         atol=1e-5,
         rtol=1e-5,
     )
-
-
-def _mixed_rows(generator: torch.Generator) -> list[ViewRow]:
-    """Rows of two views over a shared prefix, of different lengths (so some are padded)."""
-    rows = []
-    for n_prefix, n_ord, n_priv, n_resp in [(6, 3, 8, 4), (2, 1, 5, 2), (9, 4, 2, 5)]:
-        prefix = torch.randint(4, 60, (n_prefix,), generator=generator).tolist()
-        ordinary = prefix + torch.randint(4, 60, (n_ord,), generator=generator).tolist()
-        privileged = prefix + torch.randint(60, 90, (n_priv,), generator=generator).tolist()
-        response = torch.randint(4, 90, (n_resp,), generator=generator).tolist()
-        rows.append(ViewRow(prompts=(ordinary, privileged), response=response))
-    return rows
 
 
 def _logits_and_gradients(model, module, rows):
