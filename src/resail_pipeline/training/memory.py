@@ -1,0 +1,314 @@
+"""Memory of one training rank, planned before the first node runs.
+
+A configuration that cannot fit its GPUs should fail in the pre-run checks with its figures, not
+after cycle 0 has run for twenty minutes on eight of them. :func:`plan_memory` estimates what one
+rank of the trainer holds at its peak from the model's shape, the resolved engine and the budgets:
+
+- **weights**: the student, and the frozen model beside it (the distillation methods' teacher,
+  GRPO's KL reference), in the parameters' dtype (bf16 under DeepSpeed in bf16, else fp32);
+  ZeRO-3 partitions the student over the ranks.
+- **gradients**: fp32 (DeepSpeed accumulates in fp32); ZeRO-2 and -3 keep the rank's partition
+  and one reduce bucket, ZeRO-1 and the other engines the whole; DDP adds its bucket copies.
+- **optimiser**: AdamW's two fp32 moments, and under bf16 parameters the fp32 master weights;
+  partitioned over the ranks by every ZeRO stage.
+- **autocast copies**: fp32 parameters computing in bf16 keep a bf16 copy of every weight for the
+  forward.
+- **activations** of one micro-batch of ``micro_batch_steps`` rows of the longest row (the prompt,
+  then one response branch per view the student trains): every layer's saved tensors, or with
+  gradient checkpointing every layer's input and one layer's tensors, recomputed.
+- **attention mask**: two-branch rows carry a boolean tree mask of ``L x L`` per row.
+- **logits**: the student's response logits, kept for the backward, and their gradient; the
+  teacher's, reduced to its top-K targets while the student's graph is alive; one fp32 block of
+  the top-K reduction (``chunk_size`` positions, all of them when ``None``).
+- **sampling cache**: OEL and GRPO sample in the loop; their decode batch's key-value cache
+  (``responses.max_batch_tokens``, or ``batch_size`` rows of prompt plus response) is live while
+  no activation is, so the plan counts the larger of the two phases.
+
+The per-token, per-layer count of saved activations is that of a Llama-family layer (Qwen3:
+normalised queries and keys, rotary embeddings, a gated MLP) run by the project's forward; a test
+holds the plan against the peak the CPU allocator counts for the trainer on small shapes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from resail_pipeline.config import ConfigError
+from resail_pipeline.training.config import TrainConfig
+
+__all__ = ["GIB", "MemoryPlan", "ModelShape", "check_fits", "plan_memory"]
+
+GIB = 1024**3
+
+#: elements DeepSpeed's ZeRO-2/3 reduce bucket holds (``reduce_bucket_size``'s default)
+ZERO_REDUCE_BUCKET = 500_000_000
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the plan needs of a decoder-only causal LM.
+
+    Attributes:
+        parameters: trainable parameters (tied embeddings counted once).
+        layers: decoder layers.
+        hidden: hidden size.
+        intermediate: the MLP's inner size.
+        heads: attention heads.
+        kv_heads: key-value heads.
+        head_dim: size of one head.
+        vocab: vocabulary size (columns of the logits).
+    """
+
+    parameters: int
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+
+    @classmethod
+    def from_config(cls, config: Any) -> ModelShape:
+        """From a Hugging Face ``PretrainedConfig`` (a causal LM's); the parameters are counted on
+        the meta device, so no memory is allocated whatever the model's size."""
+        from transformers import AutoModelForCausalLM
+
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
+        heads = int(config.num_attention_heads)
+        return cls(
+            parameters=sum(p.numel() for p in model.parameters()),
+            layers=int(config.num_hidden_layers),
+            hidden=int(config.hidden_size),
+            intermediate=int(config.intermediate_size),
+            heads=heads,
+            kv_heads=int(getattr(config, "num_key_value_heads", None) or heads),
+            head_dim=int(getattr(config, "head_dim", None) or config.hidden_size // heads),
+            vocab=int(config.vocab_size),
+        )
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path) -> ModelShape:
+        """From a checkpoint directory's ``config.json`` (no weights are read)."""
+        from transformers import AutoConfig
+
+        if not (Path(path) / "config.json").is_file():
+            raise ConfigError(f"{path}: no config.json, so the memory plan has no model shape")
+        return cls.from_config(AutoConfig.from_pretrained(path, trust_remote_code=False))
+
+    def layer_activations_per_token(self, *, repeated_kv: bool) -> int:
+        """Elements one layer saves for its backward per token (Llama family, Qwen3's norms).
+
+        Two RMSNorms (input, normalised, output: 3H each); queries before and after their per-head
+        norm, rotated, and the attention's output (4 query widths); keys before and after their
+        norm (2 key widths); the rotated keys and the values as attention reads them (2 query
+        widths where grouped keys are repeated per head, under a mask; else 2 key widths); the
+        gated MLP's gate, up, activation and product (4I). Counted from the tensors autograd saves
+        for the project's forward.
+        """
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        keys_read = q if repeated_kv and self.heads != self.kv_heads else kv
+        return 6 * self.hidden + 4 * q + 2 * kv + 2 * keys_read + 4 * self.intermediate
+
+    @property
+    def cache_per_token(self) -> int:
+        """Elements of key-value cache per token over all layers."""
+        return 2 * self.layers * self.kv_heads * self.head_dim
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """One rank's planned peak, part by part.
+
+    Attributes:
+        fixed: ``(name, bytes)`` held for the whole run.
+        training: ``(name, bytes)`` live during a micro-batch's forward and backward.
+        sampling: ``(name, bytes)`` live while the trainer samples (not with ``training``).
+    """
+
+    fixed: tuple[tuple[str, int], ...]
+    training: tuple[tuple[str, int], ...]
+    sampling: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def peak(self) -> int:
+        """Bytes at the peak: the fixed parts and the larger phase."""
+        phase = max(sum(b for _, b in self.training), sum(b for _, b in self.sampling))
+        return sum(b for _, b in self.fixed) + phase
+
+    def describe(self) -> str:
+        """``"weights 16.4 GiB + ... = 78.0 GiB"``, the parts in plan order."""
+
+        def parts(items: tuple[tuple[str, int], ...]) -> str:
+            return " + ".join(f"{name} {b / GIB:.1f}" for name, b in items if b)
+
+        text = parts(self.fixed)
+        training, sampling = parts(self.training), parts(self.sampling)
+        phases = f"training ({training})" if training else ""
+        if sampling:
+            phases = f"max(training ({training}), sampling ({sampling}))"
+        return f"{text} + {phases} = {self.peak / GIB:.1f} GiB" if phases else text
+
+
+def plan_memory(
+    config: TrainConfig, shape: ModelShape, *, prompt_tokens: int, steps_per_update: int = 0
+) -> MemoryPlan:
+    """The peak memory of one rank of ``config``'s trainer.
+
+    Args:
+        config: the training configuration, its engine resolved (``auto`` replaced).
+        shape: the policy's shape.
+        prompt_tokens: the longest prompt a step can have, in its privileged view.
+        steps_per_update: the steps of an update, where ``engine.micro_batch_steps`` is ``None``
+            (a rank's share of them is one micro-batch); ignored otherwise.
+
+    Raises:
+        ConfigError: an unresolved engine, or no way to size the micro-batch.
+    """
+    engine = config.engine
+    if not engine.resolved:
+        raise ConfigError("train.engine: resolve the engine before planning its memory")
+    if prompt_tokens < 1:
+        raise ConfigError(f"prompt_tokens: must be positive, got {prompt_tokens}")
+    world = engine.world_size or 1
+    p = shape.parameters
+    deepspeed = engine.kind == "deepspeed"
+    weight_bytes = 2 if engine.bf16_parameters else 4
+    compute_bytes = 2 if engine.precision == "bf16" else 4
+
+    student = p * weight_bytes // (world if deepspeed and engine.zero_stage == 3 else 1)
+    frozen = p * weight_bytes if (config.distills or config.parent == "grpo") else 0
+    if deepspeed and engine.zero_stage >= 2:
+        gradients = 4 * p // world + weight_bytes * min(p, ZERO_REDUCE_BUCKET)
+    else:
+        gradients = 4 * p * (2 if engine.kind == "ddp" else 1)
+    optimiser = 8 * p + (4 * p if engine.bf16_parameters else 0)
+    if deepspeed:
+        optimiser //= world
+    casts = 2 * p if engine.precision == "bf16" and not engine.bf16_parameters else 0
+    fixed = (
+        ("student weights", student),
+        ("frozen weights", frozen),
+        ("gradients", gradients),
+        ("optimiser", optimiser),
+        ("autocast copies", casts),
+    )
+    if not config.trains:
+        return MemoryPlan(fixed=(), training=())
+
+    rows = engine.micro_batch_steps
+    if rows is None:
+        if steps_per_update < 1:
+            raise ConfigError(
+                "train.engine.micro_batch_steps: null (a rank's whole share of an update at "
+                "once) needs the steps of an update to plan memory; set micro_batch_steps"
+            )
+        rows = math.ceil(steps_per_update / world)
+    response = config.responses.max_tokens
+    # the student's views of a row (its longest row: both, under ReSAIL) and the teacher's
+    branches = 2 if config.distills and config.uses_resail else 1
+    teacher_branches = (2 if config.uses_resail else 1) if config.distills else 0
+    length = prompt_tokens + branches * response  # the longest packed row
+    tokens = rows * length
+    masked = branches > 1  # two-branch rows attend under a tree mask, single ones causally
+    layer = shape.layer_activations_per_token(repeated_kv=masked) * tokens * compute_bytes
+    # SDPA keeps the tree mask as an additive bias of the compute dtype for its backward
+    bias = rows * length * length * compute_bytes if masked else 0
+    if engine.gradient_checkpointing:
+        saved = shape.layers * tokens * shape.hidden * compute_bytes  # each layer's input
+    else:
+        saved = shape.layers * (layer + bias)
+    saved += 3 * tokens * shape.hidden * compute_bytes  # the embeddings and the final norm
+    # one layer's tensors live at a time: the teacher's no-grad forward, beside the student's
+    # graph, and the recomputation of a checkpointed layer
+    working = layer + bias
+    mask = rows * length * length if masked else 0
+    logit_bytes = 4 if weight_bytes == 4 and compute_bytes == 4 else 2
+    student_logits = rows * branches * response * shape.vocab
+    teacher_logits = rows * teacher_branches * response * shape.vocab
+    positions = rows * branches * response
+    block = positions if engine.chunk_size is None else min(engine.chunk_size, positions)
+    logits = (
+        2 * student_logits * logit_bytes  # kept for the backward, and their gradient
+        + teacher_logits * logit_bytes
+        + 4 * block * shape.vocab  # the top-K reduction's fp32 block
+    )
+    training = (
+        ("activations", saved),
+        ("layer working set", working),
+        ("attention mask", mask),
+        ("logits", logits),
+    )
+
+    sampling: tuple[tuple[str, int], ...] = ()
+    if config.samples_responses:
+        cached = config.responses.max_batch_tokens
+        if cached is None:
+            cached = config.responses.batch_size * (prompt_tokens + response)
+        sampling = (("sampling cache", cached * shape.cache_per_token * compute_bytes),)
+    return MemoryPlan(fixed=fixed, training=training, sampling=sampling)
+
+
+#: the share of a GPU's memory a plan may fill: the rest is the CUDA context, NCCL's buffers and
+#: the caching allocator's fragmentation
+USABLE_SHARE = 0.9
+
+
+def check_fits(plan: MemoryPlan, capacity: int, *, device: str) -> None:
+    """Raise :class:`ConfigError` with the plan's figures when its peak exceeds the usable share
+    (:data:`USABLE_SHARE`) of ``capacity``.
+
+    Args:
+        plan: the rank's plan.
+        capacity: bytes of one device.
+        device: the device's name, for the message.
+    """
+    usable = int(capacity * USABLE_SHARE)
+    if plan.peak > usable:
+        raise ConfigError(
+            f"train.engine: one training rank needs about {plan.describe()}, more than "
+            f"{usable / GIB:.1f} GiB ({USABLE_SHARE:.0%} of the {capacity / GIB:.1f} GiB of {device}); "
+            "lower train.engine.micro_batch_steps, set train.engine.chunk_size and "
+            "gradient_checkpointing, or train on more GPUs (train.engine.world_size)"
+        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print (and check) the plan of a ``train`` section for a model on a number of GPUs."""
+    import argparse
+
+    import yaml
+
+    parser = argparse.ArgumentParser(
+        prog="python -m resail_pipeline.training.memory", description=main.__doc__
+    )
+    parser.add_argument("parameters", help="a YAML file with a train section (conf/paper/...)")
+    parser.add_argument("--model", required=True, help="a checkpoint folder with config.json")
+    parser.add_argument("--method", default="oel_resail", help="the method (run.method)")
+    parser.add_argument("--gpus", type=int, default=8, help="GPUs the engine resolves for")
+    parser.add_argument(
+        "--gpu-gib", type=float, default=79.6, help="memory of one GPU, GiB (an 80 GB H100: 79.6)"
+    )
+    parser.add_argument("--prompt-tokens", type=int, required=True, help="the longest prompt")
+    args = parser.parse_args(argv)
+    try:
+        data = yaml.safe_load(Path(args.parameters).read_text()) or {}
+        config = TrainConfig.from_dict({**data.get("train", {}), "method": args.method}, "train")
+        config = config.resolve(num_gpus=args.gpus, bf16_supported=True)
+        shape = ModelShape.from_checkpoint(args.model)
+        plan = plan_memory(config, shape, prompt_tokens=args.prompt_tokens)
+        print(plan.describe())
+        check_fits(plan, int(args.gpu_gib * GIB), device="the GPU")
+    except (ConfigError, OSError) as error:
+        raise SystemExit(f"error: {error}") from None
+    print(f"fits: {plan.peak / GIB:.1f} of {USABLE_SHARE * args.gpu_gib:.1f} usable GiB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,292 @@
+"""The memory plan of a training rank: the paper's Qwen3 shapes against an 80 GB GPU, and the plan
+held against the peak the CPU allocator counts for the real trainer on small shapes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+import yaml
+from torch.profiler import ProfilerActivity, profile
+
+from resail_pipeline.config import ConfigError
+from resail_pipeline.training import TrainConfig, write_inputs
+from resail_pipeline.training.memory import (
+    GIB,
+    MemoryPlan,
+    ModelShape,
+    check_fits,
+    main,
+    plan_memory,
+)
+from resail_pipeline.training.run import TrainingRun
+
+ROOT = Path(__file__).resolve().parents[2]
+SHAPES = ROOT / "reference" / "shapes"
+H100 = int(79.6 * GIB)  # an 80 GB H100 as CUDA reports it
+# the longest prompt planned for: a 30-step TextCraft episode with a 1,024-token summary
+PROMPT_TOKENS = 4096
+
+
+def _paper_train(**engine) -> TrainConfig:
+    data = yaml.safe_load((ROOT / "conf" / "paper-textcraft" / "parameters.yml").read_text())
+    train = {**data["train"], "method": "oel_resail"}
+    train["engine"] = {**train["engine"], **engine}
+    return TrainConfig.from_dict(train, "train").resolve(num_gpus=8, bf16_supported=True)
+
+
+def test_the_shapes_are_the_published_qwen3_models():
+    eight, four = (ModelShape.from_checkpoint(SHAPES / name) for name in ("Qwen3-8B", "Qwen3-4B"))
+    assert round(eight.parameters / 1e9, 2) == 8.19 and round(four.parameters / 1e9, 2) == 4.02
+    assert (eight.layers, eight.hidden, eight.kv_heads, eight.vocab) == (36, 4096, 8, 151936)
+    # 144 KiB of bf16 cache per token, as conf/paper's max_batch_tokens comment says
+    assert eight.cache_per_token * 2 == 144 * 1024 == four.cache_per_token * 2
+
+
+def test_qwen3_8b_is_refused_under_the_old_settings_and_fits_under_the_shipped_ones():
+    shape = ModelShape.from_checkpoint(SHAPES / "Qwen3-8B")
+    old = plan_memory(
+        _paper_train(micro_batch_steps=8, chunk_size=None), shape, prompt_tokens=PROMPT_TOKENS
+    )
+    with pytest.raises(ConfigError, match=r"^train\.engine: one training rank needs about .*GiB"):
+        check_fits(old, H100, device="an H100")
+    new = plan_memory(_paper_train(), shape, prompt_tokens=PROMPT_TOKENS)
+    check_fits(new, H100, device="an H100")
+    parts = dict(new.fixed)
+    # bf16 student and teacher, ZeRO-2's fp32 gradient partition (and a bf16 reduce bucket),
+    # fp32 master weights and moments over 8 ranks
+    assert parts["student weights"] == parts["frozen weights"] == 2 * shape.parameters
+    assert parts["gradients"] == 4 * shape.parameters // 8 + 2 * 500_000_000
+    assert parts["optimiser"] == 12 * shape.parameters // 8
+    assert 60 * GIB < new.peak < old.peak - 20 * GIB
+    # Qwen3-4B fits either way
+    four = ModelShape.from_checkpoint(SHAPES / "Qwen3-4B")
+    old_four = plan_memory(
+        _paper_train(micro_batch_steps=8, chunk_size=None), four, prompt_tokens=PROMPT_TOKENS
+    )
+    check_fits(old_four, H100, device="an H100")
+
+
+def test_the_plan_counts_what_each_engine_keeps():
+    shape = ModelShape.from_checkpoint(SHAPES / "Qwen3-4B")
+    p = shape.parameters
+
+    def fixed(method: str, **engine) -> dict[str, int]:
+        config = TrainConfig.from_dict(
+            {"method": method, "engine": {"micro_batch_steps": 1, **engine}}
+        ).resolve(num_gpus=0, bf16_supported=False)
+        return dict(plan_memory(config, shape, prompt_tokens=100).fixed)
+
+    single = fixed("rft", kind="single", precision="fp32")
+    assert single == {
+        "student weights": 4 * p,
+        "frozen weights": 0,  # cross-entropy has no teacher
+        "gradients": 4 * p,
+        "optimiser": 8 * p,
+        "autocast copies": 0,
+    }
+    ddp = fixed("oel", kind="ddp", world_size=2, precision="bf16")
+    assert ddp["frozen weights"] == 4 * p and ddp["gradients"] == 8 * p
+    assert ddp["autocast copies"] == 2 * p
+    zero3 = fixed("grpo", kind="deepspeed", world_size=4, zero_stage=3, precision="bf16")
+    assert zero3["student weights"] == 2 * p // 4 and zero3["frozen weights"] == 2 * p
+
+
+def test_checkpointing_chunking_and_smaller_micro_batches_each_lower_the_training_phase():
+    shape = ModelShape.from_checkpoint(SHAPES / "Qwen3-8B")
+
+    def training(**engine) -> int:
+        plan = plan_memory(_paper_train(**engine), shape, prompt_tokens=PROMPT_TOKENS)
+        return sum(b for _, b in plan.training)
+
+    base = training(micro_batch_steps=8, chunk_size=None, gradient_checkpointing=False)
+    assert training(micro_batch_steps=8, chunk_size=None) < base
+    assert training(micro_batch_steps=8, chunk_size=1024, gradient_checkpointing=False) < base
+    assert training(micro_batch_steps=4, chunk_size=None, gradient_checkpointing=False) < base
+
+
+def test_bad_input_is_named():
+    shape = ModelShape.from_checkpoint(SHAPES / "Qwen3-4B")
+    with pytest.raises(ConfigError, match=r"^train\.engine: resolve"):
+        plan_memory(TrainConfig(), shape, prompt_tokens=100)
+    unsized = TrainConfig.from_dict({"engine": {"micro_batch_steps": None}}).resolve(
+        num_gpus=0, bf16_supported=False
+    )
+    with pytest.raises(ConfigError, match=r"^train\.engine\.micro_batch_steps: null"):
+        plan_memory(unsized, shape, prompt_tokens=100)
+    assert plan_memory(unsized, shape, prompt_tokens=100, steps_per_update=8).peak > 0
+    with pytest.raises(ConfigError, match="no config.json"):
+        ModelShape.from_checkpoint(ROOT / "conf")
+
+
+def test_the_command_prints_the_plan_and_exits_with_one_line(capsys):
+    main(
+        [
+            str(ROOT / "conf" / "paper" / "parameters.yml"),
+            "--model",
+            str(SHAPES / "Qwen3-8B"),
+            "--prompt-tokens",
+            str(PROMPT_TOKENS),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert "student weights 15.3" in out and out.splitlines()[-1].startswith("fits: ")
+    with pytest.raises(SystemExit, match=r"^error: train\.engine: one training rank"):
+        main(
+            [
+                str(ROOT / "conf" / "paper" / "parameters.yml"),
+                "--model",
+                str(SHAPES / "Qwen3-8B"),
+                "--prompt-tokens",
+                "16384",
+            ]
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# the plan against the allocator
+
+
+def _allocator_peak(run, trace: Path) -> int:
+    """The most bytes torch's CPU allocator held at once during ``run()``, counted from the
+    allocations made while it ran (what was live before it counts as zero)."""
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        run()
+    prof.export_chrome_trace(str(trace))
+    events = json.loads(trace.read_text())["traceEvents"]
+    return max(e["args"]["Total Allocated"] for e in events if e.get("name") == "[memory]")
+
+
+def _equal_length_inputs(root: Path, tokenizer, words: int, response: int) -> Path:
+    """4 trajectories x 2 steps whose prompts have the same number of words, one cached
+    response of exactly ``response`` tokens per step."""
+    from tests.conftest import TINY_CORPUS
+
+    vocabulary = " ".join(TINY_CORPUS).split()
+    token = tokenizer.convert_tokens_to_ids("oak")
+    steps, summaries, responses = [], [], []
+    for k in range(4):
+        traj = f"t{k}"
+        summaries.append(
+            {
+                "traj_id": traj,
+                "outcome": "success",
+                "summary": "Guidance summary: - Minimal plan: craft 4 oak planks",
+                "attempts": 1,
+                "accepted": True,
+                "source": "rules",
+                "rejection_reasons": [],
+            }
+        )
+        for t in range(2):
+            prompt = " ".join(vocabulary[(7 * i + k) % len(vocabulary)] for i in range(words))
+            steps.append(
+                {
+                    "traj_id": traj,
+                    "t": t,
+                    "observation": "Inventory: [oak planks] (4)",
+                    "admissible_actions": None,
+                    "prompt": prompt,
+                    "response": "<action> get 1 oak logs </action>",
+                    "action": "get 1 oak logs",
+                    "action_valid": True,
+                    "next_observation": "Got 1 oak logs",
+                    "reward": 0.0,
+                    "done": t == 1,
+                }
+            )
+            responses.append(
+                {
+                    "traj_id": traj,
+                    "t": t,
+                    "sample": 0,
+                    "response": "oak " * response,
+                    "token_ids": [token] * response,
+                    "logprobs": [-1.0] * response,
+                    "policy_id": "p",
+                }
+            )
+    return write_inputs(
+        root / "inputs",
+        policy=root / "policy",
+        steps=pd.DataFrame(steps),
+        summaries=pd.DataFrame(summaries),
+        responses=pd.DataFrame(responses),
+    )
+
+
+@pytest.mark.parametrize(
+    ("method", "width", "layers", "words", "response", "checkpointing"),
+    [("sdpo_resail", 64, 2, 200, 32, False), ("oel_resail", 128, 3, 120, 48, True)],
+)
+def test_the_plan_is_within_a_quarter_of_the_trainers_measured_peak(
+    tmp_path, tiny_tokenizer, method, width, layers, words, response, checkpointing
+):
+    """One update of the real trainer (single engine, fp32, one micro-batch of 8 rows of equal
+    length) under the profiler; the plan, with the longest privileged prompt, is compared with
+    the allocator's peak (the model loads inside the run, so its weights are counted too)."""
+    from resail_pipeline.checkpoints import save_policy
+    from resail_pipeline.modeling import build_qwen3, small_qwen3_config
+
+    model_config = small_qwen3_config(
+        len(tiny_tokenizer),
+        hidden_size=width,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=2 * width,
+        pad_token_id=tiny_tokenizer.pad_token_id,
+        eos_token_id=tiny_tokenizer.eos_token_id,
+    )
+    save_policy(build_qwen3(model_config, seed=0), tiny_tokenizer, tmp_path / "policy", name="p")
+    manifest = _equal_length_inputs(tmp_path, tiny_tokenizer, words, response)
+    config = TrainConfig.from_dict(
+        {
+            "method": method,
+            "resail": {"rho": 0.5, "lambda": 0.5, "top_k": 5},
+            "schedule": {"updates": 1, "trajectories_per_update": 4, "seed": 0},
+            "optimizer": {"lr": 1e-3, "weight_decay": 0.0},
+            "engine": {
+                "kind": "single",
+                "precision": "fp32",
+                "micro_batch_steps": 8,
+                "gradient_checkpointing": checkpointing,
+            },
+            "responses": {"max_tokens": response, "batch_size": 8},
+            "run": {
+                "manifest": str(manifest),
+                "checkpoint": str(tmp_path / "out"),
+                "run_dir": str(tmp_path / "run"),
+                "policy_name": "x",
+                "cycle": 1,
+            },
+        }
+    )
+    run = TrainingRun(config)
+    steps = [s for traj in run.data.trajectories for s in run.data.steps[traj]]
+    lengths = [len(s.privileged_ids) for s in steps]
+    assert len(steps) == 8 and max(lengths) <= 1.1 * min(lengths)  # rows of about one length
+    prompt_tokens = max(lengths)
+
+    measured = _allocator_peak(run.run, tmp_path / "trace.json")
+    plan = plan_memory(
+        config.resolve(num_gpus=0, bf16_supported=False),
+        ModelShape.from_config(model_config),
+        prompt_tokens=prompt_tokens,
+    )
+    assert 0.75 * measured <= plan.peak <= 1.25 * measured, (plan.describe(), measured / GIB)
+
+
+def test_the_plans_description_adds_up():
+    plan = MemoryPlan(
+        fixed=(("weights", 2 * GIB), ("optimiser", 0)),
+        training=(("activations", GIB),),
+        sampling=(("sampling cache", 3 * GIB),),
+    )
+    assert plan.peak == 5 * GIB
+    assert plan.describe() == (
+        "weights 2.0 + max(training (activations 1.0), sampling (sampling cache 3.0)) = 5.0 GiB"
+    )
