@@ -12,15 +12,26 @@ from collections.abc import Mapping
 from typing import Any
 
 from resail_pipeline.bootstrap.config import BootstrapConfig
-from resail_pipeline.config import ConfigError, build, check_folder_name
+from resail_pipeline.checkpoints import CheckpointError, load_tokenizer
+from resail_pipeline.config import ConfigError, build, check_folder_name, check_int
+from resail_pipeline.evaluation.evaluate import VIEW_PRIVILEGED
 from resail_pipeline.experience import SummarizeConfig
+from resail_pipeline.experience.extraction import SOURCE_MODEL
 from resail_pipeline.gui.config import AitzConfig
+from resail_pipeline.initial_policy import requested_policy
 from resail_pipeline.pipelines.bootstrap.nodes import NODE_KEYS as BOOTSTRAP_NODE_KEYS
 from resail_pipeline.pipelines.collect.nodes import collect_config
 from resail_pipeline.pipelines.common import RunConfig
 from resail_pipeline.pipelines.evaluate.nodes import eval_config
 from resail_pipeline.pipelines.report.nodes import REPORT_KEYS
 from resail_pipeline.pipelines.score.nodes import ScoreParams
+from resail_pipeline.prompt_budget import (
+    PROMPT_ORDINARY,
+    PROMPT_PRIVILEGED,
+    PROMPT_SUMMARY,
+    check_prompt_budget,
+    estimate_prompt_lengths,
+)
 from resail_pipeline.training import TrainConfig
 
 #: the parameter sections: ``params:<section>`` of the pipelines
@@ -116,3 +127,71 @@ def check_budgets(params: Mapping[str, Any]) -> None:
             collect.num_trajectories // available,
             repeats % available,
         )
+
+
+def check_context_length(params: Mapping[str, Any]) -> None:
+    """Raise :class:`ConfigError` where the longest prompt the run can send and its new tokens
+    would not fit in ``run.generation.vllm.max_model_len``; nothing unless ``run.backend`` is vllm
+    and ``max_model_len`` is set.
+
+    The prompt is estimated from the run's environment, splits and step limit with the initial
+    policy's tokenizer (``bootstrap.checkpoint``, else the shipped ``bootstrap.reference``; a
+    policy this run builds has no tokenizer yet, and is not checked here), by
+    :func:`~resail_pipeline.prompt_budget.estimate_prompt_lengths`. Only the prompts the run
+    sends count: the ordinary view always; the privileged view where ``evaluate.views`` has it or
+    the method caches privileged-view responses (EPD); the summary prompt where the policy writes
+    the summaries. The new tokens are the most any generating section asks for:
+    ``collect.max_new_tokens``, ``evaluate.max_new_tokens``, with ``summarize.source: model``
+    ``summarize.sampling.max_new_tokens``, and where the method caches responses at cycle start
+    ``train.responses.max_tokens``.
+    """
+    run = RunConfig.from_params(dict(params["run"]))
+    max_model_len = run.generation_options.get("max_model_len")
+    if run.backend != "vllm" or max_model_len is None:
+        return
+    check_int("run.generation.vllm.max_model_len", max_model_len, low=1)
+    fields = {k: v for k, v in params["bootstrap"].items() if k not in BOOTSTRAP_NODE_KEYS}
+    bootstrap = BootstrapConfig.from_dict({**fields, "env": run.env})
+    policy = requested_policy(bootstrap)
+    if policy is None:
+        logger.info(
+            "run.generation.vllm.max_model_len: not compared with the prompts before the run: the "
+            "initial policy is built by it, and its tokenizer does not exist yet"
+        )
+        return
+    source = "bootstrap.checkpoint" if bootstrap.checkpoint is not None else "bootstrap.reference"
+    try:
+        tokenizer = load_tokenizer(policy)
+    except (CheckpointError, OSError, ValueError) as error:
+        raise ConfigError(
+            f"{source}: the prompt budget (run.generation.vllm.max_model_len) is counted in this "
+            f"policy's tokens, and its tokenizer could not be loaded ({error})"
+        ) from None
+    collect = collect_config(dict(params["collect"]), dict(params["train"]), run)
+    evaluate = eval_config(dict(params["evaluate"]))
+    summarize = build(SummarizeConfig, dict(params["summarize"]), "summarize")
+    train = TrainConfig.from_dict({**params["train"], "method": run.method}, "train")
+    writes_summaries = summarize.source == SOURCE_MODEL
+    new_tokens = {
+        "collect.max_new_tokens": collect.max_new_tokens,
+        "evaluate.max_new_tokens": evaluate.max_new_tokens,
+    }
+    if writes_summaries:
+        new_tokens["summarize.sampling.max_new_tokens"] = summarize.sampling.max_new_tokens
+    if train.uses_cached_responses:
+        new_tokens["train.responses.max_tokens"] = train.responses.max_tokens
+    views = [PROMPT_ORDINARY]
+    if VIEW_PRIVILEGED in evaluate.views or (
+        train.uses_cached_responses and train.cached_response_view == VIEW_PRIVILEGED
+    ):
+        views.append(PROMPT_PRIVILEGED)
+    if writes_summaries:
+        views.append(PROMPT_SUMMARY)
+    estimate = estimate_prompt_lengths(
+        run.environment(),
+        list(dict.fromkeys([collect.split, *evaluate.splits])),
+        tokenizer,
+        summary_tokens=summarize.sampling.max_new_tokens if writes_summaries else None,
+    )
+    logger.info("prompt estimate with %s's tokenizer: %s", policy, estimate.describe())
+    check_prompt_budget(estimate, max_model_len, new_tokens, views)
