@@ -53,6 +53,7 @@ def test_library_code_never_imports_kedro():
         "resail_pipeline.study",
         "resail_pipeline.collection",
         "resail_pipeline.rollout",
+        "resail_pipeline.prompt_budget",
         "resail_pipeline.schemas",
         "resail_pipeline.config",
         "resail_pipeline.checkpoints",

@@ -13,12 +13,19 @@ from resail_pipeline.bootstrap.config import BootstrapConfig
 from resail_pipeline.collection import check_collection_settings
 from resail_pipeline.config import ConfigError
 from resail_pipeline.devices import release_device_memory
+from resail_pipeline.generation.cuda import check_vllm_cuda, visible_gpus
 from resail_pipeline.initial_policy import check_published, requested_policy
 from resail_pipeline.io import LockedError, ProcessLock
 from resail_pipeline.pipelines.bootstrap.nodes import NODE_KEYS
 from resail_pipeline.pipelines.collect.nodes import collect_config, settings_of
 from resail_pipeline.pipelines.common import RunConfig, cycle_namespace, policy_info
-from resail_pipeline.pipelines.parameters import check_budgets, check_parameters
+from resail_pipeline.pipelines.parameters import (
+    check_budgets,
+    check_context_length,
+    check_parameters,
+    check_training_memory,
+    estimate_run_prompts,
+)
 from resail_pipeline.pipelines.score.nodes import cycle_start_key
 
 logger = logging.getLogger(__name__)
@@ -28,6 +35,10 @@ INITIAL_POLICY = "cycle_0.checkpoint"
 #: datasets written by nodes that act in the environment: a pipeline with one of them has its
 #: budgets compared with the environment's splits before it starts
 _ACTS_IN_ENV = ("tasks", "eval_results", "experience")
+#: datasets written by nodes that generate with the policy: a pipeline with one of them has the
+#: longest prompt it can send compared with the engine's context, and the machine's CUDA driver
+#: with what the vLLM wheel needs, before it starts
+_GENERATES = (*_ACTS_IN_ENV, "summaries", "responses")
 
 
 class RunFolderHook:
@@ -104,7 +115,14 @@ class PreflightHook:
        the same functions the nodes parse them with: a bad ``evaluate`` value fails before cycle 1
        collects, a misspelt section (``trian``) is no longer ignored. A pipeline that acts in the
        environment also has its split names and budgets compared with the environment's splits
-       (:func:`~resail_pipeline.pipelines.parameters.check_budgets`).
+       (:func:`~resail_pipeline.pipelines.parameters.check_budgets`). A pipeline that generates
+       with vLLM has the longest prompt it can send, estimated, and its new tokens compared with
+       ``run.generation.vllm.max_model_len``
+       (:func:`~resail_pipeline.pipelines.parameters.check_context_length`), and, on a GPU
+       machine, the NVIDIA driver with what the vLLM CUDA wheel needs
+       (:func:`~resail_pipeline.generation.cuda.check_vllm_cuda`). A pipeline that trains on GPUs
+       has one rank's memory planned and compared with the smallest visible GPU
+       (:func:`~resail_pipeline.pipelines.parameters.check_training_memory`).
     2. The initial policy the run asks for (``bootstrap.checkpoint``, the shipped reference,
        which must exist) is the one already published for the data folder, weights included:
        under ``--only-missing-outputs`` the bootstrap node is skipped, and another policy would be
@@ -133,6 +151,20 @@ class PreflightHook:
             self._take_lock(run, names, catalog)
         if any(name.rsplit(".", 1)[-1] in _ACTS_IN_ENV for name in names):
             check_budgets(params)
+        generates = run.backend == "vllm" and any(
+            name.rsplit(".", 1)[-1] in _GENERATES for name in names
+        )
+        trains = any(
+            name.endswith(".checkpoint") and name != INITIAL_POLICY
+            for name in pipeline.all_outputs()
+        )
+        gpus = visible_gpus() if trains else []
+        if generates:
+            check_vllm_cuda()
+        if (generates and run.generation_options.get("max_model_len") is not None) or gpus:
+            prompts = estimate_run_prompts(params)
+            check_context_length(params, prompts)
+            check_training_memory(params, prompts, gpus)
         if INITIAL_POLICY in names:
             fields = {k: v for k, v in params["bootstrap"].items() if k not in NODE_KEYS}
             bootstrap = BootstrapConfig.from_dict({**fields, "env": run.env})
@@ -201,7 +233,9 @@ class PreflightHook:
 
 
 def _described(catalog: Any, name: str) -> dict[str, Any]:
-    return catalog.get(name)._describe() if hasattr(catalog, "get") else {}
+    """The dataset's description; empty for one the catalog does not declare (kept in memory)."""
+    dataset = catalog.get(name) if hasattr(catalog, "get") else None
+    return dataset._describe() if dataset is not None else {}
 
 
 def _filepath(catalog: Any, name: str) -> str:

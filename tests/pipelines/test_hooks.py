@@ -153,6 +153,89 @@ def test_budgets_are_compared_with_the_splits_where_the_pipeline_acts(cycle_1):
         hook.before_pipeline_run({}, acting, catalog)
 
 
+def _vllm_catalog(policy, checkpoint, staging, max_model_len: int):
+    """A vLLM run from ``checkpoint`` (the published policy) with this ``max_model_len``."""
+    run = {
+        **RUN,
+        "backend": "vllm",
+        "generation": {"vllm": {"max_model_len": max_model_len}},
+        "staging_dir": str(staging),
+    }
+    params = _catalog(None, policy).load("parameters")
+    bootstrap = {**params["bootstrap"], "checkpoint": str(checkpoint)}
+    return _catalog(None, policy, run=run, bootstrap=bootstrap)
+
+
+def test_a_vllm_run_whose_longest_prompt_does_not_fit_is_refused_before_any_node(
+    cycle_1, tiny_checkpoint, tmp_path, monkeypatch
+):
+    from kedro.pipeline import Pipeline, node
+
+    from resail_pipeline.config import ConfigError
+    from resail_pipeline.generation import cuda
+
+    monkeypatch.setattr(cuda, "cuda_runtime", lambda: None)  # fake: torch without CUDA
+    policy, _ = cycle_1
+    evaluating = Pipeline([node(lambda x: x, "cycle_0.checkpoint", "cycle_1.eval_results")])
+    small = _vllm_catalog(policy, tiny_checkpoint, tmp_path / "a", max_model_len=256)
+    PreflightHook().before_pipeline_run({}, Pipeline([]), small)  # generates nothing
+    with pytest.raises(ConfigError) as error:
+        PreflightHook().before_pipeline_run({}, evaluating, small)
+    assert str(error.value).startswith("run.generation.vllm.max_model_len: 256 tokens, but ")
+    assert "evaluate.max_new_tokens ask(s) for up to" in str(error.value)
+    large = _vllm_catalog(policy, tiny_checkpoint, tmp_path / "b", max_model_len=65536)
+    PreflightHook().before_pipeline_run({}, evaluating, large)
+
+
+def test_an_nvidia_driver_too_old_for_the_vllm_wheel_is_refused_before_any_node(
+    cycle_1, tiny_checkpoint, tmp_path, monkeypatch
+):
+    from kedro.pipeline import Pipeline, node
+
+    from resail_pipeline.config import ConfigError
+    from resail_pipeline.generation import cuda
+
+    monkeypatch.setattr(cuda, "cuda_runtime", lambda: "13.0")  # fakes: a GPU node's readings
+    monkeypatch.setattr(cuda, "driver_version", lambda: "550.54.15")
+    monkeypatch.setattr(cuda, "vllm_version", lambda: "0.32.0")
+    policy, _ = cycle_1
+    collecting = Pipeline([node(lambda x: x, "cycle_0.checkpoint", "cycle_1.tasks")])
+    catalog = _vllm_catalog(policy, tiny_checkpoint, tmp_path, max_model_len=65536)
+    with pytest.raises(ConfigError, match=r"^run\.backend: .*install NVIDIA driver >= 580"):
+        PreflightHook().before_pipeline_run({}, collecting, catalog)
+    params = catalog.load("parameters")
+    transformers = {**params["run"], "backend": "transformers"}  # needs no vLLM wheel
+    PreflightHook().before_pipeline_run(
+        {}, collecting, _catalog(None, policy, run=transformers, bootstrap=params["bootstrap"])
+    )
+
+
+def test_a_training_run_whose_rank_cannot_fit_its_gpus_is_refused_before_any_node(
+    cycle_1, tiny_checkpoint, tmp_path, monkeypatch
+):
+    from kedro.pipeline import Pipeline, node
+
+    from resail_pipeline import hooks
+    from resail_pipeline.config import ConfigError
+    from resail_pipeline.generation.cuda import GpuInfo
+
+    policy, _ = cycle_1
+    params = _catalog(None, policy).load("parameters")
+    bootstrap = {**params["bootstrap"], "checkpoint": str(tiny_checkpoint)}
+    run = {**RUN, "staging_dir": str(tmp_path)}
+    catalog = _catalog(None, policy, run=run, bootstrap=bootstrap)
+    training = Pipeline([node(lambda x: x, "cycle_0.checkpoint", "cycle_1.checkpoint")])
+    evaluating = Pipeline([node(lambda x: x, "cycle_0.checkpoint", "cycle_1.eval_results")])
+    tiny = [GpuInfo(memory=2**20, compute_capability=(9, 0))] * 2  # fakes: two 1 MiB GPUs
+    monkeypatch.setattr(hooks, "visible_gpus", lambda: tiny)
+    with pytest.raises(ConfigError, match=r"^train\.engine: one training rank needs about "):
+        PreflightHook().before_pipeline_run({}, training, catalog)
+    PreflightHook().before_pipeline_run({}, evaluating, catalog)  # trains nothing
+    large = [GpuInfo(memory=80 * 2**30, compute_capability=(9, 0))] * 2
+    monkeypatch.setattr(hooks, "visible_gpus", lambda: large)
+    PreflightHook().before_pipeline_run({}, training, catalog)
+
+
 def test_another_initial_policy_is_an_error_not_ignored(cycle_1, tiny_checkpoint, tmp_path):
     """Under --only-missing-outputs the bootstrap node is skipped once cycle 0 exists: a run that
     asks for another initial policy is stopped before any node, not silently given the old one."""

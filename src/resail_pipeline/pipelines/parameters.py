@@ -8,20 +8,36 @@ not after it trains. A top-level key that is no section (``trian`` for ``train``
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from resail_pipeline.bootstrap.config import BootstrapConfig
-from resail_pipeline.config import ConfigError, build, check_folder_name
+from resail_pipeline.checkpoints import CheckpointError, load_tokenizer
+from resail_pipeline.config import ConfigError, build, check_folder_name, check_int
+from resail_pipeline.evaluation.evaluate import VIEW_PRIVILEGED
+from resail_pipeline.generation.cuda import GpuInfo
 from resail_pipeline.experience import SummarizeConfig
+from resail_pipeline.experience.extraction import SOURCE_MODEL
 from resail_pipeline.gui.config import AitzConfig
+from resail_pipeline.initial_policy import requested_policy
 from resail_pipeline.pipelines.bootstrap.nodes import NODE_KEYS as BOOTSTRAP_NODE_KEYS
 from resail_pipeline.pipelines.collect.nodes import collect_config
 from resail_pipeline.pipelines.common import RunConfig
 from resail_pipeline.pipelines.evaluate.nodes import eval_config
 from resail_pipeline.pipelines.report.nodes import REPORT_KEYS
 from resail_pipeline.pipelines.score.nodes import ScoreParams
+from resail_pipeline.prompt_budget import (
+    PROMPT_ORDINARY,
+    PROMPT_PRIVILEGED,
+    PROMPT_SUMMARY,
+    PromptEstimate,
+    check_prompt_budget,
+    estimate_prompt_lengths,
+)
 from resail_pipeline.training import TrainConfig
+from resail_pipeline.training.memory import ModelShape, check_fits, plan_memory
 
 #: the parameter sections: ``params:<section>`` of the pipelines
 SECTIONS = (
@@ -116,3 +132,131 @@ def check_budgets(params: Mapping[str, Any]) -> None:
             collect.num_trajectories // available,
             repeats % available,
         )
+
+
+@dataclass(frozen=True)
+class RunPrompts:
+    """The longest prompts of a run (:func:`estimate_run_prompts`) and the policy that counted them.
+
+    Attributes:
+        policy: the initial policy's folder (its tokenizer counted the tokens).
+        estimate: the estimated longest prompt of each kind.
+    """
+
+    policy: Path
+    estimate: PromptEstimate
+
+
+def estimate_run_prompts(params: Mapping[str, Any]) -> RunPrompts | None:
+    """The longest prompt of each kind the run can send, in its initial policy's tokens.
+
+    Estimated from the run's environment, splits and step limit with the initial policy's
+    tokenizer (``bootstrap.checkpoint``, else the shipped ``bootstrap.reference``) by
+    :func:`~resail_pipeline.prompt_budget.estimate_prompt_lengths`, the privileged view with the
+    longest summary the run allows. ``None`` where the run builds its initial policy (its
+    tokenizer does not exist yet).
+
+    Raises:
+        ConfigError: the policy's tokenizer cannot be loaded, naming the field.
+    """
+    run = RunConfig.from_params(dict(params["run"]))
+    fields = {k: v for k, v in params["bootstrap"].items() if k not in BOOTSTRAP_NODE_KEYS}
+    bootstrap = BootstrapConfig.from_dict({**fields, "env": run.env})
+    policy = requested_policy(bootstrap)
+    if policy is None:
+        logger.info(
+            "prompts: not estimated before the run: the initial policy is built by it, and its "
+            "tokenizer does not exist yet (the context length and memory plan are not checked)"
+        )
+        return None
+    source = "bootstrap.checkpoint" if bootstrap.checkpoint is not None else "bootstrap.reference"
+    try:
+        tokenizer = load_tokenizer(policy)
+    except (CheckpointError, OSError, ValueError) as error:
+        raise ConfigError(
+            f"{source}: the prompts are counted in this policy's tokens before the run, and its "
+            f"tokenizer could not be loaded ({error})"
+        ) from None
+    collect = collect_config(dict(params["collect"]), dict(params["train"]), run)
+    evaluate = eval_config(dict(params["evaluate"]))
+    summarize = build(SummarizeConfig, dict(params["summarize"]), "summarize")
+    writes_summaries = summarize.source == SOURCE_MODEL
+    estimate = estimate_prompt_lengths(
+        run.environment(),
+        list(dict.fromkeys([collect.split, *evaluate.splits])),
+        tokenizer,
+        summary_tokens=summarize.sampling.max_new_tokens if writes_summaries else None,
+    )
+    logger.info("prompt estimate with %s's tokenizer: %s", policy, estimate.describe())
+    return RunPrompts(policy=Path(policy), estimate=estimate)
+
+
+def check_context_length(params: Mapping[str, Any], prompts: RunPrompts | None) -> None:
+    """Raise :class:`ConfigError` where the longest prompt the run can send and its new tokens
+    would not fit in ``run.generation.vllm.max_model_len``; nothing unless ``run.backend`` is vllm
+    and ``max_model_len`` is set, or where no estimate exists (``prompts`` ``None``).
+
+    Only the prompts the run sends count: the ordinary view always; the privileged view where
+    ``evaluate.views`` has it or the method caches privileged-view responses (EPD); the summary
+    prompt where the policy writes the summaries. The new tokens are the most any generating
+    section asks for: ``collect.max_new_tokens``, ``evaluate.max_new_tokens``, with
+    ``summarize.source: model`` ``summarize.sampling.max_new_tokens``, and where the method
+    caches responses at cycle start ``train.responses.max_tokens``.
+    """
+    run = RunConfig.from_params(dict(params["run"]))
+    max_model_len = run.generation_options.get("max_model_len")
+    if run.backend != "vllm" or max_model_len is None:
+        return
+    check_int("run.generation.vllm.max_model_len", max_model_len, low=1)
+    if prompts is None:
+        return
+    collect = collect_config(dict(params["collect"]), dict(params["train"]), run)
+    evaluate = eval_config(dict(params["evaluate"]))
+    summarize = build(SummarizeConfig, dict(params["summarize"]), "summarize")
+    train = TrainConfig.from_dict({**params["train"], "method": run.method}, "train")
+    writes_summaries = summarize.source == SOURCE_MODEL
+    new_tokens = {
+        "collect.max_new_tokens": collect.max_new_tokens,
+        "evaluate.max_new_tokens": evaluate.max_new_tokens,
+    }
+    if writes_summaries:
+        new_tokens["summarize.sampling.max_new_tokens"] = summarize.sampling.max_new_tokens
+    if train.uses_cached_responses:
+        new_tokens["train.responses.max_tokens"] = train.responses.max_tokens
+    views = [PROMPT_ORDINARY]
+    if VIEW_PRIVILEGED in evaluate.views or (
+        train.uses_cached_responses and train.cached_response_view == VIEW_PRIVILEGED
+    ):
+        views.append(PROMPT_PRIVILEGED)
+    if writes_summaries:
+        views.append(PROMPT_SUMMARY)
+    check_prompt_budget(prompts.estimate, max_model_len, new_tokens, views)
+
+
+def check_training_memory(
+    params: Mapping[str, Any], prompts: RunPrompts | None, gpus: Sequence[GpuInfo]
+) -> None:
+    """Raise :class:`ConfigError` where one training rank's planned peak does not fit a GPU.
+
+    The plan (:func:`~resail_pipeline.training.memory.plan_memory`) is made for the engine as it
+    resolves on ``gpus``, the initial policy's shape and the longest privileged prompt of
+    ``prompts``, and compared with the smallest of them; nothing is checked without GPUs, without
+    an estimate, or for a method that does not train.
+
+    Args:
+        params: the run's parameters.
+        prompts: the run's longest prompts (:func:`estimate_run_prompts`).
+        gpus: the GPUs visible to the trainer.
+    """
+    if not gpus or prompts is None:
+        return
+    run = RunConfig.from_params(dict(params["run"]))
+    train = TrainConfig.from_dict({**params["train"], "method": run.method}, "train")
+    if not train.trains:
+        return
+    config = train.resolve(num_gpus=len(gpus), bf16_supported=all(g.bf16 for g in gpus))
+    plan = plan_memory(
+        config, ModelShape.from_checkpoint(prompts.policy), prompt_tokens=prompts.estimate.privileged
+    )
+    logger.info("memory plan of one training rank: %s", plan.describe())
+    check_fits(plan, min(g.memory for g in gpus), device="the smallest visible GPU")
