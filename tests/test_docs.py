@@ -4,7 +4,8 @@ The cheap ones run. The others take hours or a GPU cluster, and are checked as f
 without them: a ``kedro run`` is parsed by Kedro's own ``run`` command and its parameters (its
 ``--env`` and ``--params`` merged by the project's config loader) pass the checks every run makes
 before its first node; a ``make`` target dry-runs; a ``python -m`` entry point and subcommand
-answer ``--help``. Commands of the machine's own set-up (``pip``, ``export``,
+answer ``--help``; ``scripts/gpu_check.sh`` (it needs a GPU) parses and its options pass their
+checks. Commands of the machine's own set-up (``pip``, ``export``,
 ``torchrun``) are listed, so that a new kind of command must be classified here.
 """
 
@@ -104,5 +105,14 @@ def test_documented_command(doc, command, tmp_path, monkeypatch):
     elif words[:2] == ["kedro", "run"]:
         monkeypatch.chdir(ROOT)
         _kedro_parameters(words[2:])
+    elif words[0] == "scripts/gpu_check.sh":  # needs a GPU: the script parses, its options check
+        from resail_pipeline.gpu_check import parse_args
+
+        done = subprocess.run(["bash", "-n", words[0]], cwd=ROOT, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        args = words[1:]
+        if "--wheels" in args:  # the script's own option
+            del args[args.index("--wheels") : args.index("--wheels") + 2]
+        parse_args(args)
     else:
         pytest.fail(f"{doc}: no check for `{command}`; run it here or say why it cannot run")

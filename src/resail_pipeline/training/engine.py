@@ -77,6 +77,8 @@ def init_distributed(kind: str) -> tuple[int, int, torch.device]:
             deepspeed.init_distributed(dist_backend=backend)
         else:
             dist.init_process_group(backend=backend)
+    group = f"{dist.get_backend()} process group" if dist.is_initialized() else "no process group"
+    logger.info("rank %d of %d on %s, %s", rank, world_size, device, group)
     return rank, world_size, device
 
 

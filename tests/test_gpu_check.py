@@ -1,0 +1,146 @@
+"""The prepared GPU check: its options, its report, and the whole check on the CPU (slow)."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from resail_pipeline import gpu_check
+from resail_pipeline.gpu_check import (
+    CHECKS,
+    CheckOptions,
+    _comparison_prompts,
+    _placement_in,
+    build_report,
+    run_checks,
+    write_report,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "gpu_check.sh"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("device", "tpu", "device: must be cuda or cpu"),
+        ("tasks", 1, "tasks: training takes two trajectories"),
+        ("updates", 0, "updates: must be a positive integer"),
+        ("max_new_tokens", True, "max_new_tokens: must be a positive integer"),
+        ("skip", ("train",), "skip: unknown step"),
+        ("budget_s", 0, "budget_s: must be positive"),
+    ],
+)
+def test_bad_options_name_the_field(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        CheckOptions(**{field: value})
+
+
+def test_the_command_line_refuses_a_bad_value_in_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        gpu_check.parse_args(["--tasks", "1"])
+    assert exit_.value.code == 2
+    assert "tasks: training takes two trajectories" in capsys.readouterr().err
+
+
+def test_the_report_goes_under_08_reporting_by_default(tmp_path):
+    options, out = gpu_check.parse_args(["--device", "cpu", "--project", str(tmp_path)])
+    assert out == tmp_path / "data" / "08_reporting" / "gpu_check" / "cpu.json"
+    assert options.policy_path == tmp_path / "reference" / "textcraft-initial"
+
+
+def test_where_the_trainer_ran_is_read_from_its_log():
+    log = (
+        "2026-01-01 10:00:00,000 [rank 0] INFO resail_pipeline.training.engine: "
+        "rank 0 of 1 on cuda:0, nccl process group\n"
+    )
+    assert _placement_in(log) == ("cuda:0", "nccl")
+    assert _placement_in("rank 0 of 1 on cpu, no process group") == ("cpu", "none")
+    assert _placement_in("engine single x 1") is None
+
+
+def test_compared_prompts_are_each_episodes_first_and_last():
+    steps = pd.DataFrame(
+        {
+            "traj_id": ["b", "a", "a", "a", "b"],
+            "t": [1, 2, 0, 1, 0],
+            "prompt": ["b1", "a2", "a0", "a1", "b0"],
+        }
+    )
+    assert _comparison_prompts(steps, 10) == ["a0", "a2", "b0", "b1"]
+    assert _comparison_prompts(steps, 3) == ["a0", "a2", "b0"]
+
+
+def test_skipped_steps_are_reported_with_their_reason(tmp_path, monkeypatch):
+    monkeypatch.setitem(gpu_check.REQUIRES, "generation", ("no_such_module_here",))
+    options = CheckOptions(device="cpu", project=ROOT, skip=CHECKS[1:])
+    seen = []
+    results = run_checks(options, tmp_path, lambda done, running: seen.append(running))
+    assert results["generation"].status == "skipped"
+    assert "no_such_module_here" in results["generation"].reason
+    assert all(results[name].reason == "--skip" for name in CHECKS[1:])
+    assert seen == [None] * len(CHECKS)  # no step ran
+    report = build_report(
+        options,
+        results,
+        started=datetime.datetime.now(datetime.timezone.utc),
+        seconds=0.5,
+        work=tmp_path,
+    )
+    assert report["passed"] and report["complete"] and report["peak_gpu_memory_mib"] is None
+    assert report["versions"]["torch"] and report["machine"]
+    path = write_report(tmp_path / "out" / "cpu.json", report)
+    assert json.loads(path.read_text())["checks"]["generation"]["status"] == "skipped"
+
+
+def test_the_script_refuses_a_missing_wheels_folder(tmp_path):
+    done = subprocess.run(
+        ["bash", str(SCRIPT), "--wheels", str(tmp_path / "none"), "--device", "cpu"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "--wheels: " in done.stderr and "is not a folder" in done.stderr
+
+
+@pytest.mark.slow
+def test_the_check_passes_on_the_cpu(tmp_path):
+    """``scripts/gpu_check.sh --device cpu`` end to end (about 3 minutes on 2 cores)."""
+    out = tmp_path / "cpu.json"
+    command = ["bash", str(SCRIPT), "--device", "cpu", "--out", str(out), "--work", str(tmp_path)]
+    command += ["--tasks", "2", "--updates", "1", "--max-new-tokens", "24", "--prompts", "4"]
+    done = subprocess.run(
+        command,
+        env={**os.environ, "PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+    )
+    report = json.loads(out.read_text())
+    checks = report["checks"]
+    failed = {name: c["reason"] for name, c in checks.items() if c["status"] == "failed"}
+    assert done.returncode == 0, (failed, done.stderr[-3000:])
+    assert report["passed"] and report["complete"] and report["device"] == "cpu"
+    assert report["peak_gpu_memory_mib"] is None and report["versions"]["torch"]
+    for name in ("generation", "probe", "train_single"):
+        assert checks[name]["status"] == "passed", name
+    assert checks["generation"]["details"]["fp32_equal"] == "4/4"
+    assert checks["train_single"]["details"]["device"] == "cpu"
+    optional = {"train_deepspeed": ("deepspeed",), "smoke": ("kedro", "matplotlib")}
+    for name, modules in optional.items():
+        if all(importlib.util.find_spec(m) for m in modules):
+            assert checks[name]["status"] == "passed", name
+        else:
+            assert checks[name]["status"] == "skipped" and "importable" in checks[name]["reason"]
+    if checks["train_deepspeed"]["status"] == "passed":
+        assert checks["train_deepspeed"]["details"]["process_group"] == "gloo"
