@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import torch
 import yaml
 from torch.profiler import ProfilerActivity, profile
 
@@ -118,7 +117,7 @@ def test_bad_input_is_named():
     with pytest.raises(ConfigError, match=r"^train\.engine\.micro_batch_steps: null"):
         plan_memory(unsized, shape, prompt_tokens=100)
     assert plan_memory(unsized, shape, prompt_tokens=100, steps_per_update=8).peak > 0
-    with pytest.raises(ConfigError, match="no config.json"):
+    with pytest.raises(ConfigError, match=r"no config\.json"):
         ModelShape.from_checkpoint(ROOT / "conf")
 
 

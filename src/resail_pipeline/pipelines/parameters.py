@@ -17,9 +17,9 @@ from resail_pipeline.bootstrap.config import BootstrapConfig
 from resail_pipeline.checkpoints import CheckpointError, load_tokenizer
 from resail_pipeline.config import ConfigError, build, check_folder_name, check_int
 from resail_pipeline.evaluation.evaluate import VIEW_PRIVILEGED
-from resail_pipeline.generation.cuda import GpuInfo
 from resail_pipeline.experience import SummarizeConfig
 from resail_pipeline.experience.extraction import SOURCE_MODEL
+from resail_pipeline.generation.cuda import GpuInfo
 from resail_pipeline.gui.config import AitzConfig
 from resail_pipeline.initial_policy import requested_policy
 from resail_pipeline.pipelines.bootstrap.nodes import NODE_KEYS as BOOTSTRAP_NODE_KEYS
@@ -256,7 +256,9 @@ def check_training_memory(
         return
     config = train.resolve(num_gpus=len(gpus), bf16_supported=all(g.bf16 for g in gpus))
     plan = plan_memory(
-        config, ModelShape.from_checkpoint(prompts.policy), prompt_tokens=prompts.estimate.privileged
+        config,
+        ModelShape.from_checkpoint(prompts.policy),
+        prompt_tokens=prompts.estimate.privileged,
     )
     logger.info("memory plan of one training rank: %s", plan.describe())
     check_fits(plan, min(g.memory for g in gpus), device="the smallest visible GPU")
