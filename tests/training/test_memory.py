@@ -162,9 +162,7 @@ def _allocator_peak(run, trace: Path) -> int:
 def _equal_length_inputs(root: Path, tokenizer, words: int, response: int) -> Path:
     """4 trajectories x 2 steps whose prompts have the same number of words, one cached
     response of exactly ``response`` tokens per step."""
-    from tests.conftest import TINY_CORPUS
-
-    vocabulary = " ".join(TINY_CORPUS).split()
+    vocabulary = sorted(w for w in tokenizer.get_vocab() if w.isalpha())
     token = tokenizer.convert_tokens_to_ids("oak")
     steps, summaries, responses = [], [], []
     for k in range(4):
@@ -276,7 +274,8 @@ def test_the_plan_is_within_a_quarter_of_the_trainers_measured_peak(
         ModelShape.from_config(model_config),
         prompt_tokens=prompt_tokens,
     )
-    assert 0.75 * measured <= plan.peak <= 1.25 * measured, (plan.describe(), measured / GIB)
+    # within a quarter, and never below: a plan that errs must err high
+    assert measured <= plan.peak <= 1.25 * measured, (plan.describe(), plan.peak / measured)
 
 
 def test_the_plans_description_adds_up():
