@@ -16,11 +16,13 @@ from resail_pipeline.config import ConfigError
 from resail_pipeline.envs import END_SUCCESS
 from resail_pipeline.envs.alfworld import AlfWorldEnv, AlfWorldGameError, GameEngine
 from resail_pipeline.envs.alfworld_games import (
+    MANIFEST,
     TASK_TYPES,
     GameGenConfig,
     GameSpec,
     Placement,
     game_data,
+    games_sha256,
     load_room,
     main,
     problem_text,
@@ -28,6 +30,7 @@ from resail_pipeline.envs.alfworld_games import (
     solve,
     task_options,
     write_game,
+    write_games,
 )
 
 pytestmark = pytest.mark.alfworld
@@ -65,11 +68,47 @@ def test_the_command_writes_the_official_layout_and_every_game_wins(tmp_path):
             f"{TASK_TYPES[0]}-{meta['pddl_params']['object_target']}"
         )
         assert _play(env, task_id) == END_SUCCESS
-    assert not list(tmp_path.glob(".games.*"))  # written whole, no temporary left behind
+    assert not list(out.glob(".staging*"))  # each game moved into place whole
+    manifest = json.loads((out / MANIFEST).read_text())
+    assert manifest["games"] == {"train": 1, "id": 1, "ood": 1}
+    assert manifest["settings"]["seed"] == 3 and len(manifest["files"]) == 3
+    assert manifest["sha256"] == games_sha256(out, [out / f for f in manifest["files"]])
+
+
+def test_writing_resumes_extends_and_refuses_another_draw(tmp_path, monkeypatch):
+    """A second call keeps the games there and writes only the missing ones; a larger set
+    extends a smaller one game for game; other draw settings, or fewer games than a split
+    holds, are refused before any game is drawn."""
+    from resail_pipeline.envs import alfworld_games
+
+    out = tmp_path / "games"
+    small = GameGenConfig(train=1, id=1, ood=1, seed=5)
+    first = write_games(out, small)
+    contents = {g: g.read_bytes() for g in first}
+    drawn = []
+    real = alfworld_games.write_game
+
+    def counting(root, split, index, *args):  # the real writer, counted
+        drawn.append((split, index))
+        return real(root, split, index, *args)
+
+    monkeypatch.setattr(alfworld_games, "write_game", counting)
+    assert write_games(out, small) == first and drawn == []  # complete: nothing redrawn
+    (out / MANIFEST).unlink()  # as if killed before the manifest
+    larger = GameGenConfig(train=2, id=1, ood=1, seed=5)
+    games = write_games(out, larger)
+    assert drawn == [("train", 1)] and len(games) == 4
+    assert all(g.read_bytes() == contents[g] for g in first)  # the first games kept as they were
+    assert json.loads((out / MANIFEST).read_text())["games"]["train"] == 2
+    with pytest.raises(ConfigError, match=r"games were drawn with other settings \(seed: 5\)"):
+        write_games(out, GameGenConfig(train=2, id=1, ood=1, seed=6))
+    with pytest.raises(ConfigError, match=r"^train: .* holds 2 train games, more than the 1"):
+        write_games(out, small)
+    assert drawn == [("train", 1)]
 
 
 def test_every_task_type_yields_a_solvable_game_in_unseen_rooms(tmp_path):
-    config = GameGenConfig(games_per_split=len(TASK_TYPES))
+    config = GameGenConfig(ood=len(TASK_TYPES))
     engine = GameEngine(plan=True)
     for index in range(len(TASK_TYPES)):
         write_game(tmp_path, "ood", index, TEST_SCENES, engine, config)
@@ -152,7 +191,7 @@ def test_unsolvable_and_already_won_candidates_are_rejected(tmp_path):
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("games_per_split", 0), ("max_receptacles", 2), ("distractors", -1), ("max_plan_length", 31)],
+    [("train", 0), ("max_receptacles", 2), ("distractors", -1), ("max_plan_length", 31)],
 )
 def test_config_ranges(field, value):
     with pytest.raises(ValueError, match=f"{field}: must be"):
@@ -162,7 +201,8 @@ def test_config_ranges(field, value):
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("games_per_split", 0, "must be a positive integer"),
+        ("id", 0, "must be a positive integer"),
+        ("ood", 1.5, "must be a positive integer"),
         ("max_receptacles", 2, "must be an integer >= 3"),
         ("distractors", 1.5, "must be a non-negative integer"),
         ("max_plan_length", 31, "must be <= 30"),

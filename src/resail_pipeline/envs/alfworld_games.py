@@ -1,13 +1,15 @@
-"""Small solvable ALFWorld games built from the ``alfworld`` wheel's own room layouts.
+"""Solvable ALFWorld games built from the ``alfworld`` wheel's own room layouts.
 
-For smoke runs and tests where the official games (``alfworld-download``) are not installed. The
-games are written in the official folder layout, so the adapter reads them like the real data::
+For machines where the official games (``alfworld-download``) are not installed. The games are
+written in the official folder layout, so the adapter reads them like the real data::
 
-    python -m resail_pipeline.envs.alfworld_games --out data/01_raw/alfworld_games --n 20
+    python -m resail_pipeline.envs.alfworld_games --out data/01_raw/alfworld_games
     export ALFWORLD_DATA=data/01_raw/alfworld_games
 
-Each split folder (``train``, ``valid_seen``, ``valid_unseen``) gets ``n`` games; game ``i`` has
-task type ``i mod 6`` (the six ALFWorld task types). A game is built from one room of
+By default the set mirrors the official split at the size the paper evaluates: 1,024 ``train``
+games (enough that the cycles collect on games they have not seen), 128 ``valid_seen`` (ID) and
+128 ``valid_unseen`` (OOD); ``--n`` writes that many games to every split instead (smoke runs,
+tests). Game ``i`` of a split has task type ``i mod 6`` (the six ALFWorld task types). A game is built from one room of
 ``alfworld/gen/layouts`` (its receptacles with their positions, and the object classes present):
 ``train`` and ``valid_seen`` rooms come from ALFRED's training scenes and ``valid_unseen`` rooms
 from its test scenes, as in the official split, and each task type only uses the room kinds
@@ -21,18 +23,27 @@ and task sentences come from ALFWorld's goal library; the domain and text gramma
 A candidate is kept only if the real engine loads it, its goal does not already hold at the start,
 the planner finds a plan of at most ``max_plan_length`` steps, and playing that plan through the
 engine wins. The plan is stored as the game's walkthrough; a rejected candidate is redrawn.
-Generation is deterministic in ``seed``; the output folder is written whole or not at all.
+
+Generation is deterministic in ``seed``, game by game: game ``i`` of a split does not depend on
+how many games the split has, so a larger set extends a smaller one. Writing resumes: each game
+appears in its folder only once it is checked, the games already there are kept, and the set's
+manifest (``games.json``: the generation settings, the games of each split and the sha256 over
+all of them) is written last, when every game is in place. A folder holding games made with
+other settings is refused.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
+import os
 import random
 import shutil
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import cache
 from importlib.resources import files
 from pathlib import Path
@@ -43,6 +54,7 @@ from tqdm import tqdm
 
 from resail_pipeline.config import ConfigError, check_int
 from resail_pipeline.envs.alfworld import (
+    DATA_DIR,
     GAME_FILE,
     SPLITS,
     AlfWorldGameError,
@@ -50,7 +62,7 @@ from resail_pipeline.envs.alfworld import (
     split_dir,
     split_games,
 )
-from resail_pipeline.io import atomic_path
+from resail_pipeline.io import atomic_path, sha256_file
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +75,12 @@ TASK_TYPES = (
     "pick_cool_then_place_in_recep",
     "pick_two_obj_and_place",
 )
+#: The trajectory data beside each game file.
+TRAJ_FILE = "traj_data.json"
+#: The set's manifest under the data root: settings, games per split, files and sha256.
+MANIFEST = "games.json"
+#: The generation settings under the data root, written before the first game.
+SETTINGS_FILE = "games_settings.json"
 #: Task type -> (appliance receptacle class, object property it needs), for the state-change tasks.
 APPLIANCES = {
     "pick_clean_then_place_in_recep": ("SinkBasin", "Cleanable"),
@@ -92,8 +110,12 @@ Location = tuple[int, int, int, int]
 class GameGenConfig:
     """How many games to build and how large."""
 
-    #: games written to each of train, valid_seen and valid_unseen
-    games_per_split: int = 20
+    #: games of the train split (the cycles collect on them)
+    train: int = 1024
+    #: games of valid_seen, the ID evaluation split (training scenes, new games)
+    id: int = 128
+    #: games of valid_unseen, the OOD evaluation split (test scenes)
+    ood: int = 128
     #: seed of every random draw; the same seed gives the same games
     seed: int = 0
     #: receptacles kept from the room (the ones the task needs are always kept)
@@ -106,7 +128,8 @@ class GameGenConfig:
     max_attempts: int = 40
 
     def __post_init__(self) -> None:
-        check_int("games_per_split", self.games_per_split, low=1)
+        for split in SPLITS:
+            check_int(split, getattr(self, split), low=1)
         check_int("seed", self.seed, low=0)
         check_int("max_receptacles", self.max_receptacles, low=3)
         check_int("distractors", self.distractors, low=0)
@@ -114,6 +137,16 @@ class GameGenConfig:
         if self.max_plan_length > 30:  # episodes are cut at 30 steps
             raise ConfigError(f"max_plan_length: must be <= 30, got {self.max_plan_length}")
         check_int("max_attempts", self.max_attempts, low=1)
+
+    def games(self, split: str) -> int:
+        """Games of ``split`` (``train``, ``id`` or ``ood``)."""
+        if split not in SPLITS:
+            raise ValueError(f"split: unknown ALFWorld split {split!r}; choose one of {SPLITS}")
+        return int(getattr(self, split))
+
+    def drawing(self) -> dict[str, int]:
+        """The settings every game's draw depends on (all but the counts)."""
+        return {k: v for k, v in asdict(self).items() if k not in SPLITS}
 
 
 @dataclass(frozen=True)
@@ -439,20 +472,105 @@ def solve(engine: GameEngine, game_file: Path, max_plan_length: int) -> list[str
 
 
 def write_games(out: Path, config: GameGenConfig) -> list[Path]:
-    """Write ``config.games_per_split`` checked games into each split folder under
-    ``out/json_2.1.1``; ``out`` is replaced whole once every game is written and found by
-    ALFWorld's own game collection. Returns the game files, train then id then ood."""
+    """Write ``config``'s games under ``out/json_2.1.1``, resuming what is there, then the set's
+    manifest (:data:`MANIFEST`). Returns the game files, train then id then ood.
+
+    Raises:
+        ConfigError: ``out`` holds games drawn with other settings, or more games in a split than
+            ``config`` asks for (the adapter plays every game of a split folder).
+    """
+    out = Path(out)
+    _check_existing(out, config)
     c = _constants()
     scenes = {"train": sorted(c.TRAIN_SCENE_NUMBERS), "test": sorted(c.TEST_SCENE_NUMBERS)}
-    engine = GameEngine(plan=True)
-    jobs = [(split, i) for split in SPLITS for i in range(config.games_per_split)]
-    with atomic_path(out) as tmp:
-        for split, index in tqdm(jobs, desc="alfworld games", unit="game"):
-            write_game(tmp, split, index, scenes[SPLIT_SCENES[split]], engine, config)
-        games = [game for split in SPLITS for game in split_games(tmp, split)]
-        if len(games) != len(jobs):
-            raise RuntimeError(f"ALFWorld finds {len(games)} of the {len(jobs)} games written")
-    return [out / game.relative_to(tmp) for game in games]
+    jobs = [(split, i) for split in SPLITS for i in range(config.games(split))]
+    missing = [(split, i) for split, i in jobs if _written(out, split, i, config) is None]
+    started = time.perf_counter()
+    if missing:
+        logger.info(
+            "alfworld games: %d of %d to write under %s (%d there)",
+            len(missing),
+            len(jobs),
+            out,
+            len(jobs) - len(missing),
+        )
+        _write_settings(out, config)
+        engine = GameEngine(plan=True)
+        staging = out / ".staging"
+        shutil.rmtree(staging, ignore_errors=True)  # what a killed run was writing
+        for split, index in tqdm(missing, desc="alfworld games", unit="game"):
+            written = write_game(staging, split, index, scenes[SPLIT_SCENES[split]], engine, config)
+            folder = written.parent  # staging/json_2.1.1/<split>/<task>/<trial>
+            place = out / folder.relative_to(staging)
+            place.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(folder, place)  # the game appears whole, once checked
+            shutil.rmtree(staging, ignore_errors=True)
+    split_games.cache_clear()  # the folders have changed since this process read them
+    games = [game for split in SPLITS for game in split_games(out, split)]
+    if len(games) != len(jobs):
+        raise RuntimeError(f"ALFWorld finds {len(games)} of the {len(jobs)} games written")
+    manifest = {
+        "settings": asdict(config),
+        "games": {split: config.games(split) for split in SPLITS},
+        "files": [str(game.relative_to(out)) for game in games],
+        "sha256": games_sha256(out, games),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    with atomic_path(out / MANIFEST) as tmp:
+        tmp.write_text(json.dumps(manifest, indent=1))
+    return games
+
+
+def games_sha256(root: Path, games: Sequence[Path]) -> str:
+    """One sha256 over every game's files (game and trajectory data), each named by its path
+    under ``root``, in the order given."""
+    digest = hashlib.sha256()
+    for game in games:
+        for file in (game, game.parent / TRAJ_FILE):
+            digest.update(str(file.relative_to(root)).encode())
+            digest.update(sha256_file(file).encode())
+    return digest.hexdigest()
+
+
+def _trial(config: GameGenConfig, index: int) -> str:
+    return f"trial_s{config.seed}_{index:05d}"
+
+
+def _written(root: Path, split: str, index: int, config: GameGenConfig) -> Path | None:
+    """Game ``index`` of ``split`` where a previous call left it whole, else ``None``."""
+    return next(split_dir(root, split).glob(f"*/{_trial(config, index)}/{GAME_FILE}"), None)
+
+
+def _check_existing(out: Path, config: GameGenConfig) -> None:
+    """Refuse a folder whose games were drawn with other settings or outnumber the asked ones."""
+    settings = out / SETTINGS_FILE
+    if settings.is_file():
+        there = json.loads(settings.read_text())
+        differ = sorted(k for k, v in config.drawing().items() if there.get(k) != v)
+        if differ:
+            raise ConfigError(
+                f"{out}: its games were drawn with other settings ({', '.join(differ)}: "
+                f"{', '.join(f'{there.get(k)!r}' for k in differ)}); write to a new folder"
+            )
+    elif (out / DATA_DIR).is_dir():
+        raise ConfigError(
+            f"{out}: holds ALFWorld games this generator did not write ({SETTINGS_FILE} is "
+            "missing); write to a new folder"
+        )
+    split_games.cache_clear()
+    for split in SPLITS:
+        extra = split_games(out, split) if split_dir(out, split).is_dir() else ()
+        if len(extra) > config.games(split):
+            raise ConfigError(
+                f"{split}: {out} holds {len(extra)} {split} games, more than the "
+                f"{config.games(split)} asked for; ask for at least as many, or a new folder"
+            )
+
+
+def _write_settings(out: Path, config: GameGenConfig) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out / SETTINGS_FILE) as tmp:
+        tmp.write_text(json.dumps(config.drawing(), indent=1))
 
 
 def write_game(
@@ -466,7 +584,7 @@ def write_game(
     """Draw candidates for game ``index`` of ``split`` until one passes :func:`solve`; write it
     under ``root`` and return its game file."""
     task_type = TASK_TYPES[index % len(TASK_TYPES)]
-    trial = f"trial_s{config.seed}_{index:05d}"
+    trial = _trial(config, index)
     for attempt in range(config.max_attempts):
         rng = random.Random(f"alfworld-games/{config.seed}/{split}/{index}/{attempt}")
         spec = sample_game(rng, task_type, scenes, config)
@@ -476,7 +594,7 @@ def write_game(
         folder.mkdir(parents=True)
         game = game_data(spec, trial)
         (folder / GAME_FILE).write_text(json.dumps(game))
-        (folder / "traj_data.json").write_text(json.dumps(traj_data(spec, trial)))
+        (folder / TRAJ_FILE).write_text(json.dumps(traj_data(spec, trial)))
         walkthrough = solve(engine, folder / GAME_FILE, config.max_plan_length)
         if walkthrough is not None:
             game.update(solvable=True, walkthrough=walkthrough)
@@ -495,17 +613,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m resail_pipeline.envs.alfworld_games", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--out", type=Path, required=True, help="data root to write (replaced)")
-    parser.add_argument("--n", type=int, default=20, help="games per split (default 20)")
+    parser.add_argument("--out", type=Path, required=True, help="data root to write (resumed)")
+    parser.add_argument(
+        "--n", type=int, default=None, help="games in every split (default: 1024 / 128 / 128)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of every draw (default 0)")
     parser.add_argument("--max-receptacles", type=int, default=8, help="receptacles per game")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    config = GameGenConfig(
-        games_per_split=args.n, seed=args.seed, max_receptacles=args.max_receptacles
-    )
-    games = write_games(args.out, config)
-    logger.info("wrote %d games under %s", len(games), args.out)
+    counts = {} if args.n is None else {split: args.n for split in SPLITS}
+    try:
+        config = GameGenConfig(**counts, seed=args.seed, max_receptacles=args.max_receptacles)
+        games = write_games(args.out, config)
+    except ConfigError as error:
+        raise SystemExit(f"error: {error}") from None
+    logger.info("wrote %d games under %s (%s)", len(games), args.out, MANIFEST)
 
 
 if __name__ == "__main__":
