@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any, ClassVar
@@ -13,6 +14,7 @@ from resail_pipeline.bootstrap.config import BootstrapConfig
 from resail_pipeline.collection import check_collection_settings
 from resail_pipeline.config import ConfigError
 from resail_pipeline.devices import release_device_memory
+from resail_pipeline.envs.alfworld import ALFWORLD_DATA
 from resail_pipeline.generation.cuda import check_vllm_cuda, visible_gpus
 from resail_pipeline.initial_policy import check_published, requested_policy
 from resail_pipeline.io import LockedError, ProcessLock
@@ -106,6 +108,31 @@ class DeviceMemoryHook:
     @hook_impl
     def after_node_run(self, node: Any) -> None:
         release_device_memory()
+
+
+class AlfWorldGamesHook:
+    """Gives an ALFWorld run that names no data its games, before any check or node needs them.
+
+    Where ``run.env`` is alfworld, ``run.env_options`` has no ``data_path`` and ``ALFWORLD_DATA``
+    is unset (no official games on this machine), the generated set that mirrors the official
+    split is kept in ``data/01_raw/alfworld_games`` (written on the first run and resumed if cut
+    short; see :mod:`~resail_pipeline.envs.alfworld_games`), and ``ALFWORLD_DATA`` names it for
+    this process and the workers it starts. It runs first among the ``before_pipeline_run``
+    hooks: the pre-run checks build the environment.
+    """
+
+    @hook_impl(tryfirst=True)
+    def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
+        run = RunConfig.from_params(catalog.load("parameters")["run"])
+        if run.env != "alfworld" or "data_path" in run.env_options:
+            return
+        if os.environ.get(ALFWORLD_DATA):
+            return
+        from resail_pipeline.envs.alfworld_games import ensure_games
+
+        root = ensure_games().resolve()
+        os.environ[ALFWORLD_DATA] = str(root)
+        logger.info("alfworld: %s=%s (generated games; docs/environments.md)", ALFWORLD_DATA, root)
 
 
 class PreflightHook:

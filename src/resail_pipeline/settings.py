@@ -3,6 +3,7 @@
 import warnings
 
 from resail_pipeline.hooks import (
+    AlfWorldGamesHook,
     DeviceMemoryHook,
     NodeTimingHook,
     PreflightHook,
@@ -10,7 +11,13 @@ from resail_pipeline.hooks import (
     run_value,
 )
 
-HOOKS = (RunFolderHook(), NodeTimingHook(), DeviceMemoryHook(), PreflightHook())
+HOOKS = (
+    RunFolderHook(),
+    NodeTimingHook(),
+    DeviceMemoryHook(),
+    AlfWorldGamesHook(),
+    PreflightHook(),
+)
 
 CONFIG_LOADER_ARGS = {
     "base_env": "base",

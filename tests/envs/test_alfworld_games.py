@@ -21,6 +21,7 @@ from resail_pipeline.envs.alfworld_games import (
     GameGenConfig,
     GameSpec,
     Placement,
+    ensure_games,
     game_data,
     games_sha256,
     load_room,
@@ -212,3 +213,21 @@ def test_config_ranges(field, value):
 def test_the_generator_configuration_names_a_bad_field(field, value, message):
     with pytest.raises(ConfigError, match=rf"^{field}: {message}"):
         GameGenConfig(**{field: value})
+
+
+def test_the_main_jobs_set_is_written_once_then_reused(tmp_path, monkeypatch):
+    from resail_pipeline.envs import alfworld_games
+
+    out, config = tmp_path / "games", GameGenConfig(train=1, id=1, ood=1, seed=2)
+    assert (
+        ensure_games(out, config) == out
+        and len(json.loads((out / MANIFEST).read_text())["files"]) == 3
+    )
+
+    def no_writing(*args):  # fake: fails if the set is written again
+        raise AssertionError("written again")
+
+    monkeypatch.setattr(alfworld_games, "write_games", no_writing)
+    assert ensure_games(out, config) == out
+    with pytest.raises(AssertionError, match="written again"):
+        ensure_games(out, GameGenConfig(train=2, id=1, ood=1, seed=2))  # another set: written

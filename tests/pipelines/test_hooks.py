@@ -14,12 +14,19 @@ import pandas as pd
 import pytest
 import torch
 
-from resail_pipeline.hooks import DeviceMemoryHook, NodeTimingHook, PreflightHook, RunFolderHook
+from resail_pipeline.hooks import (
+    AlfWorldGamesHook,
+    DeviceMemoryHook,
+    NodeTimingHook,
+    PreflightHook,
+    RunFolderHook,
+)
 from resail_pipeline.settings import HOOKS
 
 
 def test_every_hook_is_registered():
     assert {type(hook) for hook in HOOKS} == {
+        AlfWorldGamesHook,
         RunFolderHook,
         NodeTimingHook,
         DeviceMemoryHook,
@@ -428,3 +435,42 @@ def test_staging_elsewhere_than_the_catalog_publishes_from_is_refused(cycle_1, t
     )
     with pytest.raises(ConfigError, match=r"run\.staging_dir: .*elsewhere is not the folder"):
         PreflightHook().before_pipeline_run({}, trainer, catalog)
+
+
+def test_an_alfworld_run_without_data_gets_the_generated_set_before_the_checks(
+    tmp_path, monkeypatch
+):
+    """Only an ALFWorld run that names no data: the set is made where the main job keeps it and
+    ALFWORLD_DATA names it; a run with data, or on TextCraft, is left alone."""
+    from resail_pipeline.envs import alfworld_games
+
+    made = []
+
+    def fake_ensure_games():  # fake: the generator's folder without its ten minutes of engine
+        made.append(True)
+        return tmp_path / "games"
+
+    monkeypatch.setattr(alfworld_games, "ensure_games", fake_ensure_games)
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    hook, policy = AlfWorldGamesHook(), pd.DataFrame()
+    hook.before_pipeline_run({}, None, _catalog(None, policy))  # TextCraft
+    assert made == [] and "ALFWORLD_DATA" not in os.environ
+    with_data = {**RUN, "env": "alfworld", "env_options": {"data_path": str(tmp_path / "x")}}
+    hook.before_pipeline_run({}, None, _catalog(None, policy, run=with_data))
+    assert made == [] and "ALFWORLD_DATA" not in os.environ
+    alfworld = {**RUN, "env": "alfworld"}
+    hook.before_pipeline_run({}, None, _catalog(None, policy, run=alfworld))
+    assert made == [True] and os.environ["ALFWORLD_DATA"] == str((tmp_path / "games").resolve())
+    hook.before_pipeline_run({}, None, _catalog(None, policy, run=alfworld))  # now set: kept
+    assert made == [True]
+
+
+def test_the_games_hook_runs_before_the_pre_run_checks():
+    from kedro.framework.hooks.manager import _create_hook_manager
+
+    manager = _create_hook_manager()
+    for hook in HOOKS:
+        manager.register(hook)
+    order = [type(impl.plugin) for impl in manager.hook.before_pipeline_run.get_hookimpls()]
+    order.reverse()  # pluggy lists implementations in reverse call order
+    assert order.index(AlfWorldGamesHook) < order.index(PreflightHook)

@@ -75,6 +75,8 @@ TASK_TYPES = (
     "pick_cool_then_place_in_recep",
     "pick_two_obj_and_place",
 )
+#: Where the main job keeps the generated set when the run names no ALFWorld data.
+DEFAULT_ROOT = Path("data") / "01_raw" / "alfworld_games"
 #: The trajectory data beside each game file.
 TRAJ_FILE = "traj_data.json"
 #: The set's manifest under the data root: settings, games per split, files and sha256.
@@ -519,6 +521,22 @@ def write_games(out: Path, config: GameGenConfig) -> list[Path]:
     with atomic_path(out / MANIFEST) as tmp:
         tmp.write_text(json.dumps(manifest, indent=1))
     return games
+
+
+def ensure_games(root: str | Path = DEFAULT_ROOT, config: GameGenConfig | None = None) -> Path:
+    """The generated set at ``root``: returned as it is when its manifest (:data:`MANIFEST`)
+    says it holds ``config``'s games (the default set: 1,024 / 128 / 128), else written or
+    completed first (:func:`write_games`, which resumes)."""
+    root, config = Path(root), config or GameGenConfig()
+    manifest = root / MANIFEST
+    if manifest.is_file():
+        there = json.loads(manifest.read_text())
+        if there.get("settings") == asdict(config):
+            return root
+    started = time.perf_counter()
+    write_games(root, config)
+    logger.info("alfworld games: the set under %s took %.0f s", root, time.perf_counter() - started)
+    return root
 
 
 def games_sha256(root: Path, games: Sequence[Path]) -> str:
