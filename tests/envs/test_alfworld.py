@@ -228,3 +228,33 @@ def test_games_are_found_by_alfworld_itself(tmp_path):
     with pytest.raises(FileNotFoundError, match="no playable games"):
         env.task_ids("train")
     assert len(split_games(FIXTURE_DATA, "ood")) == 2
+
+
+@pytest.mark.parametrize("task_id", ALL_IDS)
+def test_the_expert_replans_after_a_wrong_move_and_its_plan_wins(task_id):
+    expert = AlfWorldEnv(data_path=FIXTURE_DATA, expert=True)
+    observation = expert.reset(task_id)
+    first = expert.expert_plan
+    assert first and first[0] in observation.admissible_actions
+    detour = next(
+        a for a in observation.admissible_actions if a.startswith("go to ") and a != first[0]
+    )
+    expert.step(detour)
+    plan = expert.expert_plan
+    assert plan and plan != first[1:]  # from where it stands now, not from the start
+    for _ in range(len(plan)):
+        result = expert.step(expert.expert_plan[0])
+        assert result.action_valid
+    assert result.end_reason == END_SUCCESS and expert.expert_plan == ()
+
+
+def test_the_expert_is_asked_of_an_environment_built_for_it(env):
+    with pytest.raises(RuntimeError, match="expert=True"):
+        _ = env.expert_plan
+    expert = AlfWorldEnv(data_path=FIXTURE_DATA, expert=True)
+    with pytest.raises(RuntimeError, match="no episode has started"):
+        _ = expert.expert_plan
+    env.reset(0)
+    env.close()  # an engine without the expert goes back to its own pool
+    expert.reset(0)
+    assert expert.expert_plan

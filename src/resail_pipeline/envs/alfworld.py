@@ -54,7 +54,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from resail_pipeline.config import check_int
+from resail_pipeline.config import check_bool, check_int
 from resail_pipeline.envs.base import END_STEP_LIMIT, END_SUCCESS, Observation, StepResult
 
 logger = logging.getLogger(__name__)
@@ -215,12 +215,15 @@ class EngineState:
         won: the goal holds.
         walkthrough: the game's walkthrough (or, if it stores none, the planner's plan from the
             start); only after ``reset`` of an engine built with ``plan=True``, else ``None``.
+        expert_plan: the planner's plan from the state now (empty once won), after every reset and
+            step of an engine built with ``expert=True``, else ``None``.
     """
 
     feedback: str
     admissible_commands: tuple[str, ...]
     won: bool
     walkthrough: tuple[str, ...] | None = None
+    expert_plan: tuple[str, ...] | None = None
 
 
 @contextlib.contextmanager
@@ -245,16 +248,22 @@ class GameEngine:
     Args:
         plan: also report the game's walkthrough at ``reset``, from the game file or, where it
             stores none, from the planner (used to build and check games).
+        expert: also report, after every reset and step, the planner's plan from the state the
+            game is in (ALFWorld's planner expert, ``policy_commands``; about 0.05-0.2 s a call):
+            what an expert does next, whatever was done before.
     """
 
-    def __init__(self, plan: bool = False):
+    def __init__(self, plan: bool = False, expert: bool = False):
         alfred = _alfred_tw_env()
         import textworld
         from textworld.envs import PddlEnv
 
         extras = ["gamefile", "walkthrough"] if plan else ["gamefile"]
-        infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=extras)
+        infos = textworld.EnvInfos(
+            won=True, admissible_commands=True, policy_commands=expert, extras=extras
+        )
         self._plan = plan
+        self.expert = expert
         self._env = alfred.AlfredInfos(alfred.AlfredDemangler(PddlEnv(infos), shuffle=False))
         self.game_file: Path | None = None
 
@@ -279,18 +288,23 @@ class GameEngine:
         state, _, _ = self._env.step(command)
         return self._state(state, None)
 
-    @staticmethod
-    def _state(state: Any, walkthrough: tuple[str, ...] | None) -> EngineState:
+    def _state(self, state: Any, walkthrough: tuple[str, ...] | None) -> EngineState:
+        won = bool(state["won"])
+        expert_plan = None
+        if self.expert:
+            expert_plan = () if won else tuple(state["policy_commands"] or ())
         return EngineState(
             feedback=state.feedback,
             admissible_commands=tuple(state["admissible_commands"]),
-            won=bool(state["won"]),
+            won=won,
             walkthrough=walkthrough,
+            expert_plan=expert_plan,
         )
 
 
-#: Engines of finished episodes, reused by later ones (see the module docstring).
-_IDLE_ENGINES: list[GameEngine] = []
+#: Engines of finished episodes, reused by later ones (see the module docstring), by whether they
+#: report the expert's plan.
+_IDLE_ENGINES: dict[bool, list[GameEngine]] = {False: [], True: []}
 
 
 def _task_of(text: str, game_file: Path) -> str:
@@ -312,6 +326,9 @@ class AlfWorldEnv:
         data_path: the data root; ``$ALFWORLD_DATA`` when omitted.
         max_steps: steps before an episode is cut.
         test_size: games in each evaluation split's fixed test set.
+        expert: after every reset and step, know the planner's plan from the state the game is
+            in (:attr:`expert_plan`; demonstrations that recover from mistakes need it). Costs a
+            planner call per step.
     """
 
     name = "alfworld"
@@ -321,14 +338,18 @@ class AlfWorldEnv:
         data_path: str | os.PathLike | None = None,
         max_steps: int = MAX_STEPS,
         test_size: int = TEST_SIZE,
+        expert: bool = False,
     ):
         check_int("max_steps", max_steps, low=1)
         check_int("test_size", test_size, low=1)
+        check_bool("expert", expert)
         self.data_root = resolve_data_root(data_path)
         self.max_steps = max_steps
         self.test_size = test_size
+        self.expert = expert
         self.task_id: int | None = None
         self._engine: GameEngine | None = None
+        self._expert_plan: tuple[str, ...] | None = None
         self._offered: tuple[str, ...] = ()
         self._steps = 0
         self._done = True
@@ -365,9 +386,11 @@ class AlfWorldEnv:
     def reset(self, task_id: int) -> Observation:
         game_file = self.game_file(task_id)
         if self._engine is None:
-            self._engine = _IDLE_ENGINES.pop() if _IDLE_ENGINES else GameEngine()
+            idle = _IDLE_ENGINES[self.expert]
+            self._engine = idle.pop() if idle else GameEngine(expert=self.expert)
         self._engine.load(game_file)
         state = self._engine.reset()
+        self._expert_plan = state.expert_plan
         if state.won:
             raise AlfWorldGameError(f"{game_file}: the goal already holds before any action")
         text = state.feedback.strip()
@@ -386,6 +409,7 @@ class AlfWorldEnv:
         valid = action is not None and action in self._offered
         state = self._engine.step("" if action is None else action)
         self._offered = _offered(state.admissible_commands)
+        self._expert_plan = state.expert_plan
         end_reason = None
         if state.won:
             end_reason = END_SUCCESS
@@ -403,9 +427,23 @@ class AlfWorldEnv:
             end_reason=end_reason,
         )
 
+    @property
+    def expert_plan(self) -> tuple[str, ...]:
+        """The planner's plan from the state the episode is in (empty once won).
+
+        Raises:
+            RuntimeError: the environment was built without ``expert=True``, or no episode has
+                started.
+        """
+        if not self.expert:
+            raise RuntimeError("expert_plan: build the environment with expert=True")
+        if self._expert_plan is None:
+            raise RuntimeError("expert_plan: no episode has started; call reset(task_id) first")
+        return self._expert_plan
+
     def close(self) -> None:
         """End the current episode (if any) and hand its engine back to the pool."""
         if self._engine is not None:
-            _IDLE_ENGINES.append(self._engine)
+            _IDLE_ENGINES[self._engine.expert].append(self._engine)
             self._engine = None
         self._done = True
