@@ -7,6 +7,8 @@ import random
 import pytest
 
 from resail_pipeline.bootstrap.demonstrations import (
+    ALFWORLD_IDLE,
+    ALFWORLD_MISTAKES,
     MISTAKES,
     NO_ACTION,
     POLICY_MISTAKE,
@@ -14,6 +16,7 @@ from resail_pipeline.bootstrap.demonstrations import (
     collect_demonstrations,
     demonstration_response,
     draw_mistake,
+    expert_env,
     play,
     relabel_episodes,
 )
@@ -169,5 +172,76 @@ def test_relabelled_episodes_are_numbered_per_task_after_the_planners(env):
     demos = relabel_episodes("textcraft", episodes, first_episode=3, progress=False)
     assert [(d.task_id, d.episode) for d in demos] == [(1, 3), (2, 3), (1, 4), (2, 4)]
     assert len({d.traj_id for d in demos}) == 4
-    with pytest.raises(ValueError, match="env: 'alfworld' has no planner to relabel with"):
-        relabel_episodes("alfworld", episodes, first_episode=0, progress=False)
+    with pytest.raises(ValueError, match="env: 'minecraft' has no expert to demonstrate with"):
+        relabel_episodes("minecraft", episodes, first_episode=0, progress=False)
+
+
+# ----------------------------------------------------------------------------------------------
+# ALFWorld: the engine's planner expert, on the fixture games
+
+
+@pytest.fixture()
+def alfworld(monkeypatch):
+    pytest.importorskip("alfworld")
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parents[1] / "envs" / "alfworld_data"
+    monkeypatch.setenv("ALFWORLD_DATA", str(data))
+    return expert_env("alfworld")
+
+
+ALFWORLD_TASKS = [0, 1, 100_000, 200_000]
+
+
+@pytest.mark.alfworld
+def test_alfworld_demonstrations_recover_from_mistakes_and_win(alfworld):
+    env, expert = alfworld
+    for task_id in ALFWORLD_TASKS:
+        clean = play(env, task_id, episode=0, expert=expert)
+        assert clean.success and all(s.valid and not s.mistake for s in clean.steps)
+        assert [s.action for s in clean.steps] == [s.expert for s in clean.steps]
+        assert len(clean.steps) <= len(env.walkthrough(task_id))  # as short as the stored plan
+        noisy = play(env, task_id, episode=1, mistake_rate=0.4, rng=random.Random(7), expert=expert)
+        assert noisy.success and any(s.mistake for s in noisy.steps)
+        assert {s.mistake for s in noisy.steps} <= {"", *ALFWORLD_MISTAKES}
+        for step in noisy.steps:  # every expert action was admissible where it was labelled
+            assert step.expert in step.history.admissible_actions
+        assert noisy.summary.outcome == "success"
+
+
+@pytest.mark.alfworld
+def test_a_stalled_alfworld_demonstration_takes_nothing_and_fails(alfworld):
+    env, expert = alfworld
+    demo = play(env, 0, episode=0, rng=random.Random(1), stall_after=1, expert=expert)
+    assert demo.stalled and not demo.success and demo.end_reason == "step_limit"
+    assert all(s.mistake in ALFWORLD_IDLE for s in demo.steps[1:])
+    assert not any(
+        s.action.startswith(("take ", "put ", "use ")) for s in demo.steps[1:] if s.valid
+    )
+    assert demo.summary.outcome == "failure"
+
+
+@pytest.mark.alfworld
+def test_alfworld_collection_is_deterministic(alfworld):
+    first = collect_demonstrations(
+        "alfworld",
+        [0, 1],
+        episodes_per_task=2,
+        mistake_rate=0.3,
+        stalled_share=0.5,
+        seed=4,
+        progress=False,
+    )
+    again = collect_demonstrations(
+        "alfworld",
+        [0, 1],
+        episodes_per_task=2,
+        mistake_rate=0.3,
+        stalled_share=0.5,
+        seed=4,
+        progress=False,
+    )
+    assert [[s.action for s in d.steps] for d in first] == [
+        [s.action for s in d.steps] for d in again
+    ]
+    assert [d.stalled for d in first] == [True, False, True, False]

@@ -45,7 +45,6 @@ from resail_pipeline.bootstrap.cloning import (
 )
 from resail_pipeline.bootstrap.config import BootstrapConfig, ModelShape
 from resail_pipeline.bootstrap.demonstrations import (
-    PLANNER_ENVS,
     RESPONSE_MAX_NEW_TOKENS,
     Demonstration,
     collect_demonstrations,
@@ -79,7 +78,8 @@ from resail_pipeline.rollout import EpisodeSpec, RolloutSettings
 
 logger = logging.getLogger(__name__)
 
-#: The only split demonstrations are drawn from.
+#: The environments the whole recipe covers: demonstrations, vocabulary, renamings, drills.
+BUILDABLE_ENVS = ("textcraft",)
 #: the splits the demonstrations are drawn from, where the environment has them: every non-test
 #: task (TextCraft's ``dev`` is carved from the cycles' collection tasks, not the initial policy's)
 TRAIN_SPLITS = ("train", "dev")
@@ -452,10 +452,11 @@ def build_initial_policy(
     is given the same training data.
     ``command`` is recorded in the manifest (default: this process's command line).
     """
-    if config.env not in PLANNER_ENVS:
+    if config.env not in BUILDABLE_ENVS:
         raise ValueError(
-            f"env: an initial policy can only be built for {PLANNER_ENVS} (it needs a planner); "
-            f"set bootstrap.checkpoint to a local checkpoint for {config.env!r}"
+            f"env: an initial policy can only be built for {BUILDABLE_ENVS} (its vocabulary, "
+            "renamings and drills are written for it; ALFWorld has demonstrations only); set "
+            f"bootstrap.checkpoint to a local checkpoint for {config.env!r}"
         )
     device = training_device(config.training.device)  # before hours of work, not after
     out_dir = Path(out_dir)

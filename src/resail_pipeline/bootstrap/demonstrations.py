@@ -23,9 +23,10 @@ mistakes until the step limit: its failure, like a weak policy's, ends at the st
 partial progress. Stalled demonstrations give the privileged view the "Failure analysis" summaries
 that it meets at evaluation time.
 
-Only TextCraft has a planner (:data:`PLANNER_ENVS`); the module is written against its interface
-(``parse_problem``, ``plan``, ``CraftingProblem.apply``) and an environment that reports the
-items held (:class:`PlannerEnvironment`).
+The expert is the environment's own (:data:`EXPERTS`): TextCraft's exact planner, which replans
+from the inventory it simulates (:class:`TextCraftExpert`), and ALFWorld's planner, which the
+engine asks for a plan from the state the game is in after every step (:class:`AlfWorldExpert`).
+Each expert also draws the mistakes of its environment.
 """
 
 from __future__ import annotations
@@ -36,13 +37,13 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Protocol
+from typing import Any, Protocol
 
 import pandas as pd
 from tqdm.auto import tqdm
 
 from resail_pipeline.envs import Environment, make_env
-from resail_pipeline.envs.base import Observation
+from resail_pipeline.envs.base import Observation, StepResult
 from resail_pipeline.envs.planner import CraftingProblem, parse_problem, plan
 from resail_pipeline.experience.evidence import Evidence, build_evidence
 from resail_pipeline.experience.rules import rules_summary
@@ -57,12 +58,9 @@ RESPONSE_TEMPLATE = "<thinking></thinking>\n<action>{action}</action>"
 #: ``evaluate`` command): a response in :data:`RESPONSE_TEMPLATE` is about 13 tokens.
 RESPONSE_MAX_NEW_TOKENS = 48
 
-#: Environments with an exact planner, the only ones demonstrations can be played in.
-PLANNER_ENVS = ("textcraft",)
-
 
 class PlannerEnvironment(Environment, Protocol):
-    """An environment of :data:`PLANNER_ENVS`: it also reports the items held."""
+    """TextCraft's environment: it also reports the items held."""
 
     def inventory(self) -> dict[str, int]:
         """Item name (as the crafting commands write it) -> count held now."""
@@ -349,8 +347,209 @@ class SimulationMismatch(RuntimeError):
     """The environment accepted an action that the planner's simulation of the recipes rejects."""
 
 
+class Expert(Protocol):
+    """What :func:`play` needs of an environment's expert, for one episode at a time."""
+
+    def start(self, task_id: int, initial: Observation) -> tuple[str, ...] | None:
+        """Begin the episode ``initial`` opens; its plan from the start, ``None`` if none."""
+        ...
+
+    def plan(self) -> tuple[str, ...]:
+        """The expert's plan from the state the episode is in (non-empty until it is won)."""
+        ...
+
+    def mistake(
+        self, plan: tuple[str, ...], rng: random.Random, *, no_progress: bool
+    ) -> tuple[str, str]:
+        """``(kind, action)`` of one mistake here, ``plan`` being :meth:`plan`; with
+        ``no_progress`` only one that brings the goal no nearer."""
+        ...
+
+    def executed(self, action: str, result: StepResult, *, relabelled: bool) -> None:
+        """Follow the step that executed ``action`` with ``result``."""
+        ...
+
+
+class TextCraftExpert:
+    """TextCraft's exact planner (:mod:`resail_pipeline.envs.planner`), replanning from the
+    inventory it simulates; its mistakes are :data:`MISTAKES`."""
+
+    def __init__(self, env: PlannerEnvironment) -> None:
+        self.env = env
+        self._problem: CraftingProblem | None = None
+        self._inventory: dict[str, int] = {}
+        self._accepted: list[str] = []
+        self._task_id = -1
+
+    def start(self, task_id: int, initial: Observation) -> tuple[str, ...] | None:
+        self._problem = parse_problem(initial.text)
+        self._inventory, self._accepted, self._task_id = {}, [], task_id
+        clean = None if self._problem is None else plan(self._problem)
+        return None if clean is None else tuple(clean)
+
+    def plan(self) -> tuple[str, ...]:
+        remaining = plan(self._problem, self._inventory)
+        if remaining is None:
+            raise RuntimeError(f"task {self._task_id}: the planner lost its plan")
+        return tuple(remaining)
+
+    def mistake(
+        self, plan: tuple[str, ...], rng: random.Random, *, no_progress: bool
+    ) -> tuple[str, str]:
+        ctx = MistakeContext(self._problem, self._inventory, plan, tuple(self._accepted))
+        return draw_mistake(ctx, rng, no_progress=no_progress)
+
+    def executed(self, action: str, result: StepResult, *, relabelled: bool) -> None:
+        if not result.action_valid:
+            return
+        after = self._problem.apply(self._inventory, action)
+        if after is None and relabelled:
+            # a policy may craft from the game's whole recipe book, beyond the listed commands
+            # the planner simulates: the environment's own inventory keeps the labels exact
+            after = self.env.inventory()
+        if after is None:
+            raise SimulationMismatch(
+                f"task {self._task_id}: the environment accepted {action!r}, the planner's "
+                "simulation rejects it"
+            )
+        self._inventory = after
+        self._accepted.append(action)
+
+
+#: ALFWorld commands that only report (no change to the game).
+ALFWORLD_INFORMATION = ("look", "inventory")
+
+
+class AlfWorldExpert:
+    """ALFWorld's planner expert: the engine's plan from the state the game is in
+    (:attr:`~resail_pipeline.envs.alfworld.AlfWorldEnv.expert_plan`, an environment built with
+    ``expert=True``); its mistakes are :data:`ALFWORLD_MISTAKES`."""
+
+    def __init__(self, env: Any) -> None:
+        if not getattr(env, "expert", False):
+            raise ValueError("env: ALFWorld demonstrations need make_env('alfworld', expert=True)")
+        self.env = env
+        self._offered: tuple[str, ...] = ()
+        self._accepted: list[str] = []
+
+    def start(self, task_id: int, initial: Observation) -> tuple[str, ...] | None:
+        self._offered, self._accepted = tuple(initial.admissible_actions or ()), []
+        return self.env.expert_plan or None
+
+    def plan(self) -> tuple[str, ...]:
+        return self.env.expert_plan
+
+    def mistake(
+        self, plan: tuple[str, ...], rng: random.Random, *, no_progress: bool
+    ) -> tuple[str, str]:
+        ctx = AlfWorldContext(plan, self._offered, tuple(self._accepted))
+        kinds = {
+            k: v for k, v in ALFWORLD_MISTAKES.items() if not no_progress or k in ALFWORLD_IDLE
+        }
+        while kinds:
+            names = list(kinds)
+            name = rng.choices(names, weights=[kinds[n][1] for n in names])[0]
+            action = kinds.pop(name)[0](ctx, rng)
+            if action is not None:
+                return name, action
+        raise AssertionError("an information step always applies")
+
+    def executed(self, action: str, result: StepResult, *, relabelled: bool) -> None:
+        self._offered = tuple(result.admissible_actions or ())
+        if result.action_valid:
+            self._accepted.append(action)
+
+
+@dataclass(frozen=True)
+class AlfWorldContext:
+    """What an ALFWorld mistake is drawn from.
+
+    Attributes:
+        plan: the expert's plan from the state now (non-empty).
+        offered: the admissible actions now.
+        accepted: the accepted actions so far, oldest first.
+    """
+
+    plan: tuple[str, ...]
+    offered: tuple[str, ...]
+    accepted: tuple[str, ...]
+
+
+def _offered_off_plan(ctx: AlfWorldContext, verb: str, rng: random.Random) -> str | None:
+    """An admissible ``verb ...`` action that is not the plan's next one."""
+    options = [a for a in ctx.offered if a.startswith(verb) and a != ctx.plan[0]]
+    return rng.choice(options) if options else None
+
+
+def wrong_place(ctx: AlfWorldContext, rng: random.Random) -> str | None:
+    """Going to a receptacle the plan does not go to next (searching the wrong place)."""
+    return _offered_off_plan(ctx, "go to ", rng)
+
+
+def open_wrong(ctx: AlfWorldContext, rng: random.Random) -> str | None:
+    """Opening a receptacle that is not the plan's next one."""
+    return _offered_off_plan(ctx, "open ", rng)
+
+
+def take_wrong(ctx: AlfWorldContext, rng: random.Random) -> str | None:
+    """Taking an object the task does not need (it must be put down again)."""
+    return _offered_off_plan(ctx, "take ", rng)
+
+
+def premature_step(ctx: AlfWorldContext, rng: random.Random) -> str | None:
+    """A later step of the plan, before what it needs is done (the game refuses it)."""
+    later = [a for a in dict.fromkeys(ctx.plan[1:]) if a not in ctx.offered]
+    return rng.choice(later) if later else None
+
+
+def examine(ctx: AlfWorldContext, rng: random.Random) -> str | None:
+    """An information-only step: looking around, the inventory, or examining something."""
+    options = [*ALFWORLD_INFORMATION, *(a for a in ctx.offered if a.startswith("examine "))]
+    return rng.choice(options)
+
+
+def alfworld_no_action(ctx: AlfWorldContext, rng: random.Random) -> str:
+    """A response without a parsable action (an invalid step)."""
+    return NO_ACTION
+
+
+#: ALFWorld's mistake kinds and their relative weights.
+ALFWORLD_MISTAKES: dict[
+    str, tuple[Callable[[AlfWorldContext, random.Random], str | None], float]
+] = {
+    "wrong_place": (wrong_place, 3.0),
+    "open_wrong": (open_wrong, 1.0),
+    "take_wrong": (take_wrong, 1.5),
+    "premature_step": (premature_step, 2.0),
+    "examine": (examine, 1.0),
+    "no_action": (alfworld_no_action, 0.5),
+}
+#: The kinds a stalled episode may make: none takes an object, so none brings the goal nearer.
+ALFWORLD_IDLE = ("wrong_place", "open_wrong", "premature_step", "examine", "no_action")
+
+#: Environment name -> (its expert, the options its environment is built with for it).
+EXPERTS: dict[str, tuple[Callable[[Any], Expert], dict[str, Any]]] = {
+    "textcraft": (TextCraftExpert, {}),
+    "alfworld": (AlfWorldExpert, {"expert": True}),
+}
+#: Environments with an expert, the only ones demonstrations can be played in.
+PLANNER_ENVS = tuple(EXPERTS)
+
+
+def expert_env(env_name: str) -> tuple[Environment, Expert]:
+    """``env_name``'s environment built for its expert, and the expert."""
+    if env_name not in EXPERTS:
+        raise ValueError(
+            f"env: {env_name!r} has no expert to demonstrate with (only {PLANNER_ENVS}); "
+            "configure an initial policy checkpoint instead"
+        )
+    factory, options = EXPERTS[env_name]
+    env = make_env(env_name, **options)
+    return env, factory(env)
+
+
 def play(
-    env: PlannerEnvironment,
+    env: Environment,
     task_id: int,
     *,
     episode: int,
@@ -358,8 +557,9 @@ def play(
     rng: random.Random | None = None,
     stall_after: int | None = None,
     actions: Sequence[str] | None = None,
+    expert: Expert | None = None,
 ) -> Demonstration | None:
-    """Play one demonstration of ``task_id``; ``None`` if the planner finds no plan for it.
+    """Play one demonstration of ``task_id``; ``None`` if the expert finds no plan for it.
 
     Args:
         env: the environment (reset here).
@@ -368,26 +568,25 @@ def play(
         mistake_rate: probability of injecting a mistake before each step.
         rng: the random source of mistakes; needed when there are any to draw.
         stall_after: make only mistakes after this many steps (a failure at the step limit).
-        actions: execute these actions in order instead of the planner's and the mistakes (a
-            recorded episode of a policy, relabelled: every step still records the planner's
-            action from the inventory held as its expert action; an executed action that is not
+        actions: execute these actions in order instead of the expert's and the mistakes (a
+            recorded episode of a policy, relabelled: every step still records the expert's
+            action from the state there as its expert action; an executed action that is not
             the expert's is recorded as mistake :data:`POLICY_MISTAKE`). The episode must end
             (success or step limit) on the last of them.
+        expert: the environment's expert (:data:`EXPERTS`); by default the one of ``env.name``
+            over ``env``.
     """
     if actions is None and rng is None and (mistake_rate > 0 or stall_after is not None):
         raise ValueError("rng: drawing mistakes (mistake_rate > 0 or stall_after) needs one")
+    if expert is None:
+        expert = EXPERTS[env.name][0](env)
     initial = env.reset(task_id)
-    problem = parse_problem(initial.text)
-    if problem is None or plan(problem) is None:
+    if expert.start(task_id, initial) is None:
         return None
     history = EpisodeHistory.start(env.name, initial)
-    inventory: dict[str, int] = {}
-    accepted: list[str] = []
     steps: list[DemoStep] = []
     while True:
-        remaining = plan(problem, inventory)
-        if remaining is None:
-            raise RuntimeError(f"task {task_id}: the planner lost its plan after {steps[-1]}")
+        remaining = expert.plan()
         stalled = stall_after is not None and len(steps) >= stall_after
         mistake, action = "", remaining[0]
         if actions is not None:
@@ -399,23 +598,10 @@ def play(
             action = actions[len(steps)]
             mistake = "" if action == remaining[0] else POLICY_MISTAKE
         elif stalled or (rng is not None and rng.random() < mistake_rate):
-            ctx = MistakeContext(problem, inventory, tuple(remaining), tuple(accepted))
-            mistake, action = draw_mistake(ctx, rng, no_progress=stalled)
+            mistake, action = expert.mistake(remaining, rng, no_progress=stalled)
         result = env.step(action)
         executed = action or ""
-        if result.action_valid:
-            after = problem.apply(inventory, executed)
-            if after is None and actions is not None:
-                # a policy may craft from the game's whole recipe book, beyond the listed commands
-                # the planner simulates: the environment's own inventory keeps the labels exact
-                after = env.inventory()
-            if after is None:
-                raise SimulationMismatch(
-                    f"task {task_id}: the environment accepted {executed!r}, the planner's "
-                    "simulation rejects it"
-                )
-            inventory = after
-            accepted.append(executed)
+        expert.executed(executed, result, relabelled=actions is not None)
         steps.append(
             DemoStep(
                 history, remaining[0], executed, mistake, result.action_valid, result.observation
@@ -456,12 +642,7 @@ def collect_demonstrations(
     positive) is stalled after a uniformly drawn number of planned steps. The demonstrations of a
     task depend only on ``seed``, the task id and the settings, not on the other tasks.
     """
-    if env_name not in PLANNER_ENVS:
-        raise ValueError(
-            f"env: {env_name!r} has no planner to demonstrate with (only {PLANNER_ENVS}); "
-            "configure an initial policy checkpoint instead"
-        )
-    env = make_env(env_name)
+    env, expert = expert_env(env_name)
     stalled = round(stalled_share * episodes_per_task)
     if stalled_share > 0:
         stalled = max(1, stalled)
@@ -469,8 +650,7 @@ def collect_demonstrations(
     skipped = []
     for task_id in tqdm(task_ids, desc="demonstrations", unit="task", disable=not progress):
         rng = random.Random(f"{seed}/{task_id}")
-        problem = parse_problem(env.reset(task_id).text)
-        clean = None if problem is None else plan(problem)
+        clean = expert.start(task_id, env.reset(task_id))
         if clean is None:
             skipped.append(task_id)
             continue
@@ -484,11 +664,12 @@ def collect_demonstrations(
                 mistake_rate=rate,
                 rng=rng,
                 stall_after=stall_after,
+                expert=expert,
             )
             if demo is not None:
                 out.append(demo)
     if skipped:
-        logger.info("demonstrations: the planner finds no plan for tasks %s; skipped", skipped)
+        logger.info("demonstrations: the expert finds no plan for tasks %s; skipped", skipped)
     return out
 
 
@@ -510,15 +691,13 @@ def relabel_episodes(
     ``k``-th episode of a task gets the index ``first_episode + k`` (keep it clear of the planner
     demonstrations of that task). Tasks the planner cannot solve are skipped.
     """
-    if env_name not in PLANNER_ENVS:
-        raise ValueError(f"env: {env_name!r} has no planner to relabel with (only {PLANNER_ENVS})")
-    env = make_env(env_name)
+    env, expert = expert_env(env_name)
     seen: dict[int, int] = defaultdict(int)
     out: list[Demonstration] = []
     for task_id, actions in tqdm(episodes, desc="relabel", unit="episode", disable=not progress):
         index = first_episode + seen[task_id]
         seen[task_id] += 1
-        demo = play(env, task_id, episode=index, actions=actions)
+        demo = play(env, task_id, episode=index, actions=actions, expert=expert)
         if demo is not None:
             out.append(demo)
     return out
