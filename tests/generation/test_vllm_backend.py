@@ -97,6 +97,7 @@ class FakeLLM:
 
     def generate(self, requests, sampling_params, use_tqdm):
         self.requests = list(zip(requests, sampling_params, strict=True))
+        self.use_tqdm = use_tqdm
         return [types.SimpleNamespace(outputs=[c]) for c in self.completions]
 
 
@@ -201,3 +202,19 @@ def test_a_prompt_longer_than_max_model_len_is_refused_before_any_request(
     assert llm.requests is None  # nothing was sent
     llm.completions = [FakeCompletion([5], [{5: FakeLogprob(-1.0)}], "length")] * 2
     assert len(generator.generate(prompts, SamplingParams(max_new_tokens=3))) == 2
+
+
+def test_no_progress_bar_where_tqdm_is_disabled(tiny_tokenizer, monkeypatch):
+    """vLLM 0.32 divides by a bar's elapsed time, zero for a bar TQDM_DISABLE turned off."""
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(SamplingParams=lambda **k: k))
+    eos = tiny_tokenizer.eos_token_id
+    llm = FakeLLM(tiny_tokenizer, [FakeCompletion([eos], [{eos: FakeLogprob(-0.2)}], "stop")])
+    generator = VLLMGenerator(llm, policy_id="tiny@0", progress=True)
+    prompts = [chat_prompt(tiny_tokenizer, MESSAGES[0])]
+    params = SamplingParams(temperature=0.0, max_new_tokens=1)
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    generator.generate(prompts, params)
+    assert llm.use_tqdm is True
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    generator.generate(prompts, params)
+    assert llm.use_tqdm is False

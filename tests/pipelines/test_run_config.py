@@ -123,6 +123,7 @@ def test_the_rehearsal_is_the_paper_setting_with_only_its_sizes_changed():
         "run.generation.vllm.max_model_len",
         "run.generation.vllm.dtype",
         "run.generation.vllm.max_num_batched_tokens",
+        "run.generation.vllm.enable_chunked_prefill",
         "bootstrap.checkpoint",
         "bootstrap.reference",
         "summarize.max_attempts",

@@ -10,6 +10,7 @@ calls) is turned on explicitly, whatever the installed version's default.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -155,7 +156,10 @@ class VLLMGenerator(Generator):
             )
             for seed in stream_seeds
         ]
-        outputs = self.llm.generate(requests, request_params, use_tqdm=self.progress)
+        # vLLM 0.32 divides by the bar's elapsed time, which a bar disabled by TQDM_DISABLE keeps
+        # at zero: no bar where tqdm is disabled
+        bar = self.progress and not os.environ.get("TQDM_DISABLE")
+        outputs = self.llm.generate(requests, request_params, use_tqdm=bar)
         generations = []
         for output in outputs:
             (completion,) = output.outputs
