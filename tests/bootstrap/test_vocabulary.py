@@ -89,3 +89,25 @@ def test_the_rare_summary_forms_are_known(tokenizer, demos):
     for text in texts:
         ids = tokenizer(text).input_ids
         assert tokenizer.unk_token_id not in ids and tokenizer.decode(ids) == text
+
+
+def test_every_alfworld_object_and_receptacle_the_games_name_is_an_item_word():
+    pytest.importorskip("alfworld")
+    import re
+    from pathlib import Path
+
+    from resail_pipeline.bootstrap.vocabulary import ITEM_TEXTS
+    from resail_pipeline.envs.alfworld import AlfWorldEnv
+
+    words = {w for line in ITEM_TEXTS["alfworld"]() for w in line.split()}
+    env = AlfWorldEnv(data_path=Path(__file__).resolve().parents[1] / "envs" / "alfworld_data")
+    named = set()
+    for task_id in [0, 1, 100_000, 100_001, 200_000, 200_001]:
+        observation = env.reset(task_id)
+        texts = [observation.text, *observation.admissible_actions]
+        for action in env.walkthrough(task_id):
+            result = env.step(action)
+            texts += [result.observation, *(result.admissible_actions or ())]
+        named |= {m[1] for text in texts for m in re.finditer(r"\b([a-z]+) (\d+)\b", text)}
+    named -= {"step", "steps"}  # "step 3" of the template, not an object
+    assert named and named <= words, sorted(named - words)

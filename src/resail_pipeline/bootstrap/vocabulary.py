@@ -40,8 +40,20 @@ def _textcraft_items() -> list[str]:
     return [f"[{item_name(i)}] {i} {item_name(i)}" for i in item_ids()]
 
 
+def _alfworld_items() -> list[str]:
+    """Every ALFRED object and receptacle class as the game writes it (``desklamp``,
+    ``sinkbasin``), and the instance numbers that follow them."""
+    from alfworld.gen import constants
+
+    names = sorted({name.lower() for name in (*constants.OBJECTS, *constants.RECEPTACLES)})
+    return [" ".join(names), " ".join(str(i) for i in range(1, 51))]
+
+
 #: env name -> lines naming every item of the environment's data.
-ITEM_TEXTS: dict[str, Callable[[], list[str]]] = {"textcraft": _textcraft_items}
+ITEM_TEXTS: dict[str, Callable[[], list[str]]] = {
+    "textcraft": _textcraft_items,
+    "alfworld": _alfworld_items,
+}
 
 
 def rare_summaries(demo: Demonstration) -> list[Summary]:
