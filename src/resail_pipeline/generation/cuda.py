@@ -52,11 +52,12 @@ _VERSION = re.compile(r"\b(\d+)\.(\d+)(?:\.(\d+))?\b")
 _SMI_TIMEOUT_S = 30
 
 
-def driver_version() -> str | None:
-    """The NVIDIA driver's version (``"580.65.06"``), or ``None`` where no driver answers."""
+def _nvidia_smi(query: str, *formats: str) -> list[str] | None:
+    """The non-empty lines ``nvidia-smi --query-gpu=<query>`` prints (one per GPU), or ``None``
+    where it is missing, fails or hangs."""
     try:
         out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            ["nvidia-smi", f"--query-gpu={query}", f"--format={','.join(('csv', *formats))}"],
             capture_output=True,
             text=True,
             timeout=_SMI_TIMEOUT_S,
@@ -64,11 +65,18 @@ def driver_version() -> str | None:
         )
     except (OSError, subprocess.SubprocessError) as error:
         logger.debug("nvidia-smi: %s", error)
-    else:
-        lines = [line.strip() for line in out.stdout.splitlines() if line.strip()]
-        if out.returncode == 0 and lines and _VERSION.fullmatch(lines[0]):
-            return lines[0]  # one line per GPU, all the same driver
+        return None
+    if out.returncode != 0:
         logger.debug("nvidia-smi: exit %d, %r", out.returncode, (out.stderr or out.stdout)[:200])
+        return None
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+
+
+def driver_version() -> str | None:
+    """The NVIDIA driver's version (``"580.65.06"``), or ``None`` where no driver answers."""
+    lines = _nvidia_smi("driver_version", "noheader")
+    if lines and _VERSION.fullmatch(lines[0]):
+        return lines[0]  # one line per GPU, all the same driver
     try:
         text = _PROC_VERSION.read_text()
     except OSError:
@@ -97,19 +105,9 @@ class GpuInfo:
 def visible_gpus() -> list[GpuInfo]:
     """The GPUs this process may use (``CUDA_VISIBLE_DEVICES``'s indices where it lists them),
     read from ``nvidia-smi``; ``[]`` where it does not answer."""
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=memory.total,compute_cap", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=_SMI_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError) as error:
-        logger.debug("nvidia-smi: %s", error)
-        return []
+    lines = _nvidia_smi("memory.total,compute_cap", "noheader", "nounits") or []
     gpus = []
-    for line in out.stdout.splitlines() if out.returncode == 0 else []:
+    for line in lines:
         memory, _, capability = (part.strip() for part in line.partition(","))
         major, _, minor = capability.partition(".")
         if memory.isdigit() and major.isdigit() and minor.isdigit():
