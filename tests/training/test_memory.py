@@ -4,6 +4,7 @@ held against the peak the CPU allocator counts for the real trainer on small sha
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pandas as pd
@@ -121,7 +122,8 @@ def test_bad_input_is_named():
         ModelShape.from_checkpoint(ROOT / "conf")
 
 
-def test_the_command_prints_the_plan_and_exits_with_one_line(capsys):
+def test_the_command_logs_the_plan_and_exits_with_one_line(caplog):
+    caplog.set_level(logging.INFO, logger="resail_pipeline.training.memory")
     main(
         [
             str(ROOT / "conf" / "paper" / "parameters.yml"),
@@ -131,7 +133,9 @@ def test_the_command_prints_the_plan_and_exits_with_one_line(capsys):
             str(PROMPT_TOKENS),
         ]
     )
-    out = capsys.readouterr().out
+    out = "\n".join(
+        r.getMessage() for r in caplog.records if r.name == "resail_pipeline.training.memory"
+    )
     assert "student weights 15.3" in out and out.splitlines()[-1].startswith("fits: ")
     with pytest.raises(SystemExit, match=r"^error: train\.engine: one training rank"):
         main(

@@ -31,6 +31,7 @@ holds the plan against the peak the CPU allocator counts for the trainer on smal
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,8 @@ from resail_pipeline.config import ConfigError
 from resail_pipeline.training.config import TrainConfig
 
 __all__ = ["GIB", "MemoryPlan", "ModelShape", "check_fits", "plan_memory"]
+
+logger = logging.getLogger(__name__)
 
 GIB = 1024**3
 
@@ -297,17 +300,18 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--prompt-tokens", type=int, required=True, help="the longest prompt")
     args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         data = yaml.safe_load(Path(args.parameters).read_text()) or {}
         config = TrainConfig.from_dict({**data.get("train", {}), "method": args.method}, "train")
         config = config.resolve(num_gpus=args.gpus, bf16_supported=True)
         shape = ModelShape.from_checkpoint(args.model)
         plan = plan_memory(config, shape, prompt_tokens=args.prompt_tokens)
-        print(plan.describe())
+        logger.info("%s", plan.describe())
         check_fits(plan, int(args.gpu_gib * GIB), device="the GPU")
     except (ConfigError, OSError) as error:
         raise SystemExit(f"error: {error}") from None
-    print(f"fits: {plan.peak / GIB:.1f} of {USABLE_SHARE * args.gpu_gib:.1f} usable GiB")
+    logger.info("fits: %.1f of %.1f usable GiB", plan.peak / GIB, USABLE_SHARE * args.gpu_gib)
 
 
 if __name__ == "__main__":
