@@ -223,23 +223,17 @@ def test_a_stalled_alfworld_demonstration_takes_nothing_and_fails(alfworld):
 
 @pytest.mark.alfworld
 def test_alfworld_collection_is_deterministic(alfworld):
-    first = collect_demonstrations(
-        "alfworld",
-        [0, 1],
-        episodes_per_task=2,
-        mistake_rate=0.3,
-        stalled_share=0.5,
-        seed=4,
-        progress=False,
-    )
-    again = collect_demonstrations(
-        "alfworld",
-        [0, 1],
-        episodes_per_task=2,
-        mistake_rate=0.3,
-        stalled_share=0.5,
-        seed=4,
-        progress=False,
+    first, again = (
+        collect_demonstrations(
+            "alfworld",
+            [0, 1],
+            episodes_per_task=2,
+            mistake_rate=0.3,
+            stalled_share=0.5,
+            seed=4,
+            progress=False,
+        )
+        for _ in range(2)
     )
     assert [[s.action for s in d.steps] for d in first] == [
         [s.action for s in d.steps] for d in again
