@@ -22,7 +22,7 @@ checkpoint, inputs and configuration; each round times one update of each, in al
 from the same starting weights and seeds. The current trainer runs twice: eager
 (``train.compile: false``) and, where inductor can compile here, compiled (``true``, what ``auto``
 picks on a CPU with a C++ compiler). Every round asserts that each sampled the same response tokens
-as ``before`` and computed the same loss (fp32; relative 1e-5 eager, 1e-4 compiled, whose fused
+as ``before`` and computed the same loss (fp32; relative 5e-5 eager, 1e-4 compiled, whose fused
 loops sum in another order), and the script prints the median wall seconds per phase of each and
 the ratios (before / now). The first update of each process, which compiles, is not timed.
 
@@ -270,10 +270,12 @@ def revision_source(revision: str, folder: Path) -> Path:
     return target / "src"
 
 
-#: relative difference from ``before``'s loss allowed to each current trainer: eager, the same
-#: operations (attention kernels aside); compiled, fused loops that sum in another order, on a loss
-#: that is a divergence between two nearly equal distributions, where relative rounding grows
-TOLERANCE = {"now eager": 1e-5, "now compiled": 1e-4}
+#: relative difference from ``before``'s loss allowed to each current trainer: the loss is a
+#: divergence between two nearly equal distributions (about 6e-4 on this workload), which magnifies
+#: the relative rounding of the logits; eager, the current forward attends per tree (no padding, no
+#: masked blocks), where SDPA's kernel blocks the same sums differently (measured up to 1.7e-5);
+#: compiled, fused loops also sum in another order
+TOLERANCE = {"now eager": 5e-5, "now compiled": 1e-4}
 
 
 def side_by_side(args: argparse.Namespace) -> None:

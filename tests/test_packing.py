@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from resail_pipeline.packing import PADDING, TRUNK, TreeRow, common_prefix_length, lay_out
+from resail_pipeline.packing import (
+    PADDING,
+    TRUNK,
+    TreeRow,
+    common_prefix_length,
+    lay_out,
+    tree_lengths,
+)
 
 
 def test_a_row_is_laid_out_trunk_then_branches_with_restarted_positions():
@@ -81,3 +88,10 @@ def test_common_prefix_length():
     assert common_prefix_length([[1, 2, 3], [1, 2, 4], [1, 2]]) == 2
     assert common_prefix_length([[1, 2]]) == 2
     assert common_prefix_length([[1], [2]]) == 0
+
+
+def test_tree_lengths_read_trunk_and_branches_from_the_segments():
+    batch = lay_out(
+        [TreeRow([5, 6], [[7, 8], [9]]), TreeRow([], [[1, 2, 3]]), TreeRow([4], [[5]])], pad_id=0
+    )
+    assert tree_lengths(batch.segment) == [(2, 2, 1), (0, 3), (1, 1)]

@@ -20,7 +20,16 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["PADDING", "TRUNK", "TreeBatch", "TreeRow", "common_prefix_length", "lay_out"]
+__all__ = [
+    "PADDING",
+    "TRUNK",
+    "TreeBatch",
+    "TreeRow",
+    "common_prefix_length",
+    "lay_out",
+    "tree_lengths",
+    "tree_mask",
+]
 
 #: segment of a padding column
 PADDING = -1
@@ -78,20 +87,33 @@ class TreeBatch:
         return [start + k - 1 if k > 0 else trunk - 1 for k in offsets]
 
     def tree_mask(self) -> Tensor:
-        """Bool ``(R, 1, L, L)``, ``True`` where a query may attend to a key: causally, within
-        the trunk and its own branch. A padding query sees itself only, so that no row of the
-        mask is empty."""
-        index = torch.arange(self.width, device=self.segment.device)
-        causal = index[None, :, None] >= index[None, None, :]  # (1, L, L): key <= query
-        query = self.segment[:, :, None]  # (R, L, 1)
-        key = self.segment[:, None, :]  # (R, 1, L)
-        visible = ((key == TRUNK) | (key == query)) & (key != PADDING) & (query != PADDING)
-        mask = (causal & visible) | ((query == PADDING) & (index[:, None] == index))
-        return mask[:, None]
+        """Bool ``(R, 1, L, L)`` (:func:`tree_mask` of :attr:`segment`)."""
+        return tree_mask(self.segment)
 
     def padding_mask(self) -> Tensor:
         """Long ``(R, L)``, 1 at real tokens: the whole mask where every row is one sequence."""
         return (self.segment != PADDING).long()
+
+
+def tree_mask(segment: Tensor) -> Tensor:
+    """Bool ``(R, 1, L, L)`` of rows whose columns are in segments ``segment`` ``(R, L)``,
+    ``True`` where a query may attend to a key: causally, within the trunk and its own branch. A
+    padding query sees itself only, so that no row of the mask is empty."""
+    index = torch.arange(segment.shape[1], device=segment.device)
+    causal = index[None, :, None] >= index[None, None, :]  # (1, L, L): key <= query
+    query = segment[:, :, None]  # (R, L, 1)
+    key = segment[:, None, :]  # (R, 1, L)
+    visible = ((key == TRUNK) | (key == query)) & (key != PADDING) & (query != PADDING)
+    mask = (causal & visible) | ((query == PADDING) & (index[:, None] == index))
+    return mask[:, None]
+
+
+def tree_lengths(segment: Tensor) -> list[tuple[int, ...]]:
+    """Each row's trunk length and branch lengths, in order, from its segments ``(R, L)``
+    (laid out by :func:`lay_out`: trunk, then branches, then padding)."""
+    branches = max(int(segment.max()), 1)
+    counts = torch.stack([(segment == s).sum(1) for s in range(TRUNK, branches + 1)], 1)
+    return [(row[0], *(n for n in row[1:] if n)) for row in counts.tolist()]
 
 
 def lay_out(rows: Sequence[TreeRow], pad_id: int, *, pad_to_multiple_of: int = 1) -> TreeBatch:

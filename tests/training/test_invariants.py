@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from resail_pipeline.generation.decoder import can_compile
+from resail_pipeline.packing import PADDING
 from resail_pipeline.training import data as training_data
 from resail_pipeline.training.run import TrainingRun
 
@@ -79,21 +80,23 @@ def test_a_zero_loss_with_the_old_kl_backward_would_move_the_weights(
 
 
 class _PositionGradients:
-    """Records each forward's input ids and the gradient of the decoder's last hidden states."""
+    """Records each forward's input ids and segments and the gradient of the decoder's last
+    hidden states (the functional forward's: the rows' tokens without padding, one after the
+    other)."""
 
     def __init__(self, response_logits) -> None:
-        self.inputs: list[torch.Tensor] = []
+        self.inputs: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.hidden: list[torch.Tensor] = []
         response_logits.register_forward_pre_hook(self._inputs)
         response_logits.model.get_decoder().norm.register_forward_hook(self._hidden)
 
     def _inputs(self, module, args):
-        self.inputs.append(args[0].detach().clone())  # (R, L)
+        self.inputs.append((args[0].detach().clone(), args[1].detach().clone()))  # (R, L) each
 
     def _hidden(self, module, args, output):
         if output.requires_grad:
             output.retain_grad()
-            self.hidden.append(output)  # (R, L, H)
+            self.hidden.append(output)  # (N, H)
 
 
 @pytest.mark.parametrize("method", ["rft", "epd"])
@@ -114,8 +117,9 @@ def test_cross_entropy_covers_the_response_and_its_end_token_and_nothing_else(
         assert all(s.response_ids[-1] == tiny_tokenizer.eos_token_id for s in steps)
     assert outcome.metrics["tokens"].tolist() == [sum(len(s.response_ids) for s in steps)]
 
-    (input_ids,), (hidden,) = record.inputs, record.hidden
-    moved = hidden.grad.abs().sum(-1) > 0  # (R, L): positions whose output reached the loss
+    ((input_ids, segment),), (hidden,) = record.inputs, record.hidden
+    moved = torch.zeros(segment.shape, dtype=torch.bool)  # (R, L): outputs that reached the loss
+    moved[segment != PADDING] = hidden.grad.abs().sum(-1) > 0
     assert input_ids.shape[0] == len(steps)
     for row, ids in zip(moved, input_ids.tolist(), strict=True):
         # the row is one step's prompt followed by its response

@@ -28,7 +28,7 @@ def test_response_logits_equal_the_full_forward(tiny_model):
     module = ResponseLogits(tiny_model)
     row = ViewRow(prompts=([3, 4, 5, 6],), response=[7, 8, 9])
     packed = pack_rows([row], pad_id=0)
-    assert packed.attention_mask.dim() == 2  # one branch: the model's own causal masking
+    assert packed.segment.tolist() == [[1] * 7]  # one branch, no trunk
     out = forward_views(module, packed)[0, 0]  # (T, V)
     torch.testing.assert_close(out, separate_logits(tiny_model, [3, 4, 5, 6], [7, 8, 9]))
 
@@ -53,7 +53,7 @@ def test_packed_views_equal_separate_forwards(tiny_model, attention):
     rows = _mixed_rows(torch.Generator().manual_seed(0))
     rows.append(ViewRow(prompts=([5, 6, 7],), response=[8, 9]))  # a row with one view
     packed = pack_rows(rows, pad_id=0)
-    assert packed.attention_mask.shape[1] == 1 and packed.attention_mask.dim() == 4
+    assert int(packed.segment.max()) == 2  # trees: the model's own forward under the tree mask
     out = forward_views(module, packed)  # (R, 2, T, V)
     for i, row in enumerate(rows):
         n = len(row.response)
@@ -120,12 +120,13 @@ def _assert_close(got, want, tolerance):
 
 @pytest.mark.parametrize("branches", [1, 2])
 def test_the_functional_forward_gives_the_models_logits_and_gradients(tiny_model, branches):
-    """The decoder's functional forward (the rollouts') against the model's own, with gradient:
-    padded one-branch rows (SDPA's causal kernel, no mask) and packed two-branch rows (tree mask)."""
+    """The decoder's functional forward over the rows without their padding (the rollouts'
+    forward, attention per tree) against the model's own over the padded rows, with gradient:
+    one-branch rows (padding mask) and packed two-branch rows (tree mask)."""
     rows = _mixed_rows(torch.Generator().manual_seed(1))
     if branches == 1:
         rows = [ViewRow(prompts=r.prompts[:1], response=r.response) for r in rows]
-    assert pack_rows(rows, pad_id=0).attention_mask.dim() == (2 if branches == 1 else 4)
+    assert int(pack_rows(rows, pad_id=0).segment.max()) == branches
     functional = ResponseLogits(tiny_model)
     assert functional._decoder is not None and not functional.compiled
     own = ResponseLogits(tiny_model, functional=False)
@@ -151,13 +152,12 @@ def test_the_compiled_forward_and_backward_agree_with_eager_within_rounding(tiny
     )
 
 
-def test_the_functional_forward_refuses_left_padding(tiny_model):
-    module = ResponseLogits(tiny_model)
-    ids = torch.tensor([[0, 5, 6, 7]])
-    with pytest.raises(ValueError, match="attention_mask: a 2-D mask must pad on the right"):
-        module(ids, torch.tensor([[0, 1, 1, 1]]), torch.arange(4)[None], torch.tensor([[3]]))
-
-
 def test_only_the_functional_forward_compiles(tiny_model):
     with pytest.raises(ValueError, match="compile: only the functional forward"):
         ResponseLogits(tiny_model, compile=True, functional=False)
+
+
+def test_the_tree_forward_refuses_lengths_that_do_not_add_up(tiny_model):
+    decoder = ResponseLogits(tiny_model)._decoder
+    with pytest.raises(ValueError, match="trees: lengths do not add up"):
+        decoder.tree_hidden_states(torch.tensor([5, 6, 7]), torch.arange(3), [(1, 1)])

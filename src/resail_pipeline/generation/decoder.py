@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import logging
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import torch
@@ -157,6 +157,39 @@ def _attention(
     )
 
 
+def _tree_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    trees: Sequence[Sequence[int]],
+    scale: float,
+) -> torch.Tensor:
+    """``(N, heads * D)`` attention of packed trees' queries ``(N, heads, D)`` over their keys and
+    values ``(N, kv_heads, D)`` (the layout of :meth:`DecoderForward.tree_hidden_states`). Each
+    tree's trunk and first branch are one causal sequence (SDPA's causal kernel, which skips the
+    blocks above the diagonal); each further branch attends to the trunk and causally to itself,
+    so no query meets a key of another branch or tree and nothing is padded. The tokens are split
+    into those sequences once (a split's backward is one concatenation, where a slice's would
+    write a zero tensor of all ``N`` tokens per sequence)."""
+    sizes = [n for trunk, first, *others in trees for n in (trunk + first, *others)]
+    pieces = [x.split(sizes) for x in (q, k, v)]  # per tensor: (T, heads or kv_heads, D) each
+    out, index = [], 0
+    for trunk, _, *others in trees:
+        chain = (x[index][None].transpose(1, 2) for x in pieces)  # (1, heads, T, D)
+        out.append(_attention(*chain, None, scale)[0].transpose(0, 1))  # (T, heads, D)
+        for offset, length in enumerate(others, start=1):
+            queries = pieces[0][index + offset][None].transpose(1, 2)  # (1, heads, length, D)
+            keys, values = (
+                torch.cat((x[index][:trunk], x[index + offset]))[None].transpose(1, 2)
+                for x in pieces[1:]
+            )  # (1, kv_heads, trunk + length, D)
+            columns = torch.arange(trunk + length, device=q.device)
+            visible = columns <= trunk + torch.arange(length, device=q.device)[:, None]
+            out.append(_attention(queries, keys, values, visible, scale)[0].transpose(0, 1))
+        index += 1 + len(others)
+    return torch.cat(out).flatten(1)
+
+
 @functools.cache
 def _compiled(function: Callable[..., Any]) -> Callable[..., Any]:
     """``function`` compiled once per process, for every shape (the token count is dynamic)."""
@@ -197,8 +230,8 @@ def can_compile(device: torch.device) -> bool:
 class DecoderForward:
     """``model``'s forward for generation, given a transformers ``Cache`` whose layers take the new
     keys and values (``update``) and report how many columns precede them (``length``), and over
-    whole sequences without a cache (:meth:`hidden_states`: training and scoring, where autograd
-    runs through the compiled functions as through the eager ones).
+    packed trees of whole sequences without a cache (:meth:`tree_hidden_states`: training and
+    scoring, where autograd runs through the compiled functions as through the eager ones).
 
     Args:
         model: a causal LM for which :func:`unsupported` returns ``None``.
@@ -251,24 +284,31 @@ class DecoderForward:
                 columns = torch.arange(past + width, device=mask.device)
                 causal = columns <= past + torch.arange(width, device=mask.device)[:, None]
                 attention_mask = attention_mask & causal  # (B, 1, T, past + T)
-        h = self._layers(h, cos, sin, rows, attention_mask, cache)
+        h = self._layers(h, cos, sin, self._rows(rows, attention_mask, cache)).view(rows, width, -1)
         h = h[:, -1] if last is None else h[torch.arange(rows, device=h.device), last]  # (B, H)
         return self.model.lm_head(decoder.norm(h)).float()
 
-    def hidden_states(
-        self, input_ids: torch.Tensor, mask: torch.Tensor | None, positions: torch.Tensor
+    def tree_hidden_states(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, trees: Sequence[Sequence[int]]
     ) -> torch.Tensor:
-        """``(B, T, H)`` final-norm hidden states of whole sequences, without a cache: the forward
-        the trainer and the scorers run (with gradient where the weights require it).
+        """``(N, H)`` final-norm hidden states of packed trees given without padding: the
+        tokens of tree after tree, each a trunk followed by its branches (``trees``: each tree's
+        trunk and branch lengths), every branch attending causally to its trunk and itself (see
+        :mod:`resail_pipeline.packing`). A forward of tree rows without the padding of a batch
+        of rows or the masked blocks of a tree mask: what the trainer and the scorers run.
 
         Args:
-            input_ids: ``(B, T)`` tokens.
-            mask: bool ``(B, 1, T, T)``, True where a position may attend; ``None``: causal, which
-                is exact for right-padded rows (no real token sees a pad).
-            positions: ``(B, T)`` position ids.
+            input_ids: ``(N,)`` tokens.
+            positions: ``(N,)`` position ids (each branch continuing its trunk's).
+            trees: per tree, ``(trunk length, branch lengths...)``, summing to ``N``.
         """
+        if sum(sum(tree) for tree in trees) != input_ids.shape[0]:
+            raise ValueError("trees: lengths do not add up to the tokens given")
         h, cos, sin = self._embed(input_ids, positions)
-        return self.model.model.norm(self._layers(h, cos, sin, input_ids.shape[0], mask, None))
+        h = self._layers(
+            h, cos, sin, lambda _, q, k, v, scale: _tree_attention(q, k, v, trees, scale)
+        )
+        return self.model.model.norm(h)
 
     def _embed(
         self, input_ids: torch.Tensor, positions: torch.Tensor
@@ -285,31 +325,37 @@ class DecoderForward:
         h: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
-        rows: int,
-        mask: torch.Tensor | None,
-        cache: Any | None,
+        attend: Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor],
     ) -> torch.Tensor:
-        """``(B, T, H)`` hidden states after the last layer (before the final norm) from the
-        embeddings ``h`` ``(B * T, H)`` of ``rows`` rows; the new keys and values go through
-        ``cache`` when one is given."""
-        decoder = self.model.model
-        width = h.shape[0] // rows
-        for index, module in enumerate(decoder.layers):
+        """``(N, H)`` hidden states after the last layer (before the final norm) from the
+        embeddings ``h`` ``(N, H)``; ``attend(layer index, q, k, v, scale)`` maps the layer's
+        queries ``(N, heads, D)``, keys and values ``(N, kv_heads, D)`` to its attention output
+        ``(N, heads * D)``."""
+        for index, module in enumerate(self.model.model.layers):
             weights = _Layer.of(module)
             q, k, v = self._before(
                 h, weights, cos, sin, self.eps, self.heads, self.kv_heads, self.head_dim
             )
-            keys = k.view(rows, width, self.kv_heads, self.head_dim).transpose(1, 2)
-            values = v.view(rows, width, self.kv_heads, self.head_dim).transpose(1, 2)
+            h = self._after(h, attend(index, q, k, v, module.self_attn.scaling), weights, self.eps)
+        return h
+
+    def _rows(
+        self, rows: int, mask: torch.Tensor | None, cache: Any | None
+    ) -> Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]:
+        """Attention of ``rows`` rows of equal width, masked by ``mask`` (``None``: causal), the
+        new keys and values going through ``cache`` when one is given."""
+        heads, kv_heads, dim = self.heads, self.kv_heads, self.head_dim
+
+        def attend(
+            index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+        ) -> torch.Tensor:
+            width = q.shape[0] // rows
+            keys = k.view(rows, width, kv_heads, dim).transpose(1, 2)
+            values = v.view(rows, width, kv_heads, dim).transpose(1, 2)
             if cache is not None:
                 keys, values = cache.layers[index].update(keys, values)  # (B, kv, past + T, D)
-            attended = _attention(
-                q.view(rows, width, self.heads, self.head_dim).transpose(1, 2),
-                keys,
-                values,
-                mask,
-                module.self_attn.scaling,
-            )  # (B, heads, T, D)
-            attended = attended.transpose(1, 2).reshape(rows * width, self.heads * self.head_dim)
-            h = self._after(h, attended, weights, self.eps)
-        return h.view(rows, width, -1)
+            queries = q.view(rows, width, heads, dim).transpose(1, 2)
+            attended = _attention(queries, keys, values, mask, scale)  # (B, heads, T, D)
+            return attended.transpose(1, 2).reshape(rows * width, heads * dim)
+
+        return attend

@@ -259,6 +259,7 @@ def check_training_memory(
         config,
         ModelShape.from_checkpoint(prompts.policy),
         prompt_tokens=prompts.estimate.privileged,
+        insert_tokens=max(0, prompts.estimate.privileged - prompts.estimate.ordinary),
     )
     logger.info("memory plan of one training rank: %s", plan.describe())
     check_fits(plan, min(g.memory for g in gpus), device="the smallest visible GPU")

@@ -15,8 +15,12 @@ rank of the trainer holds at its peak from the model's shape, the resolved engin
   forward.
 - **activations** of one micro-batch of ``micro_batch_steps`` rows of the longest row (the prompt,
   then one response branch per view the student trains): every layer's saved tensors, or with
-  gradient checkpointing every layer's input and one layer's tensors, recomputed.
-- **attention mask**: two-branch rows carry a boolean tree mask of ``L x L`` per row.
+  gradient checkpointing every layer's input and one layer's tensors, recomputed. The project's
+  forward attends per tree: a two-branch row's second branch (the privileged insert and the
+  response) reads the trunk's keys and values copied beside its own (repeated per head where
+  grouped) under a mask of its queries by those keys, which SDPA keeps as a bias for its backward.
+- **attention mask**: gradient checkpointing runs the model's own forward over padded rows, whose
+  two-branch rows carry a boolean tree mask of ``L x L`` each (kept as a bias in the same way).
 - **logits**: the student's response logits, kept for the backward, and their gradient; the
   teacher's, reduced to its top-K targets while the student's graph is alive; one fp32 block of
   the top-K reduction (``chunk_size`` positions, all of them when ``None``).
@@ -160,7 +164,12 @@ class MemoryPlan:
 
 
 def plan_memory(
-    config: TrainConfig, shape: ModelShape, *, prompt_tokens: int, steps_per_update: int = 0
+    config: TrainConfig,
+    shape: ModelShape,
+    *,
+    prompt_tokens: int,
+    insert_tokens: int | None = None,
+    steps_per_update: int = 0,
 ) -> MemoryPlan:
     """The peak memory of one rank of ``config``'s trainer.
 
@@ -168,6 +177,8 @@ def plan_memory(
         config: the training configuration, its engine resolved (``auto`` replaced).
         shape: the policy's shape.
         prompt_tokens: the longest prompt a step can have, in its privileged view.
+        insert_tokens: the most tokens a privileged prompt has beyond its ordinary one (the
+            summary and its frame); ``None``: the whole prompt, an upper bound.
         steps_per_update: the steps of an update, where ``engine.micro_batch_steps`` is ``None``
             (a rank's share of them is one micro-batch); ignored otherwise.
 
@@ -179,6 +190,11 @@ def plan_memory(
         raise ConfigError("train.engine: resolve the engine before planning its memory")
     if prompt_tokens < 1:
         raise ConfigError(f"prompt_tokens: must be positive, got {prompt_tokens}")
+    if insert_tokens is not None and not 0 <= insert_tokens <= prompt_tokens:
+        raise ConfigError(
+            f"insert_tokens: must be between 0 and prompt_tokens ({prompt_tokens}), "
+            f"got {insert_tokens}"
+        )
     world = engine.world_size or 1
     p = shape.parameters
     deepspeed = engine.kind == "deepspeed"
@@ -219,10 +235,20 @@ def plan_memory(
     teacher_branches = (2 if config.uses_resail else 1) if config.distills else 0
     length = prompt_tokens + branches * response  # the longest packed row
     tokens = rows * length
-    masked = branches > 1  # two-branch rows attend under a tree mask, single ones causally
-    layer = shape.layer_activations_per_token(repeated_kv=masked) * tokens * compute_bytes
-    # SDPA keeps the tree mask as an additive bias of the compute dtype for its backward
-    bias = rows * length * length * compute_bytes if masked else 0
+    two = branches > 1
+    if engine.gradient_checkpointing:  # the model's forward: padded rows under a tree mask
+        layer = shape.layer_activations_per_token(repeated_kv=two) * tokens * compute_bytes
+        # SDPA keeps the tree mask as an additive bias of the compute dtype for its backward
+        bias = rows * length * length * compute_bytes if two else 0
+        mask = rows * length * length if two else 0
+    else:  # the project's: per tree, the second branch masked over the trunk and itself
+        layer = shape.layer_activations_per_token(repeated_kv=False) * tokens * compute_bytes
+        keys = prompt_tokens + response  # the privileged view: the trunk and the branch
+        queries = min(keys, (prompt_tokens if insert_tokens is None else insert_tokens) + response)
+        # its keys and values, copied beside the branch's (per head: grouped ones are repeated)
+        copies = 2 * keys * shape.heads * shape.head_dim
+        bias = rows * (queries * keys + copies) * compute_bytes if two else 0
+        mask = rows * queries * keys if two else 0  # the bool mask, until SDPA takes it
     if engine.gradient_checkpointing:
         saved = shape.layers * tokens * shape.hidden * compute_bytes  # each layer's input
     else:
@@ -231,7 +257,6 @@ def plan_memory(
     # one layer's tensors live at a time: the teacher's no-grad forward, beside the student's
     # graph, and the recomputation of a checkpointed layer
     working = layer + bias
-    mask = rows * length * length if masked else 0
     logit_bytes = 4 if weight_bytes == 4 and compute_bytes == 4 else 2
     student_logits = rows * branches * response * shape.vocab
     teacher_logits = rows * teacher_branches * response * shape.vocab
@@ -299,6 +324,12 @@ def main(argv: list[str] | None = None) -> None:
         "--gpu-gib", type=float, default=79.6, help="memory of one GPU, GiB (an 80 GB H100: 79.6)"
     )
     parser.add_argument("--prompt-tokens", type=int, required=True, help="the longest prompt")
+    parser.add_argument(
+        "--insert-tokens",
+        type=int,
+        default=None,
+        help="the most tokens a privileged prompt adds to its ordinary one (default: all of them)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
@@ -306,7 +337,9 @@ def main(argv: list[str] | None = None) -> None:
         config = TrainConfig.from_dict({**data.get("train", {}), "method": args.method}, "train")
         config = config.resolve(num_gpus=args.gpus, bf16_supported=True)
         shape = ModelShape.from_checkpoint(args.model)
-        plan = plan_memory(config, shape, prompt_tokens=args.prompt_tokens)
+        plan = plan_memory(
+            config, shape, prompt_tokens=args.prompt_tokens, insert_tokens=args.insert_tokens
+        )
         logger.info("%s", plan.describe())
         check_fits(plan, int(args.gpu_gib * GIB), device="the GPU")
     except (ConfigError, OSError) as error:

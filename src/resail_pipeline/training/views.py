@@ -20,7 +20,15 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel
 
 from resail_pipeline.generation.decoder import DecoderForward, unsupported
-from resail_pipeline.packing import TreeRow, common_prefix_length, lay_out
+from resail_pipeline.packing import (
+    PADDING,
+    TRUNK,
+    TreeRow,
+    common_prefix_length,
+    lay_out,
+    tree_lengths,
+    tree_mask,
+)
 from resail_pipeline.training.data import StepExample
 
 __all__ = [
@@ -53,8 +61,10 @@ class ResponseLogits(nn.Module):
 
     For the architectures :mod:`~resail_pipeline.generation.decoder` runs (Llama, Qwen2, Qwen3)
     the decoder is its functional forward over the model's own weights, the one rollouts run,
-    compiled or not (``compile``); rows with one branch take SDPA's causal kernel instead of a
-    padding mask. Other architectures, and ``functional=False`` (activation checkpointing, which
+    compiled or not (``compile``), over the rows' tokens without their padding, each branch
+    attending to its trunk and itself without a mask's wasted blocks
+    (:meth:`~resail_pipeline.generation.decoder.DecoderForward.tree_hidden_states`). Other
+    architectures, and ``functional=False`` (activation checkpointing, which
     hooks the model's own layers), run the model's decoder. The two agree to float rounding.
 
     Args:
@@ -85,43 +95,52 @@ class ResponseLogits(nn.Module):
         return self._decoder is not None and self._decoder.compiled
 
     def forward(
-        self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor, positions: Tensor
+        self, input_ids: Tensor, segment: Tensor, position_ids: Tensor, positions: Tensor
     ) -> Tensor:
-        """Logits at ``positions``.
+        """Logits at ``positions`` of rows laid out by :func:`~resail_pipeline.packing.lay_out`.
 
         Args:
             input_ids: Long ``(R, L)``.
-            attention_mask: ``(R, L)`` right-padding mask, or bool ``(R, 1, L, L)`` (True: may
-                attend).
+            segment: Long ``(R, L)``, each column's segment (padding, trunk or branch).
             position_ids: Long ``(R, L)``.
-            positions: Long ``(R, G)`` sequence positions whose next-token logits are wanted.
+            positions: Long ``(R, G)`` columns whose next-token logits are wanted.
 
         Returns:
             ``(R, G, V)`` logits.
         """
         if self._decoder is not None:
-            mask = None
-            if attention_mask.dim() == 4:
-                mask = attention_mask
-            elif not bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all()):
-                raise ValueError("attention_mask: a 2-D mask must pad on the right")
-            hidden = self._decoder.hidden_states(input_ids, mask, position_ids)  # (R, L, H)
+            # the rows' tokens without their padding, one after the other
+            real = segment != PADDING  # (R, L)
+            trees = tree_lengths(segment)
+            hidden = self._decoder.tree_hidden_states(
+                input_ids[real], position_ids[real], trees
+            )  # (N, H)
+            starts = torch.tensor([0, *(sum(t) for t in trees[:-1])], device=hidden.device)
+            index = (starts.cumsum(0)[:, None] + positions).flatten()  # (R * G,)
+            gathered = hidden.index_select(0, index).view(*positions.shape, -1)  # (R, G, H)
         else:
-            hidden = self._model_hidden_states(input_ids, attention_mask, position_ids)
-        index = positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])  # (R, G, H)
-        return self.model.get_output_embeddings()(hidden.gather(1, index))  # (R, G, V)
+            hidden = self._model_hidden_states(input_ids, segment, position_ids)  # (R, L, H)
+            index = positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])  # (R, G, H)
+            gathered = hidden.gather(1, index)
+        return self.model.get_output_embeddings()(gathered)  # (R, G, V)
 
     def _model_hidden_states(
-        self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor
+        self, input_ids: Tensor, segment: Tensor, position_ids: Tensor
     ) -> Tensor:
-        """``(R, L, H)`` through the model's own decoder."""
-        if attention_mask.dim() == 4 and self.model.config._attn_implementation == "eager":
-            # eager attention adds its mask to the scores: 0 where allowed, the dtype's minimum elsewhere
-            dtype = self.model.get_input_embeddings().weight.dtype
-            if torch.is_autocast_enabled(input_ids.device.type):
-                dtype = torch.get_autocast_dtype(input_ids.device.type)
-            zero = torch.zeros((), dtype=dtype, device=attention_mask.device)
-            attention_mask = torch.where(attention_mask, zero, torch.finfo(dtype).min)
+        """``(R, L, H)`` through the model's own decoder: one-branch rows under their padding
+        mask, trees under the tree mask."""
+        if int(segment.max()) <= TRUNK + 1:
+            attention_mask = (segment != PADDING).long()  # (R, L)
+        else:
+            attention_mask = tree_mask(segment)  # (R, 1, L, L)
+            if self.model.config._attn_implementation == "eager":
+                # eager attention adds its mask to the scores: 0 where allowed, the dtype's
+                # minimum elsewhere
+                dtype = self.model.get_input_embeddings().weight.dtype
+                if torch.is_autocast_enabled(input_ids.device.type):
+                    dtype = torch.get_autocast_dtype(input_ids.device.type)
+                zero = torch.zeros((), dtype=dtype, device=attention_mask.device)
+                attention_mask = torch.where(attention_mask, zero, torch.finfo(dtype).min)
         return self.model.get_decoder()(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -149,8 +168,7 @@ class PackedRows:
 
     Attributes:
         input_ids: Long ``(R, L)``.
-        attention_mask: Long ``(R, L)`` padding mask when every row has one branch, else bool
-            ``(R, 1, L, L)``.
+        segment: Long ``(R, L)``, each column's segment (:mod:`resail_pipeline.packing`).
         position_ids: Long ``(R, L)``.
         positions: Long ``(R, nb * T)``: branch ``j``'s position predicting ``z_k`` at column
             ``j * T + k`` (0 at padding).
@@ -159,7 +177,7 @@ class PackedRows:
     """
 
     input_ids: Tensor
-    attention_mask: Tensor
+    segment: Tensor
     position_ids: Tensor
     positions: Tensor
     num_branches: int
@@ -199,11 +217,9 @@ def pack_rows(
             offsets = range(first, first + len(row.response))
             gather += layout.predictors(i, j, offsets) + [0] * (t_max - len(row.response))
         gathers.append(gather + [0] * (t_max * (num_branches - len(row.prompts))))
-    attention_mask = layout.padding_mask() if num_branches == 1 else layout.tree_mask()
-
     return PackedRows(
         input_ids=layout.input_ids.to(device),
-        attention_mask=attention_mask.to(device),
+        segment=layout.segment.to(device),
         position_ids=layout.position_ids.to(device),
         positions=torch.tensor(gathers, dtype=torch.long, device=device),
         num_branches=num_branches,
@@ -218,7 +234,7 @@ def forward_views(module: nn.Module, packed: PackedRows) -> Tensor:
         ``(R, nb, T, V)`` logits: ``[:, j, k]`` predicts ``z_k`` under the row's branch ``j``.
     """
     logits = module(
-        packed.input_ids, packed.attention_mask, packed.position_ids, packed.positions
+        packed.input_ids, packed.segment, packed.position_ids, packed.positions
     )  # (R, nb * T, V)
     r, _, v = logits.shape
     return logits.view(r, packed.num_branches, packed.max_response, v)  # (R, nb, T, V)
