@@ -115,9 +115,10 @@ class AlfWorldGamesHook:
 
     Where ``run.env`` is alfworld, ``run.env_options`` has no ``data_path`` and ``ALFWORLD_DATA``
     is unset (no official games on this machine), the generated set that mirrors the official
-    split is kept in ``data/01_raw/alfworld_games`` (written on the first run and resumed if cut
-    short; see :mod:`~resail_pipeline.envs.alfworld_games`), and ``ALFWORLD_DATA`` names it for
-    this process and the workers it starts. It runs first among the ``before_pipeline_run``
+    split, with its ``dev`` and ``clone`` splits, is kept in ``data/01_raw/alfworld_games``
+    (written on the first run, resumed if cut short, and extended when it lacks a split; see
+    :mod:`~resail_pipeline.envs.alfworld_games`), and ``ALFWORLD_DATA`` names it for this process
+    and the workers it starts. It runs first among the ``before_pipeline_run``
     hooks: the pre-run checks build the environment.
     """
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -102,6 +103,42 @@ def test_only_environments_with_a_planner_are_built(tmp_path):
     with pytest.raises(ValueError, match=r"set bootstrap\.checkpoint"):
         resolve_initial_policy(config, tmp_path)
     assert not any(tmp_path.iterdir())
+
+
+def test_demonstrations_are_drawn_from_each_environments_own_splits():
+    from resail_pipeline.envs import make_env
+    from resail_pipeline.envs.textcraft import split_task_ids
+
+    assert build.DEMONSTRATION_SPLITS == {"textcraft": ("train", "dev"), "alfworld": ("clone",)}
+    ids = build._demonstration_tasks(make_env("textcraft"))
+    assert ids == sorted(split_task_ids("train") + split_task_ids("dev"))  # the shipped recipe's
+    assert len(ids) == 319 and not set(ids) & set(split_task_ids("test"))
+
+    class Games:  # fake: an ALFWorld adapter over a generated set, ids by split
+        name = "alfworld"
+
+        def task_ids(self, split):
+            return {
+                "train": [1, 0],
+                "id": [100_000],
+                "dev": [300_000],
+                "clone": [400_001, 400_000],
+            }[split]
+
+    assert build._demonstration_tasks(Games()) == [400_000, 400_001]  # clone's, and no other
+    Games.name = "gridworld"
+    with pytest.raises(ValueError, match="env: no demonstration splits for 'gridworld'"):
+        build._demonstration_tasks(Games())
+
+
+def test_alfworld_demonstrations_need_the_generated_clone_split():
+    """ALFWorld's own data has no clone games: that is an error naming the split, not an empty
+    set of demonstrations."""
+    from resail_pipeline.envs.alfworld import AlfWorldEnv
+
+    official = Path(__file__).parents[1] / "envs" / "alfworld_data"
+    with pytest.raises(FileNotFoundError, match="ALFWorld split 'clone': no games under"):
+        build._demonstration_tasks(AlfWorldEnv(data_path=official))
 
 
 def test_training_on_a_missing_gpu_is_refused_before_any_work(tmp_path, monkeypatch):

@@ -64,9 +64,33 @@ def test_splits_and_task_ids(env):
     assert len(small.task_ids("ood")) == 1 and small.task_ids("train") == [0, 1]
     with pytest.raises(ValueError, match="split: unknown ALFWorld split 'test'"):
         env.task_ids("test")
-    for bad in (2, TASK_ID_STRIDE + 2, 3 * TASK_ID_STRIDE, -1, True, "0"):
+    for bad in (2, TASK_ID_STRIDE + 2, 5 * TASK_ID_STRIDE, -1, True, "0"):
         with pytest.raises(ValueError, match="task_id: "):
             env.reset(bad)
+    # ALFWorld's own layout has no dev or clone games: their ids name the split that is missing
+    for split, task_id in (("dev", 3 * TASK_ID_STRIDE), ("clone", 4 * TASK_ID_STRIDE)):
+        with pytest.raises(FileNotFoundError, match=f"split '{split}': no games under"):
+            env.reset(task_id)
+
+
+def test_dev_and_clone_are_read_from_their_own_folders(tmp_path):
+    """The generated set's dev and clone folders: dev is a fixed sample of ``test_size`` games,
+    as id and ood are; clone, like train, is every game."""
+    root = tmp_path / "data"
+    shutil.copytree(FIXTURE_DATA / "json_2.1.1", root / "json_2.1.1")
+    for split in ("dev", "clone"):
+        shutil.copytree(FIXTURE_DATA / "json_2.1.1" / "train", root / "json_2.1.1" / split)
+    env = AlfWorldEnv(data_path=root, test_size=1)
+    assert env.task_ids("clone") == [400_000, 400_001]
+    (dev,) = env.task_ids("dev")
+    assert dev in (300_000, 300_001) and env.task_ids("train") == [0, 1]
+    assert env.game_file(400_001).parts[-4:-2] == (
+        "clone",
+        "pick_cool_then_place_in_recep-Tomato-None-CounterTop",
+    )
+    assert env.game_file(300_000).parts[-4] == "dev"
+    assert env.reset(400_000).task == "put a mug in shelf."
+    env.close()
 
 
 def test_reset_shows_the_real_opening_text_without_help(env):

@@ -62,6 +62,29 @@ def test_the_fixture_data_passes_and_the_variable_is_read(monkeypatch):
     assert resolve_data_root(str(FIXTURE_DATA)) == FIXTURE_DATA
 
 
+def test_dev_and_clone_of_official_data_say_the_generated_set_has_them(monkeypatch):
+    """ALFWorld's own layout (the fixture) has no dev or clone folder: asking for either fails
+    with one line naming the split and how to generate it, before the engine is imported."""
+    from resail_pipeline.envs import alfworld
+
+    def no_engine():  # fake: fails if the engine would be imported
+        raise AssertionError("the engine was imported")
+
+    monkeypatch.setattr(alfworld, "_alfred_tw_env", no_engine)
+    env = AlfWorldEnv(data_path=FIXTURE_DATA)
+    for split in ("dev", "clone"):
+        for ask in (env.task_ids, lambda s: check_alfworld_data(FIXTURE_DATA, [s])):
+            with pytest.raises(FileNotFoundError) as error:
+                ask(split)
+            message = str(error.value)
+            assert "\n" not in message
+            assert message.startswith(f"ALFWorld split {split!r}: no games under ")
+            assert str(FIXTURE_DATA / "json_2.1.1" / split) in message
+            assert "only the generated game set has this split" in message
+            assert "python -m resail_pipeline.envs.alfworld_games --out DIR" in message
+    assert check_alfworld_data(FIXTURE_DATA) == FIXTURE_DATA  # the default: the official splits
+
+
 def test_the_check_never_imports_the_engine():
     code = (
         "import sys;"

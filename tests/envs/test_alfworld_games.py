@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import random
+import shutil
 
 import pytest
 
@@ -14,15 +16,25 @@ from alfworld.gen import constants
 
 from resail_pipeline.config import ConfigError
 from resail_pipeline.envs import END_SUCCESS
-from resail_pipeline.envs.alfworld import AlfWorldEnv, AlfWorldGameError, GameEngine
+from resail_pipeline.envs.alfworld import (
+    SPLIT_DIRS,
+    SPLITS,
+    AlfWorldEnv,
+    AlfWorldGameError,
+    GameEngine,
+    split_games,
+)
 from resail_pipeline.envs.alfworld_games import (
     MANIFEST,
+    SETTINGS_FILE,
     TASK_TYPES,
     GameGenConfig,
     GameSpec,
     Placement,
+    draw_stream,
     ensure_games,
     game_data,
+    game_identity,
     games_sha256,
     load_room,
     main,
@@ -38,6 +50,34 @@ pytestmark = pytest.mark.alfworld
 
 TRAIN_SCENES = sorted(constants.TRAIN_SCENE_NUMBERS)
 TEST_SCENES = sorted(constants.TEST_SCENE_NUMBERS)
+#: sha256 of game 0's files in the splits that existed before ``dev`` and ``clone``, at seed 0,
+#: as the generator wrote them then (and as the default set's games.json covers them).
+GAME_0_BEFORE_DEV_AND_CLONE = {
+    "train/pick_and_place_simple-DishSponge-None-SinkBasin-23/trial_s0_00000": (
+        "328b56946867afab118199a03e9a709d6899498fa1191ecfc720f4da70365fc9",
+        "7915762dc6c11e5afdb283c7e01288f11cd137ca4cc3279eafb3cf1b67f25213",
+    ),
+    "valid_seen/pick_and_place_simple-Cloth-None-Drawer-427/trial_s0_00000": (
+        "632e52cff28cb17af1c5ac9cba2e021927be180af3b2f146dc49e70096e7052a",
+        "a5400a9d75e8ad17caca87b5fd237d32005897a1f62aefeb1662512918902b39",
+    ),
+    "valid_unseen/pick_and_place_simple-Bowl-None-DiningTable-201/trial_s0_00000": (
+        "ad717f5f79ea318b2e8946e973b7dde19ebc385f3cc1f0e96de80d7d75eafa20",
+        "52db5e2a4b40097018b68bda97eb49e74b83da52b891488f924cb836964e0811",
+    ),
+}
+
+
+def tiny(**counts: int) -> GameGenConfig:
+    """A set of one game per split, or ``counts`` games where given."""
+    return GameGenConfig(**{split: counts.pop(split, 1) for split in SPLITS}, **counts)
+
+
+@pytest.fixture(scope="module")
+def one_per_split(tmp_path_factory):
+    """One game in every split at seed 0, written once for the module."""
+    out = tmp_path_factory.mktemp("alfworld") / "games"
+    return out, write_games(out, tiny(seed=0))
 
 
 def _play(env: AlfWorldEnv, task_id: int) -> str | None:
@@ -54,13 +94,17 @@ def test_the_command_writes_the_official_layout_and_every_game_wins(tmp_path):
     main(["--out", str(out), "--n", "1", "--seed", "3"])
     games = sorted(p.relative_to(out) for p in out.rglob("game.tw-pddl"))
     assert [g.parts[:2] for g in games] == [
+        ("json_2.1.1", "clone"),
+        ("json_2.1.1", "dev"),
         ("json_2.1.1", "train"),
         ("json_2.1.1", "valid_seen"),
         ("json_2.1.1", "valid_unseen"),
     ]
     env = AlfWorldEnv(data_path=out)
-    for split, scenes in (("train", TRAIN_SCENES), ("id", TRAIN_SCENES), ("ood", TEST_SCENES)):
+    for split in SPLITS:
+        scenes = TEST_SCENES if split == "ood" else TRAIN_SCENES
         (task_id,) = env.task_ids(split)
+        assert task_id == 100_000 * SPLITS.index(split)
         folder = env.game_file(task_id).parent
         meta = json.loads((folder / "traj_data.json").read_text())
         assert meta["task_type"] == TASK_TYPES[0] == "pick_and_place_simple"
@@ -71,8 +115,9 @@ def test_the_command_writes_the_official_layout_and_every_game_wins(tmp_path):
         assert _play(env, task_id) == END_SUCCESS
     assert not list(out.glob(".staging*"))  # each game moved into place whole
     manifest = json.loads((out / MANIFEST).read_text())
-    assert manifest["games"] == {"train": 1, "id": 1, "ood": 1}
-    assert manifest["settings"]["seed"] == 3 and len(manifest["files"]) == 3
+    assert manifest["games"] == {"train": 1, "id": 1, "ood": 1, "dev": 1, "clone": 1}
+    assert manifest["settings"]["seed"] == 3 and len(manifest["files"]) == 5
+    assert [f.split("/")[1] for f in manifest["files"]] == [SPLIT_DIRS[s] for s in SPLITS]
     assert manifest["sha256"] == games_sha256(out, [out / f for f in manifest["files"]])
 
 
@@ -83,7 +128,7 @@ def test_writing_resumes_extends_and_refuses_another_draw(tmp_path, monkeypatch)
     from resail_pipeline.envs import alfworld_games
 
     out = tmp_path / "games"
-    small = GameGenConfig(train=1, id=1, ood=1, seed=5)
+    small = tiny(seed=5)
     first = write_games(out, small)
     contents = {g: g.read_bytes() for g in first}
     drawn = []
@@ -96,13 +141,13 @@ def test_writing_resumes_extends_and_refuses_another_draw(tmp_path, monkeypatch)
     monkeypatch.setattr(alfworld_games, "write_game", counting)
     assert write_games(out, small) == first and drawn == []  # complete: nothing redrawn
     (out / MANIFEST).unlink()  # as if killed before the manifest
-    larger = GameGenConfig(train=2, id=1, ood=1, seed=5)
+    larger = tiny(train=2, seed=5)
     games = write_games(out, larger)
-    assert drawn == [("train", 1)] and len(games) == 4
+    assert drawn == [("train", 1)] and len(games) == 6
     assert all(g.read_bytes() == contents[g] for g in first)  # the first games kept as they were
     assert json.loads((out / MANIFEST).read_text())["games"]["train"] == 2
     with pytest.raises(ConfigError, match=r"games were drawn with other settings \(seed: 5\)"):
-        write_games(out, GameGenConfig(train=2, id=1, ood=1, seed=6))
+        write_games(out, tiny(train=2, seed=6))
     with pytest.raises(ConfigError, match=r"^train: .* holds 2 train games, more than the 1"):
         write_games(out, small)
     assert drawn == [("train", 1)]
@@ -192,7 +237,14 @@ def test_unsolvable_and_already_won_candidates_are_rejected(tmp_path):
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("train", 0), ("max_receptacles", 2), ("distractors", -1), ("max_plan_length", 31)],
+    [
+        ("train", 0),
+        ("dev", 0),
+        ("clone", 0),
+        ("max_receptacles", 2),
+        ("distractors", -1),
+        ("max_plan_length", 31),
+    ],
 )
 def test_config_ranges(field, value):
     with pytest.raises(ValueError, match=f"{field}: must be"):
@@ -204,6 +256,8 @@ def test_config_ranges(field, value):
     [
         ("id", 0, "must be a positive integer"),
         ("ood", 1.5, "must be a positive integer"),
+        ("dev", -1, "must be a positive integer"),
+        ("clone", 2.5, "must be a positive integer"),
         ("max_receptacles", 2, "must be an integer >= 3"),
         ("distractors", 1.5, "must be a non-negative integer"),
         ("max_plan_length", 31, "must be <= 30"),
@@ -218,10 +272,10 @@ def test_the_generator_configuration_names_a_bad_field(field, value, message):
 def test_the_main_jobs_set_is_written_once_then_reused(tmp_path, monkeypatch):
     from resail_pipeline.envs import alfworld_games
 
-    out, config = tmp_path / "games", GameGenConfig(train=1, id=1, ood=1, seed=2)
+    out, config = tmp_path / "games", tiny(seed=2)
     assert (
         ensure_games(out, config) == out
-        and len(json.loads((out / MANIFEST).read_text())["files"]) == 3
+        and len(json.loads((out / MANIFEST).read_text())["files"]) == 5
     )
 
     def no_writing(*args):  # fake: fails if the set is written again
@@ -230,4 +284,112 @@ def test_the_main_jobs_set_is_written_once_then_reused(tmp_path, monkeypatch):
     monkeypatch.setattr(alfworld_games, "write_games", no_writing)
     assert ensure_games(out, config) == out
     with pytest.raises(AssertionError, match="written again"):
-        ensure_games(out, GameGenConfig(train=2, id=1, ood=1, seed=2))  # another set: written
+        ensure_games(out, tiny(clone=2, seed=2))  # another set: written
+
+
+def test_the_default_set_adds_dev_and_clone_of_training_scenes():
+    config = GameGenConfig()
+    assert [config.games(s) for s in SPLITS] == [1024, 128, 128, 128, 512]
+    assert "dev" not in config.drawing() and "clone" not in config.drawing()
+    with pytest.raises(ValueError, match="unknown ALFWorld split 'test'"):
+        config.games("test")
+
+
+def test_every_split_draws_from_its_own_stream():
+    """Splits of the same scenes draw different candidates for the same game index and attempt:
+    the stream is named by the split, not by its scenes."""
+    config = GameGenConfig()
+    for index, task_type in enumerate(TASK_TYPES):
+        for attempt in range(2):
+            specs = [
+                sample_game(draw_stream(config, s, index, attempt), task_type, TRAIN_SCENES, config)
+                for s in ("train", "id", "dev", "clone")
+            ]
+            assert len(set(specs)) == 4, (index, attempt)
+    again = draw_stream(config, "clone", 3, 1).random()
+    assert again == draw_stream(config, "clone", 3, 1).random()
+
+
+def test_existing_splits_keep_their_games(one_per_split):
+    """Adding dev and clone leaves every game of train, id and ood byte for byte as before."""
+    out, games = one_per_split
+    data = out / "json_2.1.1"
+    for folder, (game_sha, traj_sha) in GAME_0_BEFORE_DEV_AND_CLONE.items():
+        assert hashlib.sha256((data / folder / "game.tw-pddl").read_bytes()).hexdigest() == game_sha
+        assert hashlib.sha256((data / folder / "traj_data.json").read_bytes()).hexdigest() == (
+            traj_sha
+        )
+    assert sorted(str(g.parent.relative_to(data)) for g in games[:3]) == sorted(
+        GAME_0_BEFORE_DEV_AND_CLONE
+    )
+
+
+def test_no_two_splits_share_a_game(one_per_split, tmp_path):
+    out, games = one_per_split
+    by_split = {s: [g for g in games if g.parts[-4] == SPLIT_DIRS[s]] for s in SPLITS}
+    assert all(len(g) == 1 for g in by_split.values())
+    identities = [game_identity(g) for g in games]
+    assert len(set(identities)) == len(games)
+    for game in games:  # the train, dev and clone game are drawn from the same scenes
+        meta = json.loads((game.parent / "traj_data.json").read_text())
+        scenes = TEST_SCENES if game.parts[-4] == "valid_unseen" else TRAIN_SCENES
+        assert meta["scene"]["scene_num"] in scenes
+    problems = [json.loads(g.read_text())["pddl_problem"].split("\n", 1)[1] for g in games]
+    assert len(set(problems)) == len(games)  # the same objects, places and goal nowhere twice
+
+    # The identity ignores the trial name only: train's game as clone game 1 (another trial) is
+    # the same game, and a set holding it is refused before its manifest.
+    copy = tmp_path / "games"
+    shutil.copytree(out, copy)
+    train = by_split["train"][0]
+    twin = copy / "json_2.1.1" / "clone" / train.parent.parent.name / "trial_s0_00001"
+    shutil.copytree(train.parent, twin)
+    text = train.read_text()
+    (twin / "game.tw-pddl").write_text(text.replace("plan_trial_s0_00000", "plan_trial_s0_00001"))
+    assert (twin / "game.tw-pddl").read_text() != text
+    assert game_identity(twin / "game.tw-pddl") == game_identity(train)
+    (copy / MANIFEST).unlink()
+    split_games.cache_clear()
+    with pytest.raises(RuntimeError, match=r"trial_s0_00001 are the same game"):
+        write_games(copy, tiny(clone=2, seed=0))
+    assert not (copy / MANIFEST).exists()
+
+
+def test_a_set_written_before_dev_and_clone_is_extended(one_per_split, tmp_path, monkeypatch):
+    """Rerunning on a set that has train, id and ood only writes the dev and clone games (the
+    ones a fresh set has) and keeps the others as they are."""
+    from resail_pipeline.envs import alfworld_games
+
+    out, games = one_per_split
+    old = tmp_path / "games"
+    shutil.copytree(out, old)
+    for split in ("dev", "clone"):
+        shutil.rmtree(old / "json_2.1.1" / SPLIT_DIRS[split])
+    manifest = json.loads((old / MANIFEST).read_text())
+    for split in ("dev", "clone"):  # the manifest as the generator wrote it then
+        del manifest["settings"][split], manifest["games"][split]
+    manifest["files"] = manifest["files"][:3]
+    (old / MANIFEST).write_text(json.dumps(manifest))
+    assert set(json.loads((old / SETTINGS_FILE).read_text())) == {
+        "seed",
+        "max_receptacles",
+        "distractors",
+        "max_plan_length",
+        "max_attempts",
+    }
+    drawn = []
+    real = alfworld_games.write_game
+
+    def counting(root, split, index, *args):  # the real writer, counted
+        drawn.append((split, index))
+        return real(root, split, index, *args)
+
+    monkeypatch.setattr(alfworld_games, "write_game", counting)
+    split_games.cache_clear()
+    assert ensure_games(old, tiny(seed=0)) == old
+    assert drawn == [("dev", 0), ("clone", 0)]
+    extended = json.loads((old / MANIFEST).read_text())
+    fresh = json.loads((out / MANIFEST).read_text())
+    assert extended["files"] == fresh["files"] and extended["sha256"] == fresh["sha256"]
+    for game in games:  # kept, and redrawn game for game
+        assert (old / game.relative_to(out)).read_bytes() == game.read_bytes()

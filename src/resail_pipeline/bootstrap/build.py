@@ -1,7 +1,8 @@
 """The initial policy (cycle 0): a configured checkpoint, the shipped reference, or one built here.
 
 :func:`resolve_initial_policy` is what the ``bootstrap`` pipeline calls. Building
-(:func:`build_initial_policy`) runs every stage on the ``train`` tasks only:
+(:func:`build_initial_policy`) runs every stage on the environment's demonstration tasks only
+(:data:`DEMONSTRATION_SPLITS`), never on a test task:
 
 1. planner demonstrations with injected mistakes (with a warm start, optionally the warm start
    policy's own episodes relabelled by the planner), and their rules-based summaries;
@@ -21,7 +22,6 @@ matches the published policy returns it at once.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -80,9 +80,11 @@ logger = logging.getLogger(__name__)
 
 #: The environments the whole recipe covers: demonstrations, vocabulary, renamings, drills.
 BUILDABLE_ENVS = ("textcraft",)
-#: the splits the demonstrations are drawn from, where the environment has them: every non-test
-#: task (TextCraft's ``dev`` is carved from the cycles' collection tasks, not the initial policy's)
-TRAIN_SPLITS = ("train", "dev")
+#: Environment -> the splits the demonstrations are drawn from. TextCraft: every non-test task
+#: (its ``dev`` is carved from the cycles' collection tasks, not the initial policy's; the shipped
+#: policy's recipe was built on both). ALFWorld: the generated ``clone`` games, which no other
+#: split shares, so that cloning never sees a game the cycles collect on, choose a rate on or test.
+DEMONSTRATION_SPLITS = {"textcraft": ("train", "dev"), "alfworld": ("clone",)}
 #: The published policy's folder under the output directory.
 POLICY_DIR = "policy"
 #: Resumable training states, one folder per recipe, under the output directory.
@@ -357,12 +359,12 @@ def _check_known_words(rows: Sequence[PackedRow], tokenizer, source: str) -> Non
 
 
 def _demonstration_tasks(env) -> list[int]:
-    """The task ids of :data:`TRAIN_SPLITS` that ``env`` has, sorted."""
-    ids = []
-    for split in TRAIN_SPLITS:
-        with contextlib.suppress(ValueError):  # an environment without the split
-            ids += env.task_ids(split)
-    return sorted(ids)
+    """The task ids of ``env``'s :data:`DEMONSTRATION_SPLITS`, sorted."""
+    if env.name not in DEMONSTRATION_SPLITS:
+        raise ValueError(
+            f"env: no demonstration splits for {env.name!r}; add them to DEMONSTRATION_SPLITS"
+        )
+    return sorted(t for split in DEMONSTRATION_SPLITS[env.name] for t in env.task_ids(split))
 
 
 def prepare_training_data(
@@ -371,7 +373,8 @@ def prepare_training_data(
     warm_start: WarmStart | None = None,
     progress: bool = True,
 ) -> CloningData:
-    """Demonstrations on the train tasks, their summaries, the tokenizer and the packed rows.
+    """Demonstrations (of :data:`DEMONSTRATION_SPLITS`), their summaries, the tokenizer and the
+    packed rows.
 
     ``warm_start`` is the loaded ``config.warm_start``: its tokenizer is used instead of training
     one (it must know every word of the data), and its model rolls out the on-policy episodes.

@@ -8,13 +8,17 @@ split are the ones ``AlfredTWEnv.collect_game_files`` itself accepts: folders ho
 and "Sliced" tasks skipped.
 
 Data lives under ``$ALFWORLD_DATA/json_2.1.1/{train,valid_seen,valid_unseen}``, the layout
-``alfworld-download`` writes; :mod:`resail_pipeline.envs.alfworld_games` writes small generated
-games in the same layout. Splits: ``train``, ``id`` (valid_seen: seen rooms) and ``ood``
-(valid_unseen: unseen rooms). A task id is ``TASK_ID_STRIDE * k + i`` for the ``k``-th split of
-:data:`SPLITS` and the ``i``-th of its games sorted by path, so an id names the same game wherever
-the same data is installed. ``task_ids("train")`` is every training game; ``task_ids("id")`` and
-``task_ids("ood")`` are fixed test sets of :data:`TEST_SIZE` games each, a sample drawn with
-:data:`TEST_SAMPLE_SEED` and listed in id order (every game when the split has fewer).
+``alfworld-download`` writes; :mod:`resail_pipeline.envs.alfworld_games` writes generated games in
+the same layout. Splits: ``train``, ``id`` (valid_seen: seen rooms) and ``ood`` (valid_unseen:
+unseen rooms), and two that only the generated set has (:data:`GENERATED_SPLITS`, in the folders
+``dev`` and ``clone``, games of seen rooms that no other split shares): ``dev``, where a learning
+rate is chosen, and ``clone``, the games an initial policy is behaviour-cloned on. Asking ALFWorld's
+own data for one of them fails at once, saying how to generate it. A task id is
+``TASK_ID_STRIDE * k + i`` for the ``k``-th split of :data:`SPLITS` and the ``i``-th of its games
+sorted by path, so an id names the same game wherever the same data is installed.
+``task_ids("train")`` and ``task_ids("clone")`` are every game of the split; the other splits'
+are fixed sets of :data:`TEST_SIZE` games each, a sample drawn with :data:`TEST_SAMPLE_SEED` and
+listed in id order (every game when the split has fewer).
 
 Episodes follow the paper (appendices A.3 and G): the task is the sentence after
 "Your task is to: " in the opening text, ``help`` is never offered, and an episode ends on success
@@ -63,12 +67,30 @@ logger = logging.getLogger(__name__)
 ALFWORLD_DATA = "ALFWORLD_DATA"
 #: Folder under the data root that holds the split folders.
 DATA_DIR = "json_2.1.1"
-#: Our split names, in task-id order.
-SPLITS = ("train", "id", "ood")
-#: Split name -> ALFWorld's folder name.
-SPLIT_DIRS = {"train": "train", "id": "valid_seen", "ood": "valid_unseen"}
+#: Our split names, in task-id order (a new split goes last, so that no task id changes).
+SPLITS = ("train", "id", "ood", "dev", "clone")
+#: The splits of ALFWorld's own data (``alfworld-download``).
+OFFICIAL_SPLITS = ("train", "id", "ood")
+#: The splits only the generated set has (:mod:`resail_pipeline.envs.alfworld_games`).
+GENERATED_SPLITS = ("dev", "clone")
+#: The splits whose task ids are every game; the others' are a fixed sample of ``test_size``.
+FULL_SPLITS = ("train", "clone")
+#: Split name -> its folder under :data:`DATA_DIR` (ALFWorld's own names for the official ones).
+SPLIT_DIRS = {
+    "train": "train",
+    "id": "valid_seen",
+    "ood": "valid_unseen",
+    "dev": "dev",
+    "clone": "clone",
+}
 #: Split name -> the ``train_eval`` mode under which ``AlfredTWEnv`` reads that folder.
-_TRAIN_EVAL = {"train": "train", "id": "eval_in_distribution", "ood": "eval_out_of_distribution"}
+_TRAIN_EVAL = {
+    "train": "train",
+    "id": "eval_in_distribution",
+    "ood": "eval_out_of_distribution",
+    "dev": "eval_in_distribution",
+    "clone": "train",
+}
 #: Task ids of the k-th split start at ``k * TASK_ID_STRIDE`` (the largest split has 3,553 games).
 TASK_ID_STRIDE = 100_000
 #: Steps before an episode is cut (paper appendix A.3).
@@ -130,6 +152,14 @@ def split_dir(root: Path, split: str) -> Path:
 
 
 def _no_games(root: Path, split: str) -> FileNotFoundError:
+    if split in GENERATED_SPLITS:
+        return FileNotFoundError(
+            f"ALFWorld split {split!r}: no games under {split_dir(root, split)} (data root "
+            f"{root}); only the generated game set has this split, ALFWorld's own data does not: "
+            "write the set, or extend one written before the split existed, with `python -m "
+            "resail_pipeline.envs.alfworld_games --out DIR` and point ALFWORLD_DATA (or "
+            "data_path) at DIR."
+        )
     return FileNotFoundError(
         f"ALFWorld data not found: no playable games ({GAME_FILE} beside traj_data.json) under "
         f"{split_dir(root, split)} for split {split!r} (data root {root}). " + HOW_TO_GET_GAMES
@@ -137,10 +167,11 @@ def _no_games(root: Path, split: str) -> FileNotFoundError:
 
 
 def check_alfworld_data(
-    data_path: str | os.PathLike | None = None, splits: Iterable[str] = SPLITS
+    data_path: str | os.PathLike | None = None, splits: Iterable[str] = OFFICIAL_SPLITS
 ) -> Path:
-    """The data root, checked to hold games for every split in ``splits``; call it before loading
-    any model. Cheap: it stops at the first game file of each split and never starts the engine.
+    """The data root, checked to hold games for every split in ``splits`` (by default ALFWorld's
+    own three); call it before loading any model. Cheap: it stops at the first game file of each
+    split and never starts the engine.
 
     Raises:
         FileNotFoundError: the root is unset or missing, or a split has no game; the message names
@@ -172,9 +203,11 @@ def split_games(root: Path, split: str) -> tuple[Path, ...]:
     """The game files of ``split`` under ``root``, sorted by path, as ``AlfredTWEnv`` finds them.
 
     Read once per process and shared by every adapter. Raises ``FileNotFoundError`` if there are
-    none.
+    none, before the engine is imported when the split's folder does not exist.
     """
     folder = split_dir(root, split)
+    if not folder.is_dir():
+        raise _no_games(root, split)
     alfred = _alfred_tw_env()
     config = {
         "env": {"goal_desc_human_anns_prob": 0, "task_types": sorted(alfred.TASK_TYPES)},
@@ -325,7 +358,7 @@ class AlfWorldEnv:
     Args:
         data_path: the data root; ``$ALFWORLD_DATA`` when omitted.
         max_steps: steps before an episode is cut.
-        test_size: games in each evaluation split's fixed test set.
+        test_size: games in the fixed set of each split but ``train`` and ``clone``.
         expert: after every reset and step, know the planner's plan from the state the game is
             in (:attr:`expert_plan`; demonstrations that recover from mistakes need it). Costs a
             planner call per step.
@@ -358,7 +391,7 @@ class AlfWorldEnv:
         games = split_games(self.data_root, split)
         offset = SPLITS.index(split) * TASK_ID_STRIDE
         indices: Iterable[int] = range(len(games))
-        if split != "train" and len(games) > self.test_size:
+        if split not in FULL_SPLITS and len(games) > self.test_size:
             indices = sorted(random.Random(TEST_SAMPLE_SEED).sample(indices, self.test_size))
         return [offset + i for i in indices]
 

@@ -8,28 +8,34 @@ written in the official folder layout, so the adapter reads them like the real d
 
 By default the set mirrors the official split at the size the paper evaluates: 1,024 ``train``
 games (enough that the cycles collect on games they have not seen), 128 ``valid_seen`` (ID) and
-128 ``valid_unseen`` (OOD); ``--n`` writes that many games to every split instead (smoke runs,
-tests). Game ``i`` of a split has task type ``i mod 6`` (the six ALFWorld task types). A game is built from one room of
-``alfworld/gen/layouts`` (its receptacles with their positions, and the object classes present):
-``train`` and ``valid_seen`` rooms come from ALFRED's training scenes and ``valid_unseen`` rooms
-from its test scenes, as in the official split, and each task type only uses the room kinds
-ALFRED allows it (``constants.GOALS_VALID``). The game keeps up to ``max_receptacles`` of the
-room's receptacles (always those the task needs), places the task's object(s) away from the
-target receptacle type, and adds a few other objects, each only where ALFRED allows it
-(``constants.VAL_RECEPTACLE_OBJECTS``; desk lamps stand on a desk, dresser or side table). Goals
-and task sentences come from ALFWorld's goal library; the domain and text grammar are the wheel's
-``alfred.pddl`` and ``alfred.twl2``.
+128 ``valid_unseen`` (OOD); and it adds two splits the official data does not have: 128 ``dev``
+games, on which a learning rate is chosen, and 512 ``clone`` games, on which an initial policy is
+behaviour-cloned, so that cloning sees no game of the other splits. ``--n`` writes that many games
+to every split instead (smoke runs, tests). Game ``i`` of a split has task type ``i mod 6`` (the
+six ALFWorld task types). A game is built from one room of ``alfworld/gen/layouts`` (its
+receptacles with their positions, and the object classes present): ``valid_unseen`` rooms come
+from ALFRED's test scenes and every other split's from its training scenes, as in the official
+split, and each task type only uses the room kinds ALFRED allows it (``constants.GOALS_VALID``).
+The game keeps up to ``max_receptacles`` of the room's receptacles (always those the task needs),
+places the task's object(s) away from the target receptacle type, and adds a few other objects,
+each only where ALFRED allows it (``constants.VAL_RECEPTACLE_OBJECTS``; desk lamps stand on a
+desk, dresser or side table). Goals and task sentences come from ALFWorld's goal library; the
+domain and text grammar are the wheel's ``alfred.pddl`` and ``alfred.twl2``.
 
 A candidate is kept only if the real engine loads it, its goal does not already hold at the start,
 the planner finds a plan of at most ``max_plan_length`` steps, and playing that plan through the
 engine wins. The plan is stored as the game's walkthrough; a rejected candidate is redrawn.
 
-Generation is deterministic in ``seed``, game by game: game ``i`` of a split does not depend on
-how many games the split has, so a larger set extends a smaller one. Writing resumes: each game
-appears in its folder only once it is checked, the games already there are kept, and the set's
-manifest (``games.json``: the generation settings, the games of each split and the sha256 over
-all of them) is written last, when every game is in place. A folder holding games made with
-other settings is refused.
+Generation is deterministic in ``seed``, game by game: every candidate of game ``i`` of a split is
+drawn from a random stream named by the seed, the split, ``i`` and the attempt, so game ``i`` does
+not depend on how many games any split has (a larger set extends a smaller one, and a set written
+before ``dev`` and ``clone`` existed gains them, its own games kept), and no two splits share a
+draw: two games of different splits could only be the same game (:func:`game_identity`) if two
+independent draws agreed in every choice, which the writer checks before it writes the manifest.
+Writing resumes: each game appears in its folder only once it is checked, the games already there
+are kept, and the set's manifest (``games.json``: the generation settings, the games of each split
+and the sha256 over all of them) is written last, when every game is in place. A folder holding
+games made with other settings is refused.
 """
 
 from __future__ import annotations
@@ -102,7 +108,7 @@ _PDDL_TABLE = str.maketrans(PDDL_CHARS)
 #: Grid step of the layouts, in metres.
 GRID = 0.25
 #: Split -> the ALFRED scenes its rooms are drawn from (valid_unseen holds unseen rooms).
-SPLIT_SCENES = {"train": "train", "id": "train", "ood": "test"}
+SPLIT_SCENES = {"train": "train", "id": "train", "ood": "test", "dev": "train", "clone": "train"}
 
 #: A navigation pose in grid units: (x, z, rotation / 90 degrees, camera horizon in degrees).
 Location = tuple[int, int, int, int]
@@ -118,6 +124,10 @@ class GameGenConfig:
     id: int = 128
     #: games of valid_unseen, the OOD evaluation split (test scenes)
     ood: int = 128
+    #: games of dev, where a learning rate is chosen (training scenes, new games)
+    dev: int = 128
+    #: games of clone, the initial policy's behaviour cloning (training scenes, new games)
+    clone: int = 512
     #: seed of every random draw; the same seed gives the same games
     seed: int = 0
     #: receptacles kept from the room (the ones the task needs are always kept)
@@ -141,7 +151,7 @@ class GameGenConfig:
         check_int("max_attempts", self.max_attempts, low=1)
 
     def games(self, split: str) -> int:
-        """Games of ``split`` (``train``, ``id`` or ``ood``)."""
+        """Games of ``split`` (one of :data:`~resail_pipeline.envs.alfworld.SPLITS`)."""
         if split not in SPLITS:
             raise ValueError(f"split: unknown ALFWorld split {split!r}; choose one of {SPLITS}")
         return int(getattr(self, split))
@@ -475,11 +485,13 @@ def solve(engine: GameEngine, game_file: Path, max_plan_length: int) -> list[str
 
 def write_games(out: Path, config: GameGenConfig) -> list[Path]:
     """Write ``config``'s games under ``out/json_2.1.1``, resuming what is there, then the set's
-    manifest (:data:`MANIFEST`). Returns the game files, train then id then ood.
+    manifest (:data:`MANIFEST`). Returns the game files, split by split in the order of
+    :data:`~resail_pipeline.envs.alfworld.SPLITS`.
 
     Raises:
         ConfigError: ``out`` holds games drawn with other settings, or more games in a split than
             ``config`` asks for (the adapter plays every game of a split folder).
+        RuntimeError: two of the games are the same game (:func:`game_identity`).
     """
     out = Path(out)
     _check_existing(out, config)
@@ -511,6 +523,7 @@ def write_games(out: Path, config: GameGenConfig) -> list[Path]:
     games = [game for split in SPLITS for game in split_games(out, split)]
     if len(games) != len(jobs):
         raise RuntimeError(f"ALFWorld finds {len(games)} of the {len(jobs)} games written")
+    _check_distinct(games)
     manifest = {
         "settings": asdict(config),
         "games": {split: config.games(split) for split in SPLITS},
@@ -525,8 +538,9 @@ def write_games(out: Path, config: GameGenConfig) -> list[Path]:
 
 def ensure_games(root: str | Path = DEFAULT_ROOT, config: GameGenConfig | None = None) -> Path:
     """The generated set at ``root``: returned as it is when its manifest (:data:`MANIFEST`)
-    says it holds ``config``'s games (the default set: 1,024 / 128 / 128), else written or
-    completed first (:func:`write_games`, which resumes)."""
+    says it holds ``config``'s games (the default set: train 1,024, id 128, ood 128, dev 128,
+    clone 512), else written or completed first (:func:`write_games`, which resumes: a set
+    written without some splits gains them, its games kept)."""
     root, config = Path(root), config or GameGenConfig()
     manifest = root / MANIFEST
     if manifest.is_file():
@@ -548,6 +562,28 @@ def games_sha256(root: Path, games: Sequence[Path]) -> str:
             digest.update(str(file.relative_to(root)).encode())
             digest.update(sha256_file(file).encode())
     return digest.hexdigest()
+
+
+def game_identity(game_file: Path) -> str:
+    """sha256 of what makes ``game_file`` the game it is: the file with its trial name (which
+    only names the PDDL problem) taken out, so that two games of any splits or indices have the
+    same identity exactly when their rooms, objects, start, goal and sentence are the same."""
+    trial = Path(game_file).parent.name
+    text = Path(game_file).read_text().replace(f"plan_{trial}", "plan_")
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _check_distinct(games: Sequence[Path]) -> None:
+    """Raise if two of ``games`` are the same game (:func:`game_identity`)."""
+    seen: dict[str, Path] = {}
+    for game in games:
+        key = game_identity(game)
+        if key in seen:
+            raise RuntimeError(
+                f"{seen[key].parent} and {game.parent} are the same game; splits must not share "
+                "games: write the set with another seed, to a new folder"
+            )
+        seen[key] = game
 
 
 def _trial(config: GameGenConfig, index: int) -> str:
@@ -591,6 +627,13 @@ def _write_settings(out: Path, config: GameGenConfig) -> None:
         tmp.write_text(json.dumps(config.drawing(), indent=1))
 
 
+def draw_stream(config: GameGenConfig, split: str, index: int, attempt: int) -> random.Random:
+    """The random stream of candidate ``attempt`` of game ``index`` of ``split``. It is named by
+    the split itself, not by the scenes the split draws from: splits that share scenes never share
+    a draw."""
+    return random.Random(f"alfworld-games/{config.seed}/{split}/{index}/{attempt}")
+
+
 def write_game(
     root: Path,
     split: str,
@@ -604,8 +647,7 @@ def write_game(
     task_type = TASK_TYPES[index % len(TASK_TYPES)]
     trial = _trial(config, index)
     for attempt in range(config.max_attempts):
-        rng = random.Random(f"alfworld-games/{config.seed}/{split}/{index}/{attempt}")
-        spec = sample_game(rng, task_type, scenes, config)
+        spec = sample_game(draw_stream(config, split, index, attempt), task_type, scenes, config)
         target = spec.parent_target or spec.toggle_target
         task = f"{task_type}-{spec.object_target}-None-{target}-{spec.scene}"
         folder = split_dir(root, split) / task / trial
@@ -632,8 +674,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         prog="python -m resail_pipeline.envs.alfworld_games", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--out", type=Path, required=True, help="data root to write (resumed)")
+    defaults = ", ".join(f"{split} {GameGenConfig().games(split)}" for split in SPLITS)
     parser.add_argument(
-        "--n", type=int, default=None, help="games in every split (default: 1024 / 128 / 128)"
+        "--n", type=int, default=None, help=f"games in every split (default: {defaults})"
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of every draw (default 0)")
     parser.add_argument("--max-receptacles", type=int, default=8, help="receptacles per game")
