@@ -409,10 +409,10 @@ def test_environments_that_name_no_data_get_the_default_set(tmp_path, monkeypatc
         return tmp_path / "games"
 
     monkeypatch.setattr(alfworld_games, "ensure_games", fake_ensure_games)
-    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    monkeypatch.setenv("ALFWORLD_DATA", "")  # unset, and restored after the test
     assert provide_env_data("textcraft", {}) is None
     assert provide_env_data("alfworld", {"data_path": str(tmp_path / "mine")}) is None
-    assert made == [] and "ALFWORLD_DATA" not in os.environ
+    assert made == [] and not os.environ["ALFWORLD_DATA"]
     root = (tmp_path / "games").resolve()
     assert provide_env_data("alfworld", {"max_steps": 20}) == root
     assert made == [True] and os.environ["ALFWORLD_DATA"] == str(root)
