@@ -15,7 +15,11 @@
     python -m resail_pipeline.bootstrap guidance --policy reference/textcraft-initial --split test
 
 ``make reference`` runs the whole chain of the shipped policy (docs/initial-policy.md).
-A recipe holds one top-level ``bootstrap:`` mapping, the keys it changes from ``--base``.
+A recipe holds one top-level ``bootstrap:`` mapping, the keys it changes from ``--base``; its
+``env`` says where the policy acts (ALFWorld's games are those of ``ALFWORLD_DATA``, else the
+generated default set in ``data/01_raw/alfworld_games``, written on first use;
+docs/environments.md). A configuration that cannot be used is one line on stderr and exit
+status 2.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from resail_pipeline.bootstrap.config import BootstrapConfig
 from resail_pipeline.bootstrap.demonstrations import RESPONSE_MAX_NEW_TOKENS
 from resail_pipeline.bootstrap.diagnostics import guidance_use
 from resail_pipeline.bootstrap.reference import evaluate_and_record, ship
-from resail_pipeline.checkpoints import load_policy
+from resail_pipeline.checkpoints import CheckpointError, load_policy
 from resail_pipeline.config import ConfigError
 from resail_pipeline.envs import make_env
 from resail_pipeline.evaluation.evaluate import EvalConfig, spread
@@ -142,10 +146,19 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The command line: a configuration or checkpoint that cannot be used is one line on stderr
+    (exit status 2), not a traceback."""
     argv = sys.argv[1:] if argv is None else argv
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    command = shlex.join(["python", "-m", "resail_pipeline.bootstrap", *argv])
+    try:
+        _run(args, shlex.join(["python", "-m", "resail_pipeline.bootstrap", *argv]))
+    except (ConfigError, CheckpointError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _run(args: argparse.Namespace, command: str) -> None:
     if args.command == "build":
         info = build_initial_policy(load_config(args.params, args.base), args.out, command=command)
         logger.info("initial policy %s at %s", info.policy_id, info.path)
