@@ -4,7 +4,8 @@
     # conf/base/parameters_bootstrap.yml) into <out>/policy
     python -m resail_pipeline.bootstrap build --params reference/chain/03-drills.yml \\
         --out data/06_models/reference-chain/03-drills
-    # dual-view evaluation (appendix D.2) on the 100 test tasks x 3 seeds, kept in its manifest
+    # dual-view evaluation (appendix D.2) on the test tasks of the policy's environment (TextCraft:
+    # the 100 of test; ALFWorld: 128 of id and 128 of ood) x 3 seeds, kept in its manifest
     python -m resail_pipeline.bootstrap evaluate --policy data/06_models/reference-chain/03-drills/policy
     # ... keeping every episode and the fixed Experience as Parquet in <dir>
     python -m resail_pipeline.bootstrap evaluate --policy <policy> --results <dir>
@@ -36,7 +37,8 @@ from resail_pipeline.bootstrap.build import build_initial_policy
 from resail_pipeline.bootstrap.config import BootstrapConfig
 from resail_pipeline.bootstrap.demonstrations import RESPONSE_MAX_NEW_TOKENS
 from resail_pipeline.bootstrap.diagnostics import guidance_use
-from resail_pipeline.bootstrap.reference import evaluate_and_record, ship
+from resail_pipeline.bootstrap.environments import buildable
+from resail_pipeline.bootstrap.reference import evaluate_and_record, policy_env, ship
 from resail_pipeline.checkpoints import CheckpointError, load_policy
 from resail_pipeline.config import ConfigError
 from resail_pipeline.envs import make_env
@@ -99,7 +101,15 @@ def _parser() -> argparse.ArgumentParser:
     evaluate = commands.add_parser("evaluate", help="dual-view evaluation, kept in the manifest")
     evaluate.add_argument("--policy", required=True, help="the policy directory")
     evaluate.add_argument(
-        "--tasks", type=int, default=None, help="N test tasks, evenly spaced over the split (all)"
+        "--env",
+        default=None,
+        help="the environment to evaluate in (default: the one the policy's manifest names)",
+    )
+    evaluate.add_argument(
+        "--tasks",
+        type=int,
+        default=None,
+        help="N tasks of each evaluation split, evenly spaced over it (all)",
     )
     evaluate.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     evaluate.add_argument("--reference-seed", type=int, default=1000)
@@ -188,7 +198,9 @@ def _run(args: argparse.Namespace, command: str) -> None:
                 ", ".join(f"{kind} {share:.3f}" for kind, share in fit.misses.items()),
             )
     else:
+        env = args.env or policy_env(args.policy)
         config = EvalConfig(
+            splits=buildable(env).evaluation_splits,
             num_tasks=args.tasks,
             decoding_seeds=tuple(args.seeds),
             temperature=args.temperature,
@@ -199,6 +211,7 @@ def _run(args: argparse.Namespace, command: str) -> None:
             config,
             reference_seed=args.reference_seed,
             command=command,
+            env=env,
             generation={
                 "dtype": args.dtype,
                 "prefix_reuse": args.prefix_reuse,
