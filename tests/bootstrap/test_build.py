@@ -482,6 +482,22 @@ def test_an_alfworld_recipe_asking_for_textcraft_settings_is_one_line(tmp_path, 
     assert not (tmp_path / "o").exists()
 
 
+def test_the_alfworld_first_stage_recipe():
+    """reference/alfworld-chain/01-first-stage.yml over the base parameters: ALFWorld, built
+    from scratch on demonstrations with mistakes, in TextCraft's first stage's precision."""
+    from resail_pipeline.bootstrap.__main__ import load_config
+
+    config = load_config(ROOT / "reference" / "alfworld-chain" / "01-first-stage.yml", BASE)
+    textcraft = load_config(ROOT / "reference" / "chain" / "01-first-stage.yml", BASE)
+    assert (config.env, config.name, config.reference) == ("alfworld", "alfworld-initial", None)
+    assert config.warm_start is None and config.checkpoint is None
+    assert config.data.renamed_copies == config.data.copying_drills == 0
+    assert config.data.on_policy_episodes == 0 and config.data.task_limit is None
+    assert config.data.mistake_rate > 0 and config.data.privileged_share > 0
+    assert config.training.precision == textcraft.training.precision == "bf16"
+    assert config.model == textcraft.model
+
+
 @pytest.fixture(scope="module")
 def alfworld_games(tmp_path_factory):
     """A tiny generated set: three clone games, one of every other split."""
@@ -517,3 +533,63 @@ def test_an_alfworld_build_reads_the_games_the_run_names(alfworld_games, tmp_pat
     assert default.data_root == str(alfworld_games.resolve())
     config = BootstrapConfig.from_dict(ALFWORLD_TINY)
     assert cache_key(config, named) == cache_key(config, default)
+
+
+@pytest.mark.slow
+@pytest.mark.alfworld
+def test_the_command_builds_an_alfworld_policy_that_plays(alfworld_games, tmp_path, monkeypatch):
+    """``python -m resail_pipeline.bootstrap build`` on an ALFWorld recipe, with no data named:
+    the default set (the tiny one here) is found as a Kedro run finds it; the policy learns from
+    the clone games only, is evaluated on id and ood, loads and plays an episode."""
+    import yaml
+
+    from resail_pipeline.bootstrap.__main__ import main
+    from resail_pipeline.envs import alfworld_games as games_module
+    from resail_pipeline.envs import make_env
+    from resail_pipeline.envs.alfworld_games import splits_sha256
+    from resail_pipeline.generation.transformers_backend import TransformersGenerator
+    from resail_pipeline.rollout import EpisodeSpec, RolloutSettings
+
+    monkeypatch.setattr(games_module, "ensure_games", lambda: alfworld_games)
+    monkeypatch.setenv("ALFWORLD_DATA", "")  # unset, and restored after the test
+    recipe, out = tmp_path / "recipe.yml", tmp_path / "out"
+    recipe.write_text(yaml.safe_dump({"bootstrap": ALFWORLD_TINY}))
+    main(["build", "--params", str(recipe), "--base", str(BASE), "--out", str(out)])
+    policy = out / "policy"
+    manifest = json.loads((policy / MANIFEST_NAME).read_text())
+    assert manifest["policy_id"].startswith("alfworld-initial@")
+    assert manifest["configuration"]["env"] == "alfworld"
+    environment = manifest["environment"]
+    assert environment["name"] == "alfworld" and environment["options"] == {}
+    assert environment["demonstration_splits"] == ["clone"]
+    assert environment["evaluation_splits"] == ["id", "ood"]
+    env = make_env("alfworld")
+    assert environment["data_sha256"] == splits_sha256(env, ["clone"])
+    data = manifest["training_data"]
+    assert data["tasks"] == 3 and data["demonstrations"] == 6  # every clone game, no other
+    assert data["trained_demonstrations"] == 3 and data["privileged_sequences"] > 0
+
+    quick = ["--tasks", "1", "--seeds", "0", "--max-new-tokens", "8", "--dtype", "float32"]
+    main(["evaluate", "--policy", str(policy), *quick, "--compile", "off"])
+    evaluation = json.loads((policy / MANIFEST_NAME).read_text())["evaluation"]
+    assert evaluation["protocol"]["splits"] == ["id", "ood"]
+    assert [(row["split"], row["view"], row["tasks"]) for row in evaluation["table"]] == [
+        ("id", "ordinary", 1),
+        ("id", "privileged", 1),
+        ("ood", "ordinary", 1),
+        ("ood", "privileged", 1),
+    ]
+
+    model, tokenizer = load_policy(policy)
+    assert model.config.vocab_size == len(tokenizer)
+    (task_id,) = env.task_ids("ood")
+    prompt = chat_prompt(
+        tokenizer, render_user_message(EpisodeHistory.start("alfworld", env.reset(task_id)))
+    )
+    assert tokenizer.unk_token_id not in tokenizer(prompt).input_ids
+    generator = TransformersGenerator(model, tokenizer, policy_id=manifest["policy_id"])
+    (episode,) = RolloutSettings(max_new_tokens=8).roll_out(
+        lambda: make_env("alfworld"), [EpisodeSpec("play", task_id, 0)], generator, progress=False
+    )
+    assert episode.env == "alfworld" and 1 <= len(episode.steps) <= env.max_steps
+    assert episode.end_reason in ("success", "step_limit")

@@ -17,10 +17,10 @@
 
 ``make reference`` runs the whole chain of the shipped policy (docs/initial-policy.md).
 A recipe holds one top-level ``bootstrap:`` mapping, the keys it changes from ``--base``; its
-``env`` says where the policy acts (ALFWorld's games are those of ``ALFWORLD_DATA``, else the
-generated default set in ``data/01_raw/alfworld_games``, written on first use;
-docs/environments.md). A configuration that cannot be used is one line on stderr and exit
-status 2.
+``env`` says where the policy acts (``reference/alfworld-chain/`` builds one for ALFWorld, whose
+games are those of ``ALFWORLD_DATA``, else the generated default set in
+``data/01_raw/alfworld_games``, written on first use; docs/environments.md). A configuration
+that cannot be used is one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
