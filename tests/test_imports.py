@@ -39,7 +39,8 @@ def test_the_pipelines_and_the_trainer_do_not_import_the_builder():
     )
     assert "resail_pipeline.pipelines.cycle.pipeline" in loaded  # the walk did import them
     builder = sorted(m for m in loaded if m.startswith("resail_pipeline.bootstrap."))
-    assert builder == ["resail_pipeline.bootstrap.config"]
+    # the configuration, and the table of what a build covers that checks it
+    assert builder == ["resail_pipeline.bootstrap.config", "resail_pipeline.bootstrap.environments"]
 
 
 def test_library_code_never_imports_kedro():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any, ClassVar
@@ -14,7 +13,7 @@ from resail_pipeline.bootstrap.config import BootstrapConfig
 from resail_pipeline.collection import check_collection_settings
 from resail_pipeline.config import ConfigError
 from resail_pipeline.devices import release_device_memory
-from resail_pipeline.envs.alfworld import ALFWORLD_DATA
+from resail_pipeline.envs import provide_env_data
 from resail_pipeline.generation.cuda import check_vllm_cuda, visible_gpus
 from resail_pipeline.initial_policy import check_published, requested_policy
 from resail_pipeline.io import LockedError, ProcessLock
@@ -118,22 +117,15 @@ class AlfWorldGamesHook:
     split, with its ``dev`` and ``clone`` splits, is kept in ``data/01_raw/alfworld_games``
     (written on the first run, resumed if cut short, and extended when it lacks a split; see
     :mod:`~resail_pipeline.envs.alfworld_games`), and ``ALFWORLD_DATA`` names it for this process
-    and the workers it starts. It runs first among the ``before_pipeline_run``
-    hooks: the pre-run checks build the environment.
+    and the workers it starts (:func:`~resail_pipeline.envs.provide_env_data`, which the
+    initial-policy builder calls too). It runs first among the ``before_pipeline_run`` hooks: the
+    pre-run checks build the environment.
     """
 
     @hook_impl(tryfirst=True)
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
         run = RunConfig.from_params(catalog.load("parameters")["run"])
-        if run.env != "alfworld" or "data_path" in run.env_options:
-            return
-        if os.environ.get(ALFWORLD_DATA):
-            return
-        from resail_pipeline.envs.alfworld_games import ensure_games
-
-        root = ensure_games().resolve()
-        os.environ[ALFWORLD_DATA] = str(root)
-        logger.info("alfworld: %s=%s (generated games; docs/environments.md)", ALFWORLD_DATA, root)
+        provide_env_data(run.env, run.env_options)
 
 
 class PreflightHook:

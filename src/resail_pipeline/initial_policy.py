@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from resail_pipeline.bootstrap.config import BootstrapConfig
 from resail_pipeline.checkpoints import (
@@ -97,12 +99,14 @@ def resolve_initial_policy(
     config: BootstrapConfig,
     out_dir: str | Path,
     *,
+    env_options: Mapping[str, Any] | None = None,
     command: str | None = None,
     progress: bool = True,
 ) -> CheckpointInfo:
     """The initial policy, first match wins: ``config.checkpoint``, the shipped reference
     ``config.reference`` (which must exist), else (``reference: null``) one built (or reused)
-    under ``out_dir``. A given directory's
+    under ``out_dir``, in the environment built with ``env_options`` (a run's
+    ``run.env_options``). A given directory's
     weights are checked against its config (:func:`~resail_pipeline.checkpoints.verify_weights`)
     before it is returned to be published."""
     requested = requested_policy(config)
@@ -114,4 +118,6 @@ def resolve_initial_policy(
         return verify_reference(verify_weights(requested))
     from resail_pipeline.bootstrap.build import build_initial_policy  # the builder, only to build
 
-    return build_initial_policy(config, out_dir, command=command, progress=progress)
+    return build_initial_policy(
+        config, out_dir, env_options=env_options, command=command, progress=progress
+    )

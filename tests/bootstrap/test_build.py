@@ -50,6 +50,14 @@ def test_build_publishes_a_loadable_policy_with_its_manifest(built):
     assert manifest["training_data"]["trained_demonstrations"] == 2  # one stalled per task
     assert len(manifest["training_data_sha256"]) == 64
     assert manifest["training"]["steps"] >= 1 and manifest["machine"]
+    assert manifest["environment"] == {
+        "name": "textcraft",
+        "options": {},
+        "demonstration_splits": ["train", "dev"],
+        "evaluation_splits": ["test"],
+        "data_sha256": None,  # its tasks ship with the package: its version is in the code key
+        "data_root": None,
+    }
     # the configuration says `auto`; the manifest says what it resolved to here
     assert config.training.precision == "auto"
     cpu = torch.device("cpu")
@@ -98,18 +106,29 @@ def test_resolution_order(built, tmp_path):
         resolve_initial_policy(absent, out)
 
 
-def test_only_environments_with_a_planner_are_built(tmp_path):
+def test_only_environments_the_builder_covers_are_built(tmp_path, monkeypatch):
+    from resail_pipeline.bootstrap import environments
+    from resail_pipeline.envs import alfworld_games
+
+    def no_games():  # fake: nothing may be generated for a refused build
+        raise AssertionError("games were generated")
+
+    monkeypatch.setattr(alfworld_games, "ensure_games", no_games)
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    monkeypatch.delitem(environments.BUILDABLE_ENVS, "alfworld")
     config = BootstrapConfig.from_dict({**TINY, "env": "alfworld"})
-    with pytest.raises(ValueError, match=r"set bootstrap\.checkpoint"):
+    with pytest.raises(ConfigError, match=r"only be built for \['textcraft'\]; set bootstrap\."):
         resolve_initial_policy(config, tmp_path)
     assert not any(tmp_path.iterdir())
 
 
 def test_demonstrations_are_drawn_from_each_environments_own_splits():
+    from resail_pipeline.bootstrap.environments import BUILDABLE_ENVS
     from resail_pipeline.envs import make_env
     from resail_pipeline.envs.textcraft import split_task_ids
 
-    assert build.DEMONSTRATION_SPLITS == {"textcraft": ("train", "dev"), "alfworld": ("clone",)}
+    splits = {env: support.demonstration_splits for env, support in BUILDABLE_ENVS.items()}
+    assert splits == {"textcraft": ("train", "dev"), "alfworld": ("clone",)}
     ids = build._demonstration_tasks(make_env("textcraft"))
     assert ids == sorted(split_task_ids("train") + split_task_ids("dev"))  # the shipped recipe's
     assert len(ids) == 319 and not set(ids) & set(split_task_ids("test"))
@@ -127,7 +146,7 @@ def test_demonstrations_are_drawn_from_each_environments_own_splits():
 
     assert build._demonstration_tasks(Games()) == [400_000, 400_001]  # clone's, and no other
     Games.name = "gridworld"
-    with pytest.raises(ValueError, match="env: no demonstration splits for 'gridworld'"):
+    with pytest.raises(ConfigError, match=r"env: an initial policy can only be built for \["):
         build._demonstration_tasks(Games())
 
 
@@ -173,7 +192,7 @@ def test_a_reference_whose_weights_changed_is_refused(built, tmp_path):
 def test_a_code_change_rebuilds_but_keeps_the_training_state(monkeypatch):
     config = BootstrapConfig.from_dict(TINY)
     key, state_key = cache_key(config), build._recipe_key(config)
-    monkeypatch.setattr(build, "code_fingerprint", lambda: "other code")
+    monkeypatch.setattr(build, "code_fingerprint", lambda env: "other code")
     assert cache_key(config) != key
     assert build._recipe_key(config) == state_key
 
@@ -406,3 +425,171 @@ def test_on_policy_episodes_without_the_warm_starts_model_are_refused():
     config = BootstrapConfig.from_dict(params)
     with pytest.raises(ValueError, match=r"data\.on_policy_episodes: 1 episodes per task need"):
         build.on_policy_demonstrations(config, [1, 2], None, progress=False)
+
+
+def test_the_longest_training_sequence_must_fit_the_model():
+    from resail_pipeline.bootstrap.config import ModelShape
+    from resail_pipeline.bootstrap.packing import Branch, PackedRow
+
+    row = PackedRow(tuple(range(10)), (Branch((1, 2, 3), 1, 1.0, False),))
+    build._check_length([row], ModelShape(max_position_embeddings=13))
+    with pytest.raises(ValueError, match=r"model\.max_position_embeddings: 12 is shorter .*\(13 "):
+        build._check_length([row], ModelShape(max_position_embeddings=12))
+
+
+# ----------------------------------------------------------------------------------------------
+# ALFWorld: the first stage, on generated games
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = ROOT / "conf" / "base" / "parameters_bootstrap.yml"
+#: A tiny ALFWorld first stage: two demonstrations of every clone game (one stalled), a few steps.
+ALFWORLD_TINY = {
+    **TINY,
+    "env": "alfworld",
+    "name": "alfworld-initial",
+    "data": {"episodes_per_task": 2, "stalled_share": 0.5},
+    "training": {"epochs": 1.0, "batch_tokens": 8192, "time_budget_s": 30.0, "warmup_steps": 2},
+}
+
+
+def _environment(options, sha256="a" * 64):
+    return build.BuildEnvironment("alfworld", options, ("clone",), data_sha256=sha256)
+
+
+def test_the_cache_key_counts_the_games_by_content_not_by_where_they_lie():
+    recipe = build._recipe_key(BootstrapConfig.from_dict(ALFWORLD_TINY))
+    here = build._cache_key(recipe, _environment({"data_path": "/here"}))
+    assert build._cache_key(recipe, _environment({"data_path": "/there"})) == here
+    assert build._cache_key(recipe, _environment({})) == here  # ALFWORLD_DATA named them
+    assert build._cache_key(recipe, _environment({}, sha256="b" * 64)) != here
+    assert build._cache_key(recipe, _environment({"max_steps": 20})) != here  # shapes the data
+
+
+def test_an_alfworld_recipe_asking_for_textcraft_settings_is_one_line(tmp_path, capsys):
+    """At the command line, before anything is written or any game is looked for."""
+    import yaml
+
+    from resail_pipeline.bootstrap.__main__ import main
+
+    recipe = tmp_path / "recipe.yml"
+    bad = {"env": "alfworld", "reference": None, "data": {"copying_drills": 1}}
+    recipe.write_text(yaml.safe_dump({"bootstrap": bad}))
+    with pytest.raises(SystemExit) as exited:
+        main(["build", "--params", str(recipe), "--base", str(BASE), "--out", str(tmp_path / "o")])
+    assert exited.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "bootstrap.data.copying_drills: must be 0 for alfworld (got 1)" in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_alfworld_first_stage_recipe():
+    """reference/alfworld-chain/01-first-stage.yml over the base parameters: ALFWorld, built
+    from scratch on demonstrations with mistakes, in TextCraft's first stage's precision."""
+    from resail_pipeline.bootstrap.__main__ import load_config
+
+    config = load_config(ROOT / "reference" / "alfworld-chain" / "01-first-stage.yml", BASE)
+    textcraft = load_config(ROOT / "reference" / "chain" / "01-first-stage.yml", BASE)
+    assert (config.env, config.name, config.reference) == ("alfworld", "alfworld-initial", None)
+    assert config.warm_start is None and config.checkpoint is None
+    assert config.data.renamed_copies == config.data.copying_drills == 0
+    assert config.data.on_policy_episodes == 0 and config.data.task_limit is None
+    assert config.data.mistake_rate > 0 and config.data.privileged_share > 0
+    assert config.training.precision == textcraft.training.precision == "bf16"
+    assert config.model == textcraft.model
+
+
+@pytest.fixture(scope="module")
+def alfworld_games(tmp_path_factory):
+    """A tiny generated set: three clone games, one of every other split."""
+    pytest.importorskip("alfworld")
+    from resail_pipeline.envs.alfworld_games import GameGenConfig, write_games
+
+    root = tmp_path_factory.mktemp("alfworld") / "games"
+    write_games(root, GameGenConfig(train=1, id=1, ood=1, dev=1, clone=3))
+    return root
+
+
+@pytest.mark.alfworld
+def test_an_alfworld_build_reads_the_games_the_run_names(alfworld_games, tmp_path, monkeypatch):
+    """A run's data_path is where the games are (nothing is generated); without one, the
+    generated default set, as the Kedro hook gives it (faked here: the tiny set stands for it)."""
+    from resail_pipeline.envs import alfworld_games as games_module
+    from resail_pipeline.envs.alfworld_games import splits_sha256
+
+    made = []
+
+    def default_set():  # fake: the default set's folder without its half hour of engine
+        made.append(True)
+        return alfworld_games
+
+    monkeypatch.setattr(games_module, "ensure_games", default_set)
+    monkeypatch.setenv("ALFWORLD_DATA", "")  # unset, and restored after the test
+    named = build.BuildEnvironment.resolve("alfworld", {"data_path": str(alfworld_games)})
+    assert made == [] and named.data_root == str(alfworld_games)
+    assert named.data_sha256 == splits_sha256(named.make(), ["clone"])
+    assert [len(named.make().task_ids(s)) for s in named.splits] == [3]
+    default = build.BuildEnvironment.resolve("alfworld")
+    assert made == [True] and default.data_sha256 == named.data_sha256
+    assert default.data_root == str(alfworld_games.resolve())
+    config = BootstrapConfig.from_dict(ALFWORLD_TINY)
+    assert cache_key(config, named) == cache_key(config, default)
+
+
+@pytest.mark.slow
+@pytest.mark.alfworld
+def test_the_command_builds_an_alfworld_policy_that_plays(alfworld_games, tmp_path, monkeypatch):
+    """``python -m resail_pipeline.bootstrap build`` on an ALFWorld recipe, with no data named:
+    the default set (the tiny one here) is found as a Kedro run finds it; the policy learns from
+    the clone games only, is evaluated on id and ood, loads and plays an episode."""
+    import yaml
+
+    from resail_pipeline.bootstrap.__main__ import main
+    from resail_pipeline.envs import alfworld_games as games_module
+    from resail_pipeline.envs import make_env
+    from resail_pipeline.envs.alfworld_games import splits_sha256
+    from resail_pipeline.generation.transformers_backend import TransformersGenerator
+    from resail_pipeline.rollout import EpisodeSpec, RolloutSettings
+
+    monkeypatch.setattr(games_module, "ensure_games", lambda: alfworld_games)
+    monkeypatch.setenv("ALFWORLD_DATA", "")  # unset, and restored after the test
+    recipe, out = tmp_path / "recipe.yml", tmp_path / "out"
+    recipe.write_text(yaml.safe_dump({"bootstrap": ALFWORLD_TINY}))
+    main(["build", "--params", str(recipe), "--base", str(BASE), "--out", str(out)])
+    policy = out / "policy"
+    manifest = json.loads((policy / MANIFEST_NAME).read_text())
+    assert manifest["policy_id"].startswith("alfworld-initial@")
+    assert manifest["configuration"]["env"] == "alfworld"
+    environment = manifest["environment"]
+    assert environment["name"] == "alfworld" and environment["options"] == {}
+    assert environment["demonstration_splits"] == ["clone"]
+    assert environment["evaluation_splits"] == ["id", "ood"]
+    env = make_env("alfworld")
+    assert environment["data_sha256"] == splits_sha256(env, ["clone"])
+    data = manifest["training_data"]
+    assert data["tasks"] == 3 and data["demonstrations"] == 6  # every clone game, no other
+    assert data["trained_demonstrations"] == 3 and data["privileged_sequences"] > 0
+
+    quick = ["--tasks", "1", "--seeds", "0", "--max-new-tokens", "8", "--dtype", "float32"]
+    main(["evaluate", "--policy", str(policy), *quick, "--compile", "off"])
+    evaluation = json.loads((policy / MANIFEST_NAME).read_text())["evaluation"]
+    assert evaluation["protocol"]["splits"] == ["id", "ood"]
+    assert [(row["split"], row["view"], row["tasks"]) for row in evaluation["table"]] == [
+        ("id", "ordinary", 1),
+        ("id", "privileged", 1),
+        ("ood", "ordinary", 1),
+        ("ood", "privileged", 1),
+    ]
+
+    model, tokenizer = load_policy(policy)
+    assert model.config.vocab_size == len(tokenizer)
+    (task_id,) = env.task_ids("ood")
+    prompt = chat_prompt(
+        tokenizer, render_user_message(EpisodeHistory.start("alfworld", env.reset(task_id)))
+    )
+    assert tokenizer.unk_token_id not in tokenizer(prompt).input_ids
+    generator = TransformersGenerator(model, tokenizer, policy_id=manifest["policy_id"])
+    (episode,) = RolloutSettings(max_new_tokens=8).roll_out(
+        lambda: make_env("alfworld"), [EpisodeSpec("play", task_id, 0)], generator, progress=False
+    )
+    assert episode.env == "alfworld" and 1 <= len(episode.steps) <= env.max_steps
+    assert episode.end_reason in ("success", "step_limit")

@@ -90,3 +90,28 @@ def test_warmup_must_be_a_non_negative_integer():
         TrainingSettings(warmup_steps=-1)
     with pytest.raises(ConfigError, match=r"^bootstrap\.training\.warmup_steps: must be a non-"):
         BootstrapConfig.from_dict({"training": {"warmup_steps": 1.5}})
+
+
+@pytest.mark.parametrize("field", ["renamed_copies", "copying_drills"])
+def test_alfworld_refuses_what_only_textcraft_has(field):
+    """Renamed copies and copying drills rewrite TextCraft's item names and crafting commands:
+    an ALFWorld configuration asking for them is refused when it is made, naming the field."""
+    assert getattr(BootstrapConfig.from_dict({"data": {field: 2}}).data, field) == 2  # TextCraft
+    with pytest.raises(
+        ConfigError, match=rf"^bootstrap\.data\.{field}: must be 0 for alfworld \(got 2\): "
+    ) as error:
+        BootstrapConfig.from_dict({"env": "alfworld", "data": {field: 2}})
+    assert "\n" not in str(error.value) and "TextCraft's item names" in str(error.value)
+    assert BootstrapConfig.from_dict({"env": "alfworld", "data": {field: 0}}).env == "alfworld"
+
+
+def test_every_setting_an_environment_refuses_is_a_data_setting():
+    """The table of refused settings names real fields, so that none is silently ignored."""
+    import dataclasses
+
+    from resail_pipeline.bootstrap.config import DemonstrationSettings
+    from resail_pipeline.bootstrap.environments import BUILDABLE_ENVS
+
+    names = {f.name for f in dataclasses.fields(DemonstrationSettings)}
+    refused = {name for env in BUILDABLE_ENVS.values() for name, _ in env.unsupported}
+    assert refused == {"renamed_copies", "copying_drills"} and refused <= names

@@ -40,6 +40,7 @@ def test_evaluation_is_recorded_in_the_manifest(tiny_checkpoint, tmp_path):
         config,
         reference_seed=1000,
         command="test",
+        env="textcraft",
         generation={"batch_size": 8, "dtype": "float32"},
     )
     manifest = json.loads((policy / MANIFEST_NAME).read_text())
@@ -102,7 +103,7 @@ def test_results_keep_the_episodes_and_the_experience_as_parquet(
         {"traj_id": ["r/3", "r/7"], "outcome": ["success", "failure"], "task_id": [3, 7]}
     )
 
-    def fake_evaluation(policy, config, *, reference_seed, generation):
+    def fake_evaluation(policy, config, *, reference_seed, env, generation):
         from resail_pipeline.evaluation.stats import summarize_eval_results
 
         return summarize_eval_results(episodes), episodes, experience
@@ -111,12 +112,22 @@ def test_results_keep_the_episodes_and_the_experience_as_parquet(
     policy = ship(tiny_checkpoint, tmp_path / "policy")
     config = EvalConfig(num_tasks=2, decoding_seeds=(0,), max_new_tokens=4)
     out = tmp_path / "results"
-    record = evaluate_and_record(policy, config, reference_seed=1000, command="t", results=out)
+    record = evaluate_and_record(
+        policy, config, reference_seed=1000, command="t", env="textcraft", results=out
+    )
     pd.testing.assert_frame_equal(pd.read_parquet(out / "eval_results.parquet"), episodes)
     pd.testing.assert_frame_equal(pd.read_parquet(out / "experience.parquet"), experience)
     assert [row["mean"] for row in record["table"]] == [0.5, 0.0]
     assert record["by_reference_outcome"] == [
-        {"outcome": o, "view": v, "tasks": 1, "episodes": 1, "successes": n, "mean": float(n)}
+        {
+            "split": "test",
+            "outcome": o,
+            "view": v,
+            "tasks": 1,
+            "episodes": 1,
+            "successes": n,
+            "mean": float(n),
+        }
         for o, v, n in [
             ("failure", "ordinary", 0),
             ("failure", "privileged", 0),
@@ -129,7 +140,12 @@ def test_results_keep_the_episodes_and_the_experience_as_parquet(
     (tmp_path / "taken").write_text("")
     with pytest.raises(NotADirectoryError, match=r"results: .*taken exists and is not a directory"):
         evaluate_and_record(
-            policy, config, reference_seed=1000, command="t", results=tmp_path / "taken"
+            policy,
+            config,
+            reference_seed=1000,
+            command="t",
+            env="textcraft",
+            results=tmp_path / "taken",
         )
 
 
@@ -152,7 +168,7 @@ def test_the_record_says_whether_the_forward_ran_compiled(
     experience = pd.DataFrame({"traj_id": ["r/3"], "outcome": ["success"], "task_id": [3]})
     given = []
 
-    def fake_evaluation(policy, config, *, reference_seed, generation):
+    def fake_evaluation(policy, config, *, reference_seed, env, generation):
         given.append(generation)
         return summarize_eval_results(episodes), episodes, experience
 
@@ -164,6 +180,7 @@ def test_the_record_says_whether_the_forward_ran_compiled(
         config,
         reference_seed=1000,
         command="t",
+        env="textcraft",
         generation={"compile": option, "device": "cpu"},
     )
     expected = can_compile(torch.device("cpu")) if option == "auto" else option
@@ -196,6 +213,64 @@ def test_markdown_table_gives_percent_per_seed_and_mean_sd():
         "| ordinary | 10.0 | 12.0 | 14.0 | 12.0 (2.0) |",
         "| privileged | 30.0 | 30.0 | 30.0 | 30.0 (0.0) |",
     ]
+
+
+def test_markdown_table_names_the_split_where_there_are_several():
+    record = {
+        "protocol": {"decoding_seeds": [0]},
+        "table": [
+            {"split": s, "view": v, "success_per_seed": [x], "mean": x, "sd": 0.0}
+            for s, v, x in [("id", "ordinary", 0.25), ("ood", "ordinary", 0.125)]
+        ],
+    }
+    assert markdown_table(record).splitlines() == [
+        "| split | view | seed 0 | mean (SD) |",
+        "|---|---|---|---|",
+        "| id | ordinary | 25.0 | 25.0 (0.0) |",
+        "| ood | ordinary | 12.5 | 12.5 (0.0) |",
+    ]
+
+
+def _with_env(tiny_checkpoint, path: Path, env: str | None) -> Path:
+    """A copy of the tiny checkpoint whose manifest says it was built for ``env``."""
+    import shutil
+
+    shutil.copytree(tiny_checkpoint, path)
+    manifest = json.loads((path / MANIFEST_NAME).read_text())
+    if env is not None:
+        manifest["configuration"] = {"env": env}
+    (path / MANIFEST_NAME).write_text(json.dumps(manifest))
+    return path
+
+
+def test_the_evaluate_command_uses_the_policys_environment_and_its_splits(
+    tiny_checkpoint, tmp_path, monkeypatch, capsys
+):
+    """ALFWorld's policy on id and ood, TextCraft's on test; a manifest naming no environment is
+    one line unless --env names it."""
+    from resail_pipeline.bootstrap import __main__ as cli
+
+    asked = []
+
+    def fake_evaluate(policy, config, *, env, **kwargs):
+        asked.append((env, config.splits, config.num_tasks))
+
+    monkeypatch.setattr(cli, "evaluate_and_record", fake_evaluate)
+    alfworld = _with_env(tiny_checkpoint, tmp_path / "alfworld", "alfworld")
+    cli.main(["evaluate", "--policy", str(alfworld), "--tasks", "2"])
+    cli.main(["evaluate", "--policy", str(_with_env(tiny_checkpoint, tmp_path / "t", "textcraft"))])
+    bare = _with_env(tiny_checkpoint, tmp_path / "bare", None)
+    cli.main(["evaluate", "--policy", str(bare), "--env", "alfworld"])
+    assert asked == [
+        ("alfworld", ("id", "ood"), 2),
+        ("textcraft", ("test",), None),
+        ("alfworld", ("id", "ood"), None),
+    ]
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["evaluate", "--policy", str(bare)])
+    assert exited.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: env: ") and "names no environment" in line
 
 
 def test_ship_replaces_the_destination_whole(tiny_checkpoint, tmp_path):

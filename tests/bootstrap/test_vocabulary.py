@@ -64,7 +64,7 @@ def test_template_fragments_are_single_tokens(tokenizer, demos):
 
 
 def test_unknown_environment_is_refused(demos):
-    with pytest.raises(ValueError, match="env: no item vocabulary for 'nowhere'"):
+    with pytest.raises(ValueError, match="env: no vocabulary for 'nowhere'"):
         list(environment_corpus("nowhere", demos))
 
 
@@ -96,10 +96,10 @@ def test_every_alfworld_object_and_receptacle_the_games_name_is_an_item_word():
     import re
     from pathlib import Path
 
-    from resail_pipeline.bootstrap.vocabulary import ITEM_TEXTS
+    from resail_pipeline.bootstrap.vocabulary import ENV_TEXTS
     from resail_pipeline.envs.alfworld import AlfWorldEnv
 
-    words = {w for line in ITEM_TEXTS["alfworld"]() for w in line.split()}
+    words = {w for line in ENV_TEXTS["alfworld"]() for w in line.split()}
     env = AlfWorldEnv(data_path=Path(__file__).resolve().parents[1] / "envs" / "alfworld_data")
     named = set()
     for task_id in [0, 1, 100_000, 100_001, 200_000, 200_001]:
@@ -111,3 +111,32 @@ def test_every_alfworld_object_and_receptacle_the_games_name_is_an_item_word():
         named |= {m[1] for text in texts for m in re.finditer(r"\b([a-z]+) (\d+)\b", text)}
     named -= {"step", "steps"}  # "step 3" of the template, not an object
     assert named and named <= words, sorted(named - words)
+
+
+@pytest.mark.alfworld
+def test_an_alfworld_tokenizer_reads_every_task_type_whatever_it_was_trained_on(monkeypatch):
+    """Trained on the demonstrations of one game (put a mug in a shelf), the tokenizer still knows
+    every word the engine writes in the other task types' games (cooling, heating, cleaning,
+    lamps, two objects): the engine's messages and the task sentences are in its corpus."""
+    pytest.importorskip("alfworld")
+    from pathlib import Path
+
+    from resail_pipeline.envs.alfworld import AlfWorldEnv
+
+    data = Path(__file__).resolve().parents[1] / "envs" / "alfworld_data"
+    monkeypatch.setenv("ALFWORLD_DATA", str(data))
+    one = collect_demonstrations(
+        "alfworld", [0], episodes_per_task=1, mistake_rate=0.0, stalled_share=0.0, seed=0
+    )
+    tokenizer = train_tokenizer("alfworld", one, vocab_size=4096)
+    env = AlfWorldEnv(data_path=data)
+    for task_id in [1, 100_000, 100_001, 200_000, 200_001]:
+        history = EpisodeHistory.start("alfworld", env.reset(task_id))
+        texts = [render_user_message(history)]
+        for action in env.walkthrough(task_id):
+            history = history.advance(action, env.step(action))
+            texts.append(render_user_message(history))
+        for text in texts:
+            ids = tokenizer(text, add_special_tokens=False).input_ids
+            assert tokenizer.unk_token_id not in ids, (task_id, text)
+            assert tokenizer.decode(ids) == text

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import random
 import shutil
 
@@ -393,3 +394,45 @@ def test_a_set_written_before_dev_and_clone_is_extended(one_per_split, tmp_path,
     assert extended["files"] == fresh["files"] and extended["sha256"] == fresh["sha256"]
     for game in games:  # kept, and redrawn game for game
         assert (old / game.relative_to(out)).read_bytes() == game.read_bytes()
+
+
+def test_environments_that_name_no_data_get_the_default_set(tmp_path, monkeypatch):
+    """The one mechanism the Kedro hook and the initial-policy builder share: only ALFWorld
+    options that name no data (no data_path, ALFWORLD_DATA unset) get the generated set, and
+    ALFWORLD_DATA names it from then on."""
+    from resail_pipeline.envs import alfworld_games, provide_env_data
+
+    made = []
+
+    def fake_ensure_games():  # fake: the default set's folder without its half hour of engine
+        made.append(True)
+        return tmp_path / "games"
+
+    monkeypatch.setattr(alfworld_games, "ensure_games", fake_ensure_games)
+    monkeypatch.setenv("ALFWORLD_DATA", "")  # unset, and restored after the test
+    assert provide_env_data("textcraft", {}) is None
+    assert provide_env_data("alfworld", {"data_path": str(tmp_path / "mine")}) is None
+    assert made == [] and not os.environ["ALFWORLD_DATA"]
+    root = (tmp_path / "games").resolve()
+    assert provide_env_data("alfworld", {"max_steps": 20}) == root
+    assert made == [True] and os.environ["ALFWORLD_DATA"] == str(root)
+    assert provide_env_data("alfworld", {}) is None  # named now: kept
+    assert made == [True]
+    with pytest.raises(ConfigError, match="env: unknown environment 'minecraft'"):
+        provide_env_data("minecraft", {})
+
+
+def test_the_fingerprint_of_splits_follows_their_games_not_their_folder(one_per_split, tmp_path):
+    from resail_pipeline.envs.alfworld_games import splits_sha256
+
+    out, _ = one_per_split
+    here = splits_sha256(AlfWorldEnv(data_path=out), ["clone"])
+    copy = tmp_path / "moved"
+    shutil.copytree(out, copy)
+    split_games.cache_clear()
+    moved = AlfWorldEnv(data_path=copy)
+    assert splits_sha256(moved, ["clone"]) == here
+    assert splits_sha256(moved, ["train"]) != here
+    (game,) = split_games(copy, "clone")
+    game.write_text(game.read_text().replace("Your task is to", "Your task is to:"))
+    assert splits_sha256(moved, ["clone"]) != here

@@ -5,8 +5,11 @@ calls: a configured checkpoint, else the reference policy shipped in the reposit
 here (cached; this package). Importing the package loads none of its modules. Building runs on
 the non-test tasks only:
 
-- :mod:`.demonstrations`: the exact planner plays TextCraft with injected mistakes and replans
-  from the real inventory; each step's expert action is the training target;
+- :mod:`.environments`: what a build covers in each environment (TextCraft, ALFWorld): its
+  demonstration and evaluation splits, and the settings it cannot honour;
+- :mod:`.demonstrations`: the environment's expert (TextCraft's exact planner, ALFWorld's planner
+  expert) plays with injected mistakes and replans from the real state; each step's expert action
+  is the training target;
 - :mod:`.vocabulary`: a word-level tokenizer trained on the environment's own text, with the
   templates' fixed fragments as single tokens;
 - :mod:`.packing`: both views of each step (ordinary, and privileged with the rules-based summary

@@ -4,7 +4,8 @@
     # conf/base/parameters_bootstrap.yml) into <out>/policy
     python -m resail_pipeline.bootstrap build --params reference/chain/03-drills.yml \\
         --out data/06_models/reference-chain/03-drills
-    # dual-view evaluation (appendix D.2) on the 100 test tasks x 3 seeds, kept in its manifest
+    # dual-view evaluation (appendix D.2) on the test tasks of the policy's environment (TextCraft:
+    # the 100 of test; ALFWorld: 128 of id and 128 of ood) x 3 seeds, kept in its manifest
     python -m resail_pipeline.bootstrap evaluate --policy data/06_models/reference-chain/03-drills/policy
     # ... keeping every episode and the fixed Experience as Parquet in <dir>
     python -m resail_pipeline.bootstrap evaluate --policy <policy> --results <dir>
@@ -15,7 +16,11 @@
     python -m resail_pipeline.bootstrap guidance --policy reference/textcraft-initial --split test
 
 ``make reference`` runs the whole chain of the shipped policy (docs/initial-policy.md).
-A recipe holds one top-level ``bootstrap:`` mapping, the keys it changes from ``--base``.
+A recipe holds one top-level ``bootstrap:`` mapping, the keys it changes from ``--base``; its
+``env`` says where the policy acts (``reference/alfworld-chain/`` builds one for ALFWorld, whose
+games are those of ``ALFWORLD_DATA``, else the generated default set in
+``data/01_raw/alfworld_games``, written on first use; docs/environments.md). A configuration
+that cannot be used is one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -32,8 +37,9 @@ from resail_pipeline.bootstrap.build import build_initial_policy
 from resail_pipeline.bootstrap.config import BootstrapConfig
 from resail_pipeline.bootstrap.demonstrations import RESPONSE_MAX_NEW_TOKENS
 from resail_pipeline.bootstrap.diagnostics import guidance_use
-from resail_pipeline.bootstrap.reference import evaluate_and_record, ship
-from resail_pipeline.checkpoints import load_policy
+from resail_pipeline.bootstrap.environments import buildable
+from resail_pipeline.bootstrap.reference import evaluate_and_record, policy_env, ship
+from resail_pipeline.checkpoints import CheckpointError, load_policy
 from resail_pipeline.config import ConfigError
 from resail_pipeline.envs import make_env
 from resail_pipeline.evaluation.evaluate import EvalConfig, spread
@@ -95,7 +101,15 @@ def _parser() -> argparse.ArgumentParser:
     evaluate = commands.add_parser("evaluate", help="dual-view evaluation, kept in the manifest")
     evaluate.add_argument("--policy", required=True, help="the policy directory")
     evaluate.add_argument(
-        "--tasks", type=int, default=None, help="N test tasks, evenly spaced over the split (all)"
+        "--env",
+        default=None,
+        help="the environment to evaluate in (default: the one the policy's manifest names)",
+    )
+    evaluate.add_argument(
+        "--tasks",
+        type=int,
+        default=None,
+        help="N tasks of each evaluation split, evenly spaced over it (all)",
     )
     evaluate.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     evaluate.add_argument("--reference-seed", type=int, default=1000)
@@ -142,10 +156,19 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The command line: a configuration or checkpoint that cannot be used is one line on stderr
+    (exit status 2), not a traceback."""
     argv = sys.argv[1:] if argv is None else argv
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    command = shlex.join(["python", "-m", "resail_pipeline.bootstrap", *argv])
+    try:
+        _run(args, shlex.join(["python", "-m", "resail_pipeline.bootstrap", *argv]))
+    except (ConfigError, CheckpointError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _run(args: argparse.Namespace, command: str) -> None:
     if args.command == "build":
         info = build_initial_policy(load_config(args.params, args.base), args.out, command=command)
         logger.info("initial policy %s at %s", info.policy_id, info.path)
@@ -175,7 +198,9 @@ def main(argv: list[str] | None = None) -> None:
                 ", ".join(f"{kind} {share:.3f}" for kind, share in fit.misses.items()),
             )
     else:
+        env = args.env or policy_env(args.policy)
         config = EvalConfig(
+            splits=buildable(env).evaluation_splits,
             num_tasks=args.tasks,
             decoding_seeds=tuple(args.seeds),
             temperature=args.temperature,
@@ -186,6 +211,7 @@ def main(argv: list[str] | None = None) -> None:
             config,
             reference_seed=args.reference_seed,
             command=command,
+            env=env,
             generation={
                 "dtype": args.dtype,
                 "prefix_reuse": args.prefix_reuse,

@@ -2,10 +2,11 @@
 
 :func:`resolve_initial_policy` is what the ``bootstrap`` pipeline calls. Building
 (:func:`build_initial_policy`) runs every stage on the environment's demonstration tasks only
-(:data:`DEMONSTRATION_SPLITS`), never on a test task:
+(:data:`~resail_pipeline.bootstrap.environments.BUILDABLE_ENVS`: TextCraft's ``train`` and
+``dev``, ALFWorld's ``clone`` games), never on a test task:
 
-1. planner demonstrations with injected mistakes (with a warm start, optionally the warm start
-   policy's own episodes relabelled by the planner), and their rules-based summaries;
+1. expert demonstrations with injected mistakes (with a warm start, optionally the warm start
+   policy's own episodes relabelled by the expert), and their rules-based summaries;
 2. a word-level tokenizer trained on the environment's own text;
 3. a Qwen3-architecture model of the configured shape, randomly initialised;
 4. behaviour cloning on both views, packed, within the time budget, resumable;
@@ -16,8 +17,14 @@ With ``warm_start``, stages 2-3 take a built policy's tokenizer and weights inst
 can continue another one (a second stage with other data settings).
 
 The build is cached: the manifest records a key over the recipe (every setting that shapes the
-result, the warm start's weights included) and the code and data it is made from; a call whose key
-matches the published policy returns it at once.
+result, the warm start's weights included) and the code and data it is made from (ALFWorld's
+games by their content, wherever they lie); a call whose key matches the published policy returns
+it at once.
+
+The environment is built with the options given (a run's ``run.env_options``: ALFWorld's
+``data_path``, say); where they name no data, its data is found, or generated, as a Kedro run
+finds it (:func:`~resail_pipeline.envs.provide_env_data`: ``ALFWORLD_DATA``, else the generated
+default set).
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ import shlex
 import shutil
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -51,6 +58,7 @@ from resail_pipeline.bootstrap.demonstrations import (
     relabel_episodes,
 )
 from resail_pipeline.bootstrap.drills import without_crafting_commands
+from resail_pipeline.bootstrap.environments import BuildableEnv, buildable
 from resail_pipeline.bootstrap.packing import (
     PackedRow,
     StepGroup,
@@ -71,49 +79,45 @@ from resail_pipeline.checkpoints import (
     weights_sha256,
 )
 from resail_pipeline.devices import machine_description
-from resail_pipeline.envs import make_env
+from resail_pipeline.envs import Environment, make_env, provide_env_data
 from resail_pipeline.generation.transformers_backend import TransformersGenerator
 from resail_pipeline.modeling import build_qwen3, small_qwen3_config
 from resail_pipeline.rollout import EpisodeSpec, RolloutSettings
 
 logger = logging.getLogger(__name__)
 
-#: The environments the whole recipe covers: demonstrations, vocabulary, renamings, drills.
-BUILDABLE_ENVS = ("textcraft",)
-#: Environment -> the splits the demonstrations are drawn from. TextCraft: every non-test task
-#: (its ``dev`` is carved from the cycles' collection tasks, not the initial policy's; the shipped
-#: policy's recipe was built on both). ALFWorld: the generated ``clone`` games, which no other
-#: split shares, so that cloning never sees a game the cycles collect on, choose a rate on or test.
-DEMONSTRATION_SPLITS = {"textcraft": ("train", "dev"), "alfworld": ("clone",)}
 #: The published policy's folder under the output directory.
 POLICY_DIR = "policy"
 #: Resumable training states, one folder per recipe, under the output directory.
 WORK_DIR = "work"
-#: The modules whose code shapes a built policy (part of the cache key): the build itself, the
-#: environment and its planner, the prompts, the rules-based summaries and the model builders.
+#: The modules whose code shapes a built policy in any environment (part of the cache key): the
+#: build itself, the environment protocol, the planner, the prompts, the rules-based summaries and
+#: the model builders; each environment adds its own (:attr:`BuildableEnv.sources`).
 _SOURCES = (
     "bootstrap/*.py",
     "envs/base.py",
     "envs/planner.py",
-    "envs/textcraft.py",
     "experience/evidence.py",
     "experience/rules.py",
     "experience/validation.py",
     "modeling/*.py",
     "prompts/*.py",
 )
+#: The distributions of the model and the tokenizer; each environment adds its own.
+_PACKAGES = ("torch", "transformers", "tokenizers")
 
 
-def code_fingerprint() -> str:
-    """sha256 over the sources that shape a built policy and the versions of the packages that
-    provide the environment, the model and the tokenizer."""
+def code_fingerprint(env: str) -> str:
+    """sha256 over the sources that shape a policy built for ``env`` and the versions of the
+    packages that provide the environment, the model and the tokenizer."""
+    support = buildable(env)
     root = Path(__file__).resolve().parents[1]
     digest = hashlib.sha256()
-    for pattern in _SOURCES:
+    for pattern in (*_SOURCES, *support.sources):
         for path in sorted(root.glob(pattern)):
             digest.update(str(path.relative_to(root)).encode())
             digest.update(path.read_bytes())
-    for dist in ("textcraft", "torch", "transformers", "tokenizers"):
+    for dist in (*support.packages, *_PACKAGES):
         digest.update(f"{dist}=={metadata.version(dist)}".encode())
     return digest.hexdigest()
 
@@ -133,13 +137,88 @@ def _recipe_key(config: BootstrapConfig) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
-def cache_key(config: BootstrapConfig) -> str:
-    """The key of a built policy: its recipe, name, and the code fingerprint."""
-    return _cache_key(_recipe_key(config))
+@dataclass(frozen=True)
+class BuildEnvironment:
+    """The environment a build plays in, resolved once: its name, the adapter's options, its
+    demonstration splits and the sha256 of the data they are read from.
+
+    Attributes:
+        name: the environment's registry name.
+        options: the adapter's options (``run.env_options``), as given.
+        splits: its demonstration splits (:attr:`BuildableEnv.demonstration_splits`).
+        data_sha256: :attr:`BuildableEnv.data_sha256` of those splits (ALFWorld's games), or
+            ``None`` where the tasks ship with a package.
+        data_root: where the data was read, for the manifest (``None`` as above).
+    """
+
+    name: str
+    options: dict[str, Any]
+    splits: tuple[str, ...]
+    data_sha256: str | None = None
+    data_root: str | None = None
+
+    @classmethod
+    def resolve(cls, env: str, options: Mapping[str, Any] | None = None) -> BuildEnvironment:
+        """``env`` built with ``options``, its data provided first where they name none
+        (:func:`~resail_pipeline.envs.provide_env_data`), and its data fingerprinted."""
+        support, options = buildable(env), dict(options or {})
+        provide_env_data(env, options)
+        fingerprint = support.data_fingerprint()
+        if fingerprint is None:
+            return cls(env, options, support.demonstration_splits)
+        adapter = make_env(env, **options)
+        root = getattr(adapter, "data_root", None)
+        return cls(
+            env,
+            options,
+            support.demonstration_splits,
+            data_sha256=fingerprint(adapter, support.demonstration_splits),
+            data_root=None if root is None else str(root),
+        )
+
+    @property
+    def support(self) -> BuildableEnv:
+        return buildable(self.name)
+
+    def make(self) -> Environment:
+        """A fresh environment of this build."""
+        return make_env(self.name, **self.options)
+
+    def key(self) -> dict[str, Any]:
+        """What of the environment is part of the cache key: its options, the data by its
+        sha256 instead of where it lies (``data_path``)."""
+        options = {k: v for k, v in self.options.items() if k != "data_path"}
+        return {"name": self.name, "options": options, "data_sha256": self.data_sha256}
+
+    def record(self) -> dict[str, Any]:
+        """What the manifest keeps of the environment."""
+        return {
+            "name": self.name,
+            "options": self.options,
+            "demonstration_splits": list(self.splits),
+            "evaluation_splits": list(self.support.evaluation_splits),
+            "data_sha256": self.data_sha256,
+            "data_root": self.data_root,
+        }
 
 
-def _cache_key(recipe_key: str) -> str:
-    payload = json.dumps({"recipe": recipe_key, "code": code_fingerprint()})
+def cache_key(config: BootstrapConfig, environment: BuildEnvironment | None = None) -> str:
+    """The key of a built policy: its recipe, name, the code fingerprint and the environment
+    (``environment``: :meth:`BuildEnvironment.resolve` of ``config.env`` without options, by
+    default)."""
+    environment = environment or BuildEnvironment.resolve(config.env)
+    return _cache_key(_recipe_key(config), environment)
+
+
+def _cache_key(recipe_key: str, environment: BuildEnvironment) -> str:
+    payload = json.dumps(
+        {
+            "recipe": recipe_key,
+            "code": code_fingerprint(environment.name),
+            "environment": environment.key(),
+        },
+        sort_keys=True,
+    )
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -265,6 +344,7 @@ def on_policy_demonstrations(
     task_ids: Sequence[int],
     warm_start: WarmStart | None,
     *,
+    env_options: Mapping[str, Any] | None = None,
     progress: bool = True,
 ) -> list[Demonstration]:
     """``data.on_policy_episodes`` episodes of every task rolled out by the warm start policy
@@ -276,9 +356,11 @@ def on_policy_demonstrations(
     under the environment's own step limit, as the evaluation runs it. Every step of a
     privileged episode is generated with the rules-based summary of the task's first ordinary
     episode (its ``summary``), as the appendix-D.2 evaluation inserts the summary of the policy's
-    own reference episode; its seeds and indices follow the ordinary episodes'.
+    own reference episode; its seeds and indices follow the ordinary episodes'. ``env_options``
+    are the environment adapter's options.
     """
     data = config.data
+    env_options = dict(env_options or {})
     episodes = data.on_policy_episodes
     if not episodes:
         return []
@@ -295,12 +377,13 @@ def on_policy_demonstrations(
     def roll_out(specs: list[EpisodeSpec], first_episode: int, view: str) -> list[Demonstration]:
         logger.info("bootstrap: rolling out %s on %d %s episodes", policy_id, len(specs), view)
         rolled = settings.roll_out(
-            lambda: make_env(config.env), specs, generator, progress=progress
+            lambda: make_env(config.env, **env_options), specs, generator, progress=progress
         )
         demos = relabel_episodes(
             config.env,
             [(e.spec.task_id, [s.action for s in e.steps]) for e in rolled],
             first_episode=first_episode,
+            env_options=env_options,
             progress=progress,
         )
         logger.info(
@@ -358,29 +441,41 @@ def _check_known_words(rows: Sequence[PackedRow], tokenizer, source: str) -> Non
                 )
 
 
-def _demonstration_tasks(env) -> list[int]:
-    """The task ids of ``env``'s :data:`DEMONSTRATION_SPLITS`, sorted."""
-    if env.name not in DEMONSTRATION_SPLITS:
+def _demonstration_tasks(env: Environment) -> list[int]:
+    """The task ids of ``env``'s demonstration splits (:attr:`BuildableEnv.demonstration_splits`),
+    sorted."""
+    splits = buildable(env.name).demonstration_splits
+    return sorted(t for split in splits for t in env.task_ids(split))
+
+
+def _check_length(rows: Sequence[PackedRow], shape: ModelShape) -> None:
+    """Raise naming ``model.max_position_embeddings`` if a sequence of ``rows`` is longer."""
+    longest = max((len(ids) for row in rows for ids, _, _ in row.sequences()), default=0)
+    if longest > shape.max_position_embeddings:
         raise ValueError(
-            f"env: no demonstration splits for {env.name!r}; add them to DEMONSTRATION_SPLITS"
+            f"model.max_position_embeddings: {shape.max_position_embeddings} is shorter than the "
+            f"longest training sequence ({longest} tokens); raise it"
         )
-    return sorted(t for split in DEMONSTRATION_SPLITS[env.name] for t in env.task_ids(split))
 
 
 def prepare_training_data(
     config: BootstrapConfig,
     *,
+    environment: BuildEnvironment | None = None,
     warm_start: WarmStart | None = None,
     progress: bool = True,
 ) -> CloningData:
-    """Demonstrations (of :data:`DEMONSTRATION_SPLITS`), their summaries, the tokenizer and the
-    packed rows.
+    """Demonstrations (of the environment's demonstration splits), their summaries, the tokenizer
+    and the packed rows.
 
-    ``warm_start`` is the loaded ``config.warm_start``: its tokenizer is used instead of training
-    one (it must know every word of the data), and its model rolls out the on-policy episodes.
+    ``environment`` is the resolved ``config.env`` (:meth:`BuildEnvironment.resolve`, without
+    options by default). ``warm_start`` is the loaded ``config.warm_start``: its tokenizer is used
+    instead of training one (it must know every word of the data), and its model rolls out the
+    on-policy episodes.
     """
     data = config.data
-    task_ids = _demonstration_tasks(make_env(config.env))[: data.task_limit]
+    environment = environment or BuildEnvironment.resolve(config.env)
+    task_ids = _demonstration_tasks(environment.make())[: data.task_limit]
     planner = collect_demonstrations(
         config.env,
         task_ids,
@@ -388,9 +483,12 @@ def prepare_training_data(
         mistake_rate=data.mistake_rate,
         stalled_share=data.stalled_share,
         seed=config.seed,
+        env_options=environment.options,
         progress=progress,
     )
-    on_policy = on_policy_demonstrations(config, task_ids, warm_start, progress=progress)
+    on_policy = on_policy_demonstrations(
+        config, task_ids, warm_start, env_options=environment.options, progress=progress
+    )
     demos = planner + on_policy
     as_rolled_out = data.on_policy_training == "privileged_as_rolled_out"
     trained = tuple(d for d in (planner if as_rolled_out else demos) if not d.stalled)
@@ -416,6 +514,7 @@ def prepare_training_data(
         groups += guided_groups(guided)
         trained += tuple(guided)
     rows = tuple(pack_rows(groups, tokenizer, max_branches=data.max_branches))
+    _check_length(rows, config.model)
     if warm_start is not None:
         _check_known_words(rows, tokenizer, str(config.warm_start))
     return CloningData(tuple(demos), trained, tokenizer, rows, rows_sha256(rows))
@@ -446,26 +545,25 @@ def build_initial_policy(
     config: BootstrapConfig,
     out_dir: str | Path,
     *,
+    env_options: Mapping[str, Any] | None = None,
     command: str | None = None,
     progress: bool = True,
 ) -> CheckpointInfo:
     """Build the initial policy into ``out_dir/policy``, or return it if already built (cached).
 
     An interrupted build continues from its last training state under ``out_dir/work`` when it
-    is given the same training data.
+    is given the same training data. ``env_options`` are the environment adapter's options (a
+    run's ``run.env_options``); where they name no data, it is found or generated as a Kedro run
+    finds it (:meth:`BuildEnvironment.resolve`).
     ``command`` is recorded in the manifest (default: this process's command line).
     """
-    if config.env not in BUILDABLE_ENVS:
-        raise ValueError(
-            f"env: an initial policy can only be built for {BUILDABLE_ENVS} (its vocabulary, "
-            "renamings and drills are written for it; ALFWorld has demonstrations only); set "
-            f"bootstrap.checkpoint to a local checkpoint for {config.env!r}"
-        )
+    buildable(config.env)  # an environment without a build, before anything else
     device = training_device(config.training.device)  # before hours of work, not after
     out_dir = Path(out_dir)
     policy = out_dir / POLICY_DIR
+    environment = BuildEnvironment.resolve(config.env, env_options)
     recipe_key = _recipe_key(config)  # hashes a warm start's weights: once per build
-    key = _cache_key(recipe_key)
+    key = _cache_key(recipe_key, environment)
     if _published_key(policy) == key:
         logger.info("bootstrap: %s is up to date (cache key %s)", policy, key[:12])
         return read_checkpoint_info(policy)
@@ -478,9 +576,11 @@ def build_initial_policy(
         model, tokenizer = warm.model, warm.tokenizer
         start = {"path": config.warm_start, "sha256": warm.info.sha256}
         logger.info("bootstrap: continuing %s (sha256 %s)", start["path"], start["sha256"][:12])
-        data = prepare_training_data(config, warm_start=warm, progress=progress)
+        data = prepare_training_data(
+            config, environment=environment, warm_start=warm, progress=progress
+        )
     else:
-        data = prepare_training_data(config, progress=progress)
+        data = prepare_training_data(config, environment=environment, progress=progress)
         tokenizer = data.tokenizer
         model = build_qwen3(qwen3_config(config.model, tokenizer), seed=config.seed)
     stats = data.stats()
@@ -506,6 +606,7 @@ def build_initial_policy(
         "cache_key": key,
         "command": command or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "configuration": config.to_dict(),
+        "environment": environment.record(),
         "warm_start": start,
         "training_data_sha256": data.sha256,
         "training_data": stats,

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from resail_pipeline.bootstrap.environments import check_supported
 from resail_pipeline.config import (
     ConfigError,
     build,
@@ -44,7 +45,8 @@ class ModelShape:
     num_key_value_heads: int = 4
     #: inner width of the SwiGLU feed-forward layer
     intermediate_size: int = 768
-    #: longest sequence the model accepts (the longest TextCraft prompt is under 1,500 tokens)
+    #: longest sequence the model accepts (the longest TextCraft prompt is under 1,500 tokens,
+    #: ALFWorld's are of the same order); a build refuses training data that is longer
     max_position_embeddings: int = 4096
 
     def __post_init__(self) -> None:
@@ -78,9 +80,11 @@ class TokenizerSettings:
 
 @dataclass(frozen=True)
 class DemonstrationSettings:
-    """Planner demonstrations on the ``train`` tasks (the ``test`` tasks are never used)."""
+    """Expert demonstrations on the environment's demonstration tasks (TextCraft: ``train`` and
+    ``dev``; ALFWorld: ``clone``; :mod:`~resail_pipeline.bootstrap.environments`); its test tasks
+    are never used."""
 
-    #: demonstrations played per train task
+    #: demonstrations played per demonstration task
     episodes_per_task: int = 12
     #: probability of injecting a mistake before each step of a demonstration
     mistake_rate: float = 0.15
@@ -97,10 +101,11 @@ class DemonstrationSettings:
     #: renamed copies of every task's demonstrations, each under its own permutation of the
     #: words that qualify items (:mod:`~resail_pipeline.bootstrap.renaming`): recipes that cannot
     #: be memorised, so the policy learns to read the crafting commands and the guidance
+    #: (TextCraft only)
     renamed_copies: int = 0
     #: copying drills of every task (:mod:`~resail_pipeline.bootstrap.drills`): renamed copies
     #: trained in the privileged view alone, with the crafting commands taken out of the message,
-    #: so that the summary's plan is the only route to the expert's action
+    #: so that the summary's plan is the only route to the expert's action (TextCraft only)
     copying_drills: int = 0
     #: episodes per train task rolled out by the ``warm_start`` policy (temperature
     #: ``on_policy_temperature``, the evaluation's step limit) and relabelled by the planner
@@ -242,7 +247,8 @@ class BootstrapConfig:
     stage with other data settings, e.g. more privileged views), keeping that policy's tokenizer.
     """
 
-    #: environment the policy acts in
+    #: environment the policy acts in (a build covers those of
+    #: :data:`~resail_pipeline.bootstrap.environments.BUILDABLE_ENVS`)
     env: str = "textcraft"
     #: name recorded in the policy id (``"{name}@{sha256[:12]}"``)
     name: str = "textcraft-initial"
@@ -268,6 +274,7 @@ class BootstrapConfig:
     def __post_init__(self) -> None:
         check_sections(self)  # before any section is read
         check_env_name(self.env)
+        check_supported(self.env, self.data)
         if self.warm_start is not None and (
             not isinstance(self.warm_start, str) or not self.warm_start
         ):

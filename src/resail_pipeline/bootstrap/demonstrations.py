@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import random
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Protocol
@@ -536,15 +536,18 @@ EXPERTS: dict[str, tuple[Callable[[Any], Expert], dict[str, Any]]] = {
 PLANNER_ENVS = tuple(EXPERTS)
 
 
-def expert_env(env_name: str) -> tuple[Environment, Expert]:
-    """``env_name``'s environment built for its expert, and the expert."""
+def expert_env(
+    env_name: str, env_options: Mapping[str, Any] | None = None
+) -> tuple[Environment, Expert]:
+    """``env_name``'s environment, built with ``env_options`` (the adapter's options: where
+    ALFWorld's data is, say) and those its expert needs, and the expert."""
     if env_name not in EXPERTS:
         raise ValueError(
             f"env: {env_name!r} has no expert to demonstrate with (only {PLANNER_ENVS}); "
             "configure an initial policy checkpoint instead"
         )
     factory, options = EXPERTS[env_name]
-    env = make_env(env_name, **options)
+    env = make_env(env_name, **{**(env_options or {}), **options})
     return env, factory(env)
 
 
@@ -634,6 +637,7 @@ def collect_demonstrations(
     mistake_rate: float,
     stalled_share: float,
     seed: int,
+    env_options: Mapping[str, Any] | None = None,
     progress: bool = True,
 ) -> list[Demonstration]:
     """``episodes_per_task`` demonstrations of every task the planner solves, task-major.
@@ -641,8 +645,9 @@ def collect_demonstrations(
     A share ``stalled_share`` of each task's episodes (rounded, at least one when the share is
     positive) is stalled after a uniformly drawn number of planned steps. The demonstrations of a
     task depend only on ``seed``, the task id and the settings, not on the other tasks.
+    ``env_options`` are the environment adapter's options (:func:`expert_env`).
     """
-    env, expert = expert_env(env_name)
+    env, expert = expert_env(env_name, env_options)
     stalled = round(stalled_share * episodes_per_task)
     if stalled_share > 0:
         stalled = max(1, stalled)
@@ -678,6 +683,7 @@ def relabel_episodes(
     episodes: Sequence[tuple[int, Sequence[str]]],
     *,
     first_episode: int,
+    env_options: Mapping[str, Any] | None = None,
     progress: bool = True,
 ) -> list[Demonstration]:
     """Recorded policy episodes replayed and relabelled by the planner (DAgger).
@@ -689,9 +695,10 @@ def relabel_episodes(
     labelled with the way on (after a craft the planner's simulation cannot follow, one from the
     game's recipe book that the task does not list, from the environment's own inventory). The
     ``k``-th episode of a task gets the index ``first_episode + k`` (keep it clear of the planner
-    demonstrations of that task). Tasks the planner cannot solve are skipped.
+    demonstrations of that task). Tasks the planner cannot solve are skipped. ``env_options`` are
+    the environment adapter's options (:func:`expert_env`).
     """
-    env, expert = expert_env(env_name)
+    env, expert = expert_env(env_name, env_options)
     seen: dict[int, int] = defaultdict(int)
     out: list[Demonstration] = []
     for task_id, actions in tqdm(episodes, desc="relabel", unit="episode", disable=not progress):

@@ -4,9 +4,11 @@ The evaluation is the appendix-D.2 protocol that the ``evaluate`` pipeline runs 
 ordinary-view reference episode of the policy per test task (decoding seed ``reference_seed``),
 summarised by the rules (successful and failed kept) into the fixed Experience; then every test
 task under every decoding seed, in the ordinary view and in the privileged view with that fixed
-Experience. :func:`record_evaluation` adds the resulting table to the policy's manifest, which
-also holds the command, configuration, training-data hash, time, machine and weights sha256 of
-its build.
+Experience. The test tasks are those of the environment the policy was built for (its manifest's
+configuration), on that environment's evaluation splits (TextCraft: ``test``; ALFWorld: ``id``
+and ``ood``, each reported apart; :mod:`~resail_pipeline.bootstrap.environments`).
+:func:`record_evaluation` adds the resulting table to the policy's manifest, which also holds the
+command, configuration, training-data hash, time, machine and weights sha256 of its build.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ from resail_pipeline.checkpoints import (
     weights_sha256,
     write_manifest,
 )
+from resail_pipeline.config import ConfigError
 from resail_pipeline.devices import machine_description
-from resail_pipeline.envs import make_env
+from resail_pipeline.envs import make_env, provide_env_data
 from resail_pipeline.evaluation.evaluate import (
     VIEW_ORDINARY,
     VIEW_PRIVILEGED,
@@ -55,14 +58,15 @@ def dual_view_evaluation(
     config: EvalConfig,
     *,
     reference_seed: int,
-    env: str = "textcraft",
+    env: str,
     generation: dict[str, Any] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Evaluate ``policy`` in both views with a fixed Experience of its own reference episodes.
+    """Evaluate ``policy`` in both views with a fixed Experience of its own reference episodes,
+    on ``config.splits`` of the environment ``env``.
 
     ``generation`` holds options of the transformers generator (``dtype``, ``batch_size``, ...).
-    Returns ``(eval_summary, eval_results, experience)``: one summary row per view, one result
-    row per episode, and the fixed Experience (one rules-based summary per test task).
+    Returns ``(eval_summary, eval_results, experience)``: one summary row per split and view, one
+    result row per episode, and the fixed Experience (one rules-based summary per test task).
     """
     info = read_checkpoint_info(check_checkpoint(policy))
 
@@ -104,13 +108,14 @@ def evaluation_record(
     reference episode's outcome, :func:`by_reference_outcome`), where and how long."""
     rows = [
         {
+            "split": row["split"],
             "view": row["view"],
             "success_per_seed": [round(float(x), 4) for x in row["success_per_seed"]],
             "mean": round(float(row["mean"]), 4),
             "sd": round(float(row["sd"]), 4),
             "tasks": int(row["tasks"]),
         }
-        for row in eval_summary.sort_values("view").to_dict("records")
+        for row in eval_summary.sort_values(["split", "view"]).to_dict("records")
     ]
     return {
         "command": command,
@@ -138,11 +143,12 @@ def evaluation_record(
 def by_reference_outcome(
     eval_results: pd.DataFrame, experience: pd.DataFrame
 ) -> list[dict[str, Any]]:
-    """Success per view, apart for the tasks whose reference episode succeeded and failed.
+    """Success per split and view, apart for the tasks whose reference episode succeeded and
+    failed.
 
     The two kinds of fixed summary differ in what they give: a success summary replays the
-    policy's own plan, a failure analysis the planner's corrected one. One row per (outcome, view):
-    ``tasks``, ``episodes``, ``successes`` and their ``mean``.
+    policy's own plan, a failure analysis the planner's corrected one. One row per (split,
+    outcome, view): ``tasks``, ``episodes``, ``successes`` and their ``mean``.
     """
     outcomes = experience.set_index("task_id")["outcome"]
     episodes = eval_results.assign(outcome=eval_results["task_id"].map(outcomes))
@@ -153,6 +159,7 @@ def by_reference_outcome(
         raise ValueError(f"experience: no summary for the evaluated tasks {missing}")
     return [
         {
+            "split": split,
             "outcome": outcome,
             "view": view,
             "tasks": int(group["task_id"].nunique()),
@@ -160,7 +167,9 @@ def by_reference_outcome(
             "successes": int(group["success"].sum()),
             "mean": round(float(group["success"].mean()), 4),
         }
-        for (outcome, view), group in episodes.groupby(["outcome", "view"], sort=True)
+        for (split, outcome, view), group in episodes.groupby(
+            ["split", "outcome", "view"], sort=True
+        )
     ]
 
 
@@ -184,16 +193,18 @@ def record_evaluation(policy: str | Path, record: dict[str, Any]) -> None:
 
 
 def markdown_table(record: dict[str, Any]) -> str:
-    """The evaluation as a Markdown table: success (%) per view, mean (sample SD) over seeds."""
+    """The evaluation as a Markdown table: success (%) per view, mean (sample SD) over seeds;
+    per split and view where more than one split was evaluated (ALFWorld's ``id`` and ``ood``)."""
     seeds = record["protocol"]["decoding_seeds"]
-    head = "| view | " + " | ".join(f"seed {s}" for s in seeds) + " | mean (SD) |"
-    rule = "|---" * (len(seeds) + 2) + "|"
-    lines = [head, rule]
+    by_split = len({row.get("split") for row in record["table"]}) > 1
+    keys = ["split", "view"] if by_split else ["view"]
+    head = "| " + " | ".join(keys) + " | " + " | ".join(f"seed {s}" for s in seeds)
+    rule = "|---" * (len(seeds) + len(keys) + 1) + "|"
+    lines = [head + " | mean (SD) |", rule]
     for row in record["table"]:
+        names = " | ".join(str(row[k]) for k in keys)
         per_seed = " | ".join(f"{100 * x:.1f}" for x in row["success_per_seed"])
-        lines.append(
-            f"| {row['view']} | {per_seed} | {100 * row['mean']:.1f} ({100 * row['sd']:.1f}) |"
-        )
+        lines.append(f"| {names} | {per_seed} | {100 * row['mean']:.1f} ({100 * row['sd']:.1f}) |")
     return "\n".join(lines)
 
 
@@ -247,17 +258,37 @@ def ship(policy: str | Path, destination: str | Path) -> Path:
     return destination
 
 
+def policy_env(policy: str | Path) -> str:
+    """The environment a built policy was built for (its manifest's ``configuration.env``).
+
+    Raises:
+        FileNotFoundError: the policy has no manifest (:func:`_manifest_path`).
+        ConfigError: the manifest names no environment (a checkpoint not built here).
+    """
+    path = _manifest_path(policy)
+    env = json.loads(path.read_text()).get("configuration", {}).get("env")
+    if not isinstance(env, str):
+        raise ConfigError(
+            f"env: {path} names no environment (configuration.env); give the one to evaluate in"
+        )
+    return env
+
+
 def evaluate_and_record(
     policy: str | Path,
     config: EvalConfig,
     *,
     reference_seed: int,
     command: str,
+    env: str | None = None,
     generation: dict[str, Any] | None = None,
     results: str | Path | None = None,
 ) -> dict[str, Any]:
-    """:func:`dual_view_evaluation` of ``policy`` (``generation``: the generator's options),
-    recorded in its manifest; returns the record.
+    """:func:`dual_view_evaluation` of ``policy`` in ``env`` (by default the one it was built
+    for, :func:`policy_env`; ``generation``: the generator's options), recorded in its manifest;
+    returns the record. The environment's data is found, or generated, as a build finds it
+    (:func:`~resail_pipeline.envs.provide_env_data`: ALFWorld's ``ALFWORLD_DATA``, else the
+    generated default set).
 
     With ``results``, that directory also receives the episodes behind the table, as Parquet:
     ``eval_results.parquet`` (one row per episode: view, decoding seed, task, success, steps) and
@@ -265,9 +296,11 @@ def evaluate_and_record(
     for breakdowns the table does not give (say, by the outcome of the reference episode).
     """
     _manifest_path(policy)  # where the result goes, checked before half an hour of rollouts
+    env = env or policy_env(policy)
     results = None if results is None else Path(results)
     if results is not None and results.exists() and not results.is_dir():
         raise NotADirectoryError(f"results: {results} exists and is not a directory")
+    provide_env_data(env, {})
     started = time.perf_counter()
     # resolved once: the generator runs as the record says
     dtype, compiled = resolved_settings(generation or {})
@@ -275,6 +308,7 @@ def evaluate_and_record(
         policy,
         config,
         reference_seed=reference_seed,
+        env=env,
         generation={**(generation or {}), "dtype": dtype, "compile": compiled},
     )
     if results is not None:
@@ -296,7 +330,8 @@ def evaluate_and_record(
     logger.info("evaluation of %s:\n%s", policy, markdown_table(record))
     for row in record["by_reference_outcome"]:
         logger.info(
-            "tasks whose reference episode ended in %s (%d): %s view %d of %d episodes (%.1f%%)",
+            "%s tasks whose reference episode ended in %s (%d): %s view %d of %d episodes (%.1f%%)",
+            row["split"],
             row["outcome"],
             row["tasks"],
             row["view"],

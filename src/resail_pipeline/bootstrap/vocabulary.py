@@ -1,8 +1,9 @@
 """The initial policy's tokenizer, trained on the environment's own text.
 
 Its corpus is every prompt the demonstrations render (ordinary view at every step, and the
-privileged insert of each demonstration's summary), the demonstration responses, every item name of
-the environment's data, so that no word of a held-out task is unknown, and the rules-based
+privileged insert of each demonstration's summary), the demonstration responses, the environment's
+own text (:data:`ENV_TEXTS`: every item name of its data, so that no word of a held-out task is
+unknown; for ALFWorld also the engine's messages and the task sentences), and the rules-based
 summaries of the forms planner demonstrations rarely take (:func:`rare_summaries`), so that no
 fixed word of a summary is unknown either. The fixed fragments of the templates are single tokens
 (:func:`resail_pipeline.prompts.phrases.prompt_phrases`), as is the empty think block that the chat
@@ -11,6 +12,8 @@ template opens each reply with.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
@@ -49,10 +52,40 @@ def _alfworld_items() -> list[str]:
     return [" ".join(names), " ".join(str(i) for i in range(1, 51))]
 
 
-#: env name -> lines naming every item of the environment's data.
-ITEM_TEXTS: dict[str, Callable[[], list[str]]] = {
+#: A right-hand side of the engine's text grammar (a JSON string in ``alfred.twl2``).
+_GRAMMAR_RHS = re.compile(r'"rhs":\s*("(?:[^"\\]|\\.)*")')
+#: What the engine fills in: ``{o.name}`` (a name), ``#look.feedback#`` (another rule).
+_GRAMMAR_SLOT = re.compile(r"\{[^{}]*\}|#[^#\s]*#")
+
+
+def _alfworld_texts() -> list[str]:
+    """:func:`_alfworld_items`, every message of the engine's text grammar (``alfred.twl2``: what
+    it answers to each command, ``You heat the ...``, ``This is a normal ...``) and every task
+    sentence of ALFWorld's goal library (``cool some ... and put it in ...``), their slots taken
+    out: the words a game of any task type can show, though the demonstrations of one task type
+    never do."""
+    from importlib.resources import files
+
+    from alfworld.gen import goal_library
+
+    grammar = (files("alfworld") / "data" / "alfred.twl2").read_text()
+    messages = [json.loads(m) for m in _GRAMMAR_RHS.findall(grammar)]
+    sentences = [t for goal in goal_library.gdict.values() for t in goal["templates"]]
+    words = {
+        word
+        for text in messages + sentences
+        for word in _GRAMMAR_SLOT.sub(" ", text.replace("UNKNOWN GOAL", "")).split()
+    }
+    # each word as it starts a line or a quote ("close") and as it follows a space (" The")
+    return [*_alfworld_items(), *(f"{word}\n {word}" for word in sorted(words))]
+
+
+#: env name -> lines of the environment's own text that its policy must read whatever the
+#: demonstrations show: every item of its data (so that no word of a held-out task is unknown)
+#: and, for ALFWorld, the engine's messages and the task sentences.
+ENV_TEXTS: dict[str, Callable[[], list[str]]] = {
     "textcraft": _textcraft_items,
-    "alfworld": _alfworld_items,
+    "alfworld": _alfworld_texts,
 }
 
 
@@ -98,10 +131,10 @@ def _no_plan(_observation: str) -> None:
 def environment_corpus(env: str, demos: Sequence[Demonstration]) -> Iterator[str]:
     """The tokenizer's training text (see the module docstring)."""
     try:
-        items = ITEM_TEXTS[env]
+        texts = ENV_TEXTS[env]
     except KeyError:
-        raise ValueError(f"env: no item vocabulary for {env!r}; add it to ITEM_TEXTS") from None
-    yield from items()
+        raise ValueError(f"env: no vocabulary for {env!r}; add it to ENV_TEXTS") from None
+    yield from texts()
     for demo in demos:
         for step in demo.steps:
             yield render_user_message(step.history)

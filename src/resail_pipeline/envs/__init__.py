@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from resail_pipeline.config import ConfigError
@@ -26,6 +27,14 @@ from resail_pipeline.envs.base import (
 ENV_REGISTRY: dict[str, str] = {
     "textcraft": "resail_pipeline.envs.textcraft:TextCraftEnv",
     "alfworld": "resail_pipeline.envs.alfworld:AlfWorldEnv",
+}
+
+
+#: name -> ``"module:function"`` that provides the data an environment reads, for an adapter built
+#: with the given options (see :func:`provide_env_data`). Environments whose data ships with their
+#: package (TextCraft) have no entry.
+ENV_DATA: dict[str, str] = {
+    "alfworld": "resail_pipeline.envs.alfworld_games:provide_default_games",
 }
 
 
@@ -55,6 +64,18 @@ def check_env_options(name: str, options: Mapping[str, Any], source: str = "env_
         )
 
 
+def provide_env_data(name: str, options: Mapping[str, Any]) -> Path | None:
+    """Make sure the data that ``name`` environments built with ``options`` read is there, before
+    the first one is built: ALFWorld, where the options name no ``data_path`` and
+    ``ALFWORLD_DATA`` is unset, gets the generated default set (written on first use, then
+    reused; :func:`~resail_pipeline.envs.alfworld_games.provide_default_games`). Returns the data
+    root provided, ``None`` where there was nothing to do."""
+    if check_env_name(name) not in ENV_DATA:
+        return None
+    module_name, _, function = ENV_DATA[name].partition(":")
+    return getattr(importlib.import_module(module_name), function)(options)
+
+
 def make_env(name: str, **kwargs: Any) -> Environment:
     """Build the environment registered as ``name`` with adapter-specific ``kwargs``."""
     return _factory(name)(**kwargs)
@@ -64,6 +85,7 @@ __all__ = [
     "END_ENV_DONE",
     "END_STEP_LIMIT",
     "END_SUCCESS",
+    "ENV_DATA",
     "ENV_REGISTRY",
     "Environment",
     "Observation",
@@ -71,4 +93,5 @@ __all__ = [
     "check_env_name",
     "check_env_options",
     "make_env",
+    "provide_env_data",
 ]

@@ -48,7 +48,7 @@ import os
 import random
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from functools import cache
 from importlib.resources import files
@@ -60,6 +60,7 @@ from tqdm import tqdm
 
 from resail_pipeline.config import ConfigError, check_int
 from resail_pipeline.envs.alfworld import (
+    ALFWORLD_DATA,
     DATA_DIR,
     GAME_FILE,
     SPLITS,
@@ -551,6 +552,32 @@ def ensure_games(root: str | Path = DEFAULT_ROOT, config: GameGenConfig | None =
     write_games(root, config)
     logger.info("alfworld games: the set under %s took %.0f s", root, time.perf_counter() - started)
     return root
+
+
+def provide_default_games(options: Mapping[str, Any]) -> Path | None:
+    """The default set, for ALFWorld environments built with ``options`` where no data is named.
+
+    Where ``options`` has no ``data_path`` and ``ALFWORLD_DATA`` is unset (no official games on
+    this machine), the generated set that mirrors the official split, with its ``dev`` and
+    ``clone`` splits, is kept in :data:`DEFAULT_ROOT` under the working directory (written on
+    first use, resumed if cut short, and extended when it lacks a split: :func:`ensure_games`),
+    and ``ALFWORLD_DATA`` names it for this process and the workers it starts. Returns that root;
+    ``None``, doing nothing, where the data is named.
+    """
+    if "data_path" in options or os.environ.get(ALFWORLD_DATA):
+        return None
+    root = ensure_games().resolve()
+    os.environ[ALFWORLD_DATA] = str(root)
+    logger.info("alfworld: %s=%s (generated games; docs/environments.md)", ALFWORLD_DATA, root)
+    return root
+
+
+def splits_sha256(env: Any, splits: Sequence[str]) -> str:
+    """:func:`games_sha256` of every game of ``splits`` (in that order) under the data root of
+    ``env`` (an :class:`~resail_pipeline.envs.alfworld.AlfWorldEnv`): what was played on those
+    splits, wherever the root lies."""
+    root = env.data_root
+    return games_sha256(root, [game for split in splits for game in split_games(root, split)])
 
 
 def games_sha256(root: Path, games: Sequence[Path]) -> str:

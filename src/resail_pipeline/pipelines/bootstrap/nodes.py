@@ -16,10 +16,13 @@ NODE_KEYS = ("build_dir",)
 
 def bootstrap_node(bootstrap_params: dict[str, Any], run_params: dict[str, Any]) -> pd.DataFrame:
     """The initial policy's manifest: a configured checkpoint, else the shipped reference policy,
-    else one built by behaviour cloning on planner demonstrations (cached under ``build_dir``:
-    the same settings reuse the built policy)."""
+    else one built by behaviour cloning on expert demonstrations in the run's environment, built
+    with the run's ``env_options`` (cached under ``build_dir``: the same settings reuse the
+    built policy)."""
     run = RunConfig.from_params(run_params)
     fields = {k: v for k, v in bootstrap_params.items() if k not in NODE_KEYS}
     config = BootstrapConfig.from_dict({**fields, "env": run.env})
-    info = resolve_initial_policy(config, bootstrap_params["build_dir"])
+    info = resolve_initial_policy(
+        config, bootstrap_params["build_dir"], env_options=run.env_options
+    )
     return info.to_frame()
