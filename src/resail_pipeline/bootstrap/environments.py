@@ -27,8 +27,10 @@ class BuildableEnv:
     """How the builder treats one environment.
 
     Attributes:
-        demonstration_splits: the splits the demonstrations are drawn from: none that the cycles
-            collect on, choose a learning rate on or evaluate on.
+        demonstration_splits: the splits the demonstrations are drawn from, never one a policy
+            is evaluated on (ALFWorld's ``clone`` games are also apart from those the cycles
+            collect on and choose a rate on; the shipped TextCraft policy was cloned on the
+            cycles' own ``train`` and ``dev`` tasks).
         evaluation_splits: the splits a built policy is evaluated on (appendix D.2), each
             reported apart.
         unsupported: ``data`` settings (:class:`~.config.DemonstrationSettings` fields) that
