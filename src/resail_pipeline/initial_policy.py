@@ -57,18 +57,38 @@ def requested_policy(config: BootstrapConfig) -> Path | None:
 
     Raises:
         ConfigError: ``reference`` names no directory (a typo must not silently build a policy,
-            or silently reuse the one published before).
+            or silently reuse the one published before), or the policy was built here for
+            another environment than ``config.env`` (its manifest says which).
     """
     if config.checkpoint is not None:
-        return Path(config.checkpoint)
-    if config.reference is None:
+        field, policy = "bootstrap.checkpoint", Path(config.checkpoint)
+    elif config.reference is None:
         return None
-    if not Path(config.reference).is_dir():
+    elif not Path(config.reference).is_dir():
         raise ConfigError(
             f"bootstrap.reference: no policy directory {config.reference}; give the shipped "
             "policy's directory (reference/textcraft-initial), or null to build one"
         )
-    return Path(config.reference)
+    else:
+        field, policy = "bootstrap.reference", Path(config.reference)
+    built_for = built_environment(policy)
+    if built_for is not None and built_for != config.env:
+        raise ConfigError(
+            f"{field}: {policy} was built for {built_for}, and this run plays {config.env}; give "
+            f"a policy of {config.env} (or null to build one)"
+        )
+    return policy
+
+
+def built_environment(policy: Path) -> str | None:
+    """The environment a policy built by :mod:`resail_pipeline.bootstrap` was built for, read
+    from its manifest's configuration; ``None`` for any other checkpoint (a trained cycle, a
+    foreign model)."""
+    manifest = policy / MANIFEST_NAME
+    if not manifest.is_file():
+        return None
+    configuration = json.loads(manifest.read_text()).get("configuration")
+    return configuration.get("env") if isinstance(configuration, dict) else None
 
 
 def check_published(published: CheckpointInfo, config: BootstrapConfig) -> None:

@@ -593,3 +593,22 @@ def test_the_command_builds_an_alfworld_policy_that_plays(alfworld_games, tmp_pa
     )
     assert episode.env == "alfworld" and 1 <= len(episode.steps) <= env.max_steps
     assert episode.end_reason in ("success", "step_limit")
+
+
+def test_a_policy_built_for_another_environment_is_refused(tmp_path):
+    from resail_pipeline.checkpoints import MANIFEST_NAME
+    from resail_pipeline.initial_policy import built_environment, requested_policy
+
+    policy = tmp_path / "policy"
+    policy.mkdir()
+    assert built_environment(policy) is None  # no manifest: a foreign checkpoint, not checked
+    (policy / MANIFEST_NAME).write_text(json.dumps({"configuration": {"env": "textcraft"}}))
+    assert built_environment(policy) == "textcraft"
+    for field in ("reference", "checkpoint"):
+        ok = BootstrapConfig.from_dict({**TINY, "env": "textcraft", field: str(policy)})
+        assert requested_policy(ok) == policy
+        other = BootstrapConfig.from_dict({**TINY, "env": "alfworld", field: str(policy)})
+        with pytest.raises(
+            ConfigError, match=rf"bootstrap\.{field}: .* was built for textcraft, .* plays alfworld"
+        ):
+            requested_policy(other)
