@@ -158,36 +158,45 @@ def _attention(
 
 
 def _tree_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    trees: Sequence[Sequence[int]],
-    scale: float,
-) -> torch.Tensor:
-    """``(N, heads * D)`` attention of packed trees' queries ``(N, heads, D)`` over their keys and
-    values ``(N, kv_heads, D)`` (the layout of :meth:`DecoderForward.tree_hidden_states`). Each
-    tree's trunk and first branch are one causal sequence (SDPA's causal kernel, which skips the
-    blocks above the diagonal); each further branch attends to the trunk and causally to itself,
-    so no query meets a key of another branch or tree and nothing is padded. The tokens are split
+    trees: Sequence[Sequence[int]], device: torch.device
+) -> Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]:
+    """The attention of packed trees (the layout of :meth:`DecoderForward.tree_hidden_states`),
+    as an ``attend(layer index, q, k, v, scale)`` of :meth:`DecoderForward._layers`: queries
+    ``(N, heads, D)`` over keys and values ``(N, kv_heads, D)`` to ``(N, heads * D)``. Each tree's
+    trunk and first branch are one causal sequence (SDPA's causal kernel, which skips the blocks
+    above the diagonal); each further branch attends to the trunk and causally to itself, so no
+    query meets a key of another branch or tree and nothing is padded. The sequences' sizes and
+    the further branches' masks are laid out once for every layer; each layer splits its tokens
     into those sequences once (a split's backward is one concatenation, where a slice's would
     write a zero tensor of all ``N`` tokens per sequence)."""
     sizes = [n for trunk, first, *others in trees for n in (trunk + first, *others)]
-    pieces = [x.split(sizes) for x in (q, k, v)]  # per tensor: (T, heads or kv_heads, D) each
-    out, index = [], 0
-    for trunk, _, *others in trees:
-        chain = (x[index][None].transpose(1, 2) for x in pieces)  # (1, heads, T, D)
-        out.append(_attention(*chain, None, scale)[0].transpose(0, 1))  # (T, heads, D)
-        for offset, length in enumerate(others, start=1):
-            queries = pieces[0][index + offset][None].transpose(1, 2)  # (1, heads, length, D)
-            keys, values = (
-                torch.cat((x[index][:trunk], x[index + offset]))[None].transpose(1, 2)
-                for x in pieces[1:]
-            )  # (1, kv_heads, trunk + length, D)
-            columns = torch.arange(trunk + length, device=q.device)
-            visible = columns <= trunk + torch.arange(length, device=q.device)[:, None]
-            out.append(_attention(queries, keys, values, visible, scale)[0].transpose(0, 1))
-        index += 1 + len(others)
-    return torch.cat(out).flatten(1)
+    masks = [
+        torch.arange(trunk + length, device=device)
+        <= trunk + torch.arange(length, device=device)[:, None]  # (length, trunk + length)
+        for trunk, _, *others in trees
+        for length in others
+    ]
+
+    def attend(
+        layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+    ) -> torch.Tensor:  # the same for every layer
+        pieces = [x.split(sizes) for x in (q, k, v)]  # per tensor: (T, heads or kv_heads, D)
+        out, index, masked = [], 0, iter(masks)
+        for trunk, _, *others in trees:
+            chain = (x[index][None].transpose(1, 2) for x in pieces)  # (1, heads, T, D)
+            out.append(_attention(*chain, None, scale)[0].transpose(0, 1))  # (T, heads, D)
+            for offset in range(1, 1 + len(others)):
+                queries = pieces[0][index + offset][None].transpose(1, 2)  # (1, heads, n, D)
+                keys, values = (
+                    torch.cat((x[index][:trunk], x[index + offset]))[None].transpose(1, 2)
+                    for x in pieces[1:]
+                )  # (1, kv_heads, trunk + n, D)
+                attended = _attention(queries, keys, values, next(masked), scale)
+                out.append(attended[0].transpose(0, 1))
+            index += 1 + len(others)
+        return torch.cat(out).flatten(1)
+
+    return attend
 
 
 @functools.cache
@@ -305,9 +314,7 @@ class DecoderForward:
         if sum(sum(tree) for tree in trees) != input_ids.shape[0]:
             raise ValueError("trees: lengths do not add up to the tokens given")
         h, cos, sin = self._embed(input_ids, positions)
-        h = self._layers(
-            h, cos, sin, lambda _, q, k, v, scale: _tree_attention(q, k, v, trees, scale)
-        )
+        h = self._layers(h, cos, sin, _tree_attention(trees, input_ids.device))
         return self.model.model.norm(h)
 
     def _embed(

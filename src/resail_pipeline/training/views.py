@@ -115,8 +115,8 @@ class ResponseLogits(nn.Module):
             hidden = self._decoder.tree_hidden_states(
                 input_ids[real], position_ids[real], trees
             )  # (N, H)
-            starts = torch.tensor([0, *(sum(t) for t in trees[:-1])], device=hidden.device)
-            index = (starts.cumsum(0)[:, None] + positions).flatten()  # (R * G,)
+            lengths = torch.tensor([0, *(sum(t) for t in trees[:-1])], device=hidden.device)
+            index = (lengths.cumsum(0)[:, None] + positions).flatten()  # (R * G,): row starts on
             gathered = hidden.index_select(0, index).view(*positions.shape, -1)  # (R, G, H)
         else:
             hidden = self._model_hidden_states(input_ids, segment, position_ids)  # (R, L, H)
