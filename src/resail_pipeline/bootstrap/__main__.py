@@ -159,13 +159,13 @@ def main(argv: list[str] | None = None) -> None:
     """The command line: a configuration or checkpoint that cannot be used is one line on stderr
     (exit status 2), not a traceback."""
     argv = sys.argv[1:] if argv is None else argv
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
         _run(args, shlex.join(["python", "-m", "resail_pipeline.bootstrap", *argv]))
     except (ConfigError, CheckpointError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+        parser.exit(2, f"error: {error}\n")
 
 
 def _run(args: argparse.Namespace, command: str) -> None:
