@@ -122,24 +122,30 @@ def test_the_command_writes_the_official_layout_and_every_game_wins(tmp_path):
     assert manifest["sha256"] == games_sha256(out, [out / f for f in manifest["files"]])
 
 
-def test_writing_resumes_extends_and_refuses_another_draw(tmp_path, monkeypatch):
-    """A second call keeps the games there and writes only the missing ones; a larger set
-    extends a smaller one game for game; other draw settings, or fewer games than a split
-    holds, are refused before any game is drawn."""
+def _count_drawn_games(monkeypatch) -> list[tuple[str, int]]:
+    """The real game writer, patched to note each (split, index) it draws in the list returned."""
     from resail_pipeline.envs import alfworld_games
 
-    out = tmp_path / "games"
-    small = tiny(seed=5)
-    first = write_games(out, small)
-    contents = {g: g.read_bytes() for g in first}
-    drawn = []
+    drawn: list[tuple[str, int]] = []
     real = alfworld_games.write_game
 
-    def counting(root, split, index, *args):  # the real writer, counted
+    def counting(root, split, index, *args):
         drawn.append((split, index))
         return real(root, split, index, *args)
 
     monkeypatch.setattr(alfworld_games, "write_game", counting)
+    return drawn
+
+
+def test_writing_resumes_extends_and_refuses_another_draw(tmp_path, monkeypatch):
+    """A second call keeps the games there and writes only the missing ones; a larger set
+    extends a smaller one game for game; other draw settings, or fewer games than a split
+    holds, are refused before any game is drawn."""
+    out = tmp_path / "games"
+    small = tiny(seed=5)
+    first = write_games(out, small)
+    contents = {g: g.read_bytes() for g in first}
+    drawn = _count_drawn_games(monkeypatch)
     assert write_games(out, small) == first and drawn == []  # complete: nothing redrawn
     (out / MANIFEST).unlink()  # as if killed before the manifest
     larger = tiny(train=2, seed=5)
@@ -359,8 +365,6 @@ def test_no_two_splits_share_a_game(one_per_split, tmp_path):
 def test_a_set_written_before_dev_and_clone_is_extended(one_per_split, tmp_path, monkeypatch):
     """Rerunning on a set that has train, id and ood only writes the dev and clone games (the
     ones a fresh set has) and keeps the others as they are."""
-    from resail_pipeline.envs import alfworld_games
-
     out, games = one_per_split
     old = tmp_path / "games"
     shutil.copytree(out, old)
@@ -378,14 +382,7 @@ def test_a_set_written_before_dev_and_clone_is_extended(one_per_split, tmp_path,
         "max_plan_length",
         "max_attempts",
     }
-    drawn = []
-    real = alfworld_games.write_game
-
-    def counting(root, split, index, *args):  # the real writer, counted
-        drawn.append((split, index))
-        return real(root, split, index, *args)
-
-    monkeypatch.setattr(alfworld_games, "write_game", counting)
+    drawn = _count_drawn_games(monkeypatch)
     split_games.cache_clear()
     assert ensure_games(old, tiny(seed=0)) == old
     assert drawn == [("dev", 0), ("clone", 0)]
