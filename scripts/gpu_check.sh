@@ -6,10 +6,12 @@
 #
 #   scripts/gpu_check.sh [--wheels DIR] [--device cuda|cpu] [--out FILE] [--work DIR] ...
 #
-# --wheels DIR: first make .venv-gpu-check on top of this Python (--system-site-packages: its own
-# torch and transformers stay in use) and install every wheel or source archive of DIR into it,
-# offline (pip --no-index --find-links DIR), then run the check with it. Without it the check runs
-# with $PYTHON (default python3). Exits with the check's status: 0 when no step failed.
+# --wheels DIR: first install every wheel or source archive of DIR, offline (pip --no-index
+# --find-links DIR), into the folder .gpu-check-site, which goes first on PYTHONPATH: this Python's
+# own torch and transformers stay in use. (A virtual environment would not do: where the machine's
+# python3 is itself a virtual environment, as on the lent H100 image, --system-site-packages sees
+# the base interpreter's packages, not that environment's torch.) Without it the check runs with
+# $PYTHON (default python3) as it is. Exits with the check's status: 0 when no step failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,17 +26,13 @@ while [ $# -gt 0 ]; do
   esac
 done
 
+SITE=""
 if [ -n "$WHEELS" ]; then
   if [ ! -d "$WHEELS" ]; then
     echo "--wheels: $WHEELS is not a folder" >&2
     exit 2
   fi
-  VENV=.venv-gpu-check
-  if [ ! -x "$VENV/bin/python" ]; then
-    # without ensurepip in the image, the venv uses the system's pip (visible through its site)
-    "$PYTHON" -m venv --system-site-packages "$VENV" 2>/dev/null \
-      || "$PYTHON" -m venv --system-site-packages --without-pip "$VENV"
-  fi
+  SITE=$PWD/.gpu-check-site
   shopt -s nullglob
   PACKAGES=("$WHEELS"/*.whl "$WHEELS"/*.tar.gz "$WHEELS"/*.zip)
   shopt -u nullglob
@@ -42,13 +40,13 @@ if [ -n "$WHEELS" ]; then
     # --no-deps: the folder holds what the image lacks, the image the rest; a step whose package
     # is still missing is skipped by the check, naming it. --no-build-isolation: a source archive
     # (DeepSpeed publishes only one) builds against the image's torch, offline.
-    "$VENV/bin/python" -m pip install --quiet --no-index --find-links "$WHEELS" --no-deps \
-      --no-build-isolation "${PACKAGES[@]}"
-    "$VENV/bin/python" -m pip check || echo "pip check: the requirements above are unmet" >&2
+    "$PYTHON" -m pip install --quiet --no-index --find-links "$WHEELS" --no-deps --no-compile \
+      --no-build-isolation --upgrade --target "$SITE" "${PACKAGES[@]}"
+    PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m pip check \
+      || echo "pip check: the requirements above are unmet" >&2
   fi
-  PYTHON=$VENV/bin/python
 fi
 
 export KEDRO_DISABLE_TELEMETRY=true PYTHONHASHSEED=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$PWD/src${SITE:+:$SITE}${PYTHONPATH:+:$PYTHONPATH}"
 exec "$PYTHON" -m resail_pipeline.gpu_check ${ARGS[@]+"${ARGS[@]}"}
