@@ -41,6 +41,7 @@ __all__ = [
     "TorchEngine",
     "adamw",
     "autocast",
+    "barrier",
     "build_engine",
     "deepspeed_config",
     "init_distributed",
@@ -80,6 +81,12 @@ def init_distributed(kind: str) -> tuple[int, int, torch.device]:
     group = f"{dist.get_backend()} process group" if dist.is_initialized() else "no process group"
     logger.info("rank %d of %d on %s, %s", rank, world_size, device, group)
     return rank, world_size, device
+
+
+def barrier(device: torch.device) -> None:
+    """Wait for every rank of the process group; under NCCL on the rank's own GPU (named, since
+    torch otherwise guesses the device in the current context and warns)."""
+    dist.barrier(device_ids=[device.index] if device.type == "cuda" else None)
 
 
 def adamw(parameters: list[nn.Parameter], config: OptimizerConfig) -> torch.optim.AdamW:

@@ -49,7 +49,7 @@ from resail_pipeline.training.data import (
     read_table,
     write_parquet,
 )
-from resail_pipeline.training.engine import Engine, build_engine, init_distributed
+from resail_pipeline.training.engine import Engine, barrier, build_engine, init_distributed
 from resail_pipeline.training.probe import ProbeSet, SensitivityProbe, build_probe_set, probe_frame
 from resail_pipeline.training.scoring import score_steps
 from resail_pipeline.training.trainer import Trainer, UpdateLoop, UpdateRecord
@@ -221,7 +221,7 @@ class TrainingRun:
         # policy's weights are 8-16 GB at the paper's scale), the other ranks wait for it
         manifest = read_manifest(config.run.manifest, verify=self.rank == 0)
         if self.world_size > 1:
-            dist.barrier()
+            barrier(self.device)
         if config.uses_cached_responses and manifest.responses is None:
             raise InputError(
                 f"responses: method {config.method!r} trains on responses cached at cycle start; "
@@ -342,7 +342,7 @@ class TrainingRun:
         probe = self.probe.frame() if self.probe is not None else probe_frame()
         checkpoint = self._publish(metrics, selected, probe)
         if dist.is_initialized():
-            dist.barrier()
+            barrier(self.device)
         return TrainOutcome(checkpoint=checkpoint, metrics=metrics, selected=selected, probe=probe)
 
     def _publish(
