@@ -199,6 +199,12 @@ class RunConfig:
         scale each is a whole model)."""
         return fresh_staging_path(self.staging_dir, f"{self.experiment}-{label}-")
 
+    def snapshots_path(self, label: str) -> Path:
+        """The folder (not created) where this experiment's training run ``label`` keeps its
+        snapshots: the same for every rerun, so that one continues where a killed run stopped
+        (not matched by :meth:`staging_path`'s clean-up of ``label``)."""
+        return Path(self.staging_dir) / f"{self.experiment}-{label}.snapshots"
+
 
 def policy_info(policy: pd.DataFrame) -> CheckpointInfo:
     """The checkpoint a node acts with, from its one-row manifest."""

@@ -316,9 +316,12 @@ class RunPaths:
     policy_name: str = "policy"
     # the cycle r this run trains (pi_r -> pi_{r+1}); recorded in the checkpoint's manifest
     cycle: int = 1
+    # folder of the run's snapshots, from which a rerun of a killed run continues (kept across
+    # reruns; removed once the checkpoint is published); empty: none are taken
+    snapshots: str = ""
 
     def __post_init__(self) -> None:
-        for name in ("manifest", "checkpoint", "run_dir"):
+        for name in ("manifest", "checkpoint", "run_dir", "snapshots"):
             if not isinstance(getattr(self, name), str):
                 raise ConfigError(f"{name}: must be a path string, got {getattr(self, name)!r}")
         if not isinstance(self.policy_name, str) or not self.policy_name:
@@ -358,9 +361,13 @@ class TrainConfig:
     # the forward of training, scoring and in-loop sampling compiled with torch.compile: true,
     # false, or auto (compiled on a CPU with a C++ compiler; YAML reads on/off as true/false)
     compile: bool | str = False
+    # updates between snapshots of the run (student, AdamW, records) in run.snapshots; the last
+    # update's is always taken (training/snapshots.py)
+    snapshot_every: int = 1
 
     def __post_init__(self) -> None:
         check_choice("method", self.method, METHODS)
+        check_int("snapshot_every", self.snapshot_every, low=1)
         if self.compile not in (True, False, "auto"):
             raise ConfigError(f"compile: must be true, false or auto, got {self.compile!r}")
         check_sections(self)

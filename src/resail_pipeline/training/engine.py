@@ -8,7 +8,10 @@ student with AdamW (a client torch optimiser under DeepSpeed too) and offers the
   (DDP) or at ``step`` (DeepSpeed ZeRO-1/2, "unmanaged" accumulation);
 - ``engine.backward(loss)``: the caller's loss is already the exact share of this rank, scaled
   by the world size, so that the engines' gradient *average* over ranks is the global sum;
-- ``engine.step()``: clip, AdamW step, zero the gradients; returns the pre-clip gradient norm.
+- ``engine.step()``: clip, AdamW step, zero the gradients; returns the pre-clip gradient norm;
+- ``engine.training_state()`` / ``engine.load_training_state(...)``: the student's weights and
+  AdamW's state as flat tensors, for a killed run's rerun to continue from (one process and DDP,
+  ``engine.resumable``; not DeepSpeed, whose optimiser state is partitioned over the ranks).
 
 Every rank must run the same number of micro-batches per update (collectives are matched).
 
@@ -150,6 +153,19 @@ class Engine(ABC):
         """
         return None
 
+    #: whether :meth:`training_state` and :meth:`load_training_state` work
+    resumable: bool = False
+
+    def training_state(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
+        """What a rerun needs to continue from here: the student's weights (``model.*``) and
+        AdamW's per-parameter state (``optimizer.<index>.<name>``) as flat CPU tensors, and its
+        parameter groups (JSON-serialisable); the same on every rank."""
+        raise NotImplementedError(f"{type(self).__name__} gives no training state")
+
+    def load_training_state(self, tensors: dict[str, Tensor], groups: dict[str, Any]) -> None:
+        """Set the student and AdamW to what :meth:`training_state` gave (every rank)."""
+        raise NotImplementedError(f"{type(self).__name__} takes no training state")
+
     def sampling_model(self) -> PreTrainedModel:
         """The student as generation reads it: ``inner.model`` itself, where its weights are
         whole on every rank (every engine but ZeRO-3)."""
@@ -244,6 +260,28 @@ class TorchEngine(Engine):
         self._optimizer.step()
         self._optimizer.zero_grad(set_to_none=True)
         return float(norm)
+
+    resumable = True
+
+    def training_state(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
+        # copies: tied weights share storage, which safetensors refuses to write twice
+        tensors = {k: v.detach().to("cpu", copy=True) for k, v in self.inner.state_dict().items()}
+        optimizer = self._optimizer.state_dict()
+        for index, state in optimizer["state"].items():
+            for name, value in state.items():
+                tensors[f"optimizer.{index}.{name}"] = value.detach().to("cpu", copy=True)
+        return tensors, {"param_groups": optimizer["param_groups"]}
+
+    def load_training_state(self, tensors: dict[str, Tensor], groups: dict[str, Any]) -> None:
+        weights = {k: v for k, v in tensors.items() if not k.startswith("optimizer.")}
+        self.inner.load_state_dict(weights, strict=True)
+        state: dict[int, dict[str, Tensor]] = {}
+        for key, value in tensors.items():
+            if key.startswith("optimizer."):
+                _, index, name = key.split(".", 2)
+                state.setdefault(int(index), {})[name] = value
+        # AdamW moves its state to each parameter's device and dtype (its step counts stay fp32)
+        self._optimizer.load_state_dict({"state": state, "param_groups": groups["param_groups"]})
 
 
 def deepspeed_config(engine: EngineConfig, optimizer: OptimizerConfig) -> dict[str, Any]:

@@ -446,6 +446,15 @@ class SensitivityProbe:
         """One row per (update, probe step) measured so far: ``update, traj_id, t, jsd, tokens``."""
         return probe_frame(self._rows)
 
+    @property
+    def rows(self) -> list[tuple[int, str, int, float, int]]:
+        """The rows of :meth:`frame` as tuples, in the order measured."""
+        return list(self._rows)
+
+    def restore_rows(self, rows: list[tuple[int, str, int, float, int]]) -> None:
+        """Start from ``rows`` measured by an earlier run of the same cycle (its snapshot)."""
+        self._rows = [(int(u), str(traj), int(t), float(v), int(n)) for u, traj, t, v, n in rows]
+
 
 def _length(step: StepExample) -> int:
     """Tokens of the step's longer branch (the privileged prompt) and its response."""

@@ -7,7 +7,9 @@ Only then are the student and the frozen teacher loaded from the cycle-start che
 Outputs (rank 0): ``train_metrics.parquet``, ``selected_steps.parquet`` and ``probe.parquet``
 (the PI-sensitivity probe's rows; empty with the probe off) in ``run.run_dir``, then the final
 student as a Hugging Face checkpoint at ``run.checkpoint``, written to a temporary directory and
-renamed into place only when complete. A run that fails leaves no checkpoint there.
+renamed into place only when complete. A run that fails leaves no checkpoint there. With
+``run.snapshots`` set, the run's state is kept there as it goes (``training/snapshots.py``), and a
+rerun of a killed run continues from its last snapshot.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from resail_pipeline.training.data import (
 from resail_pipeline.training.engine import Engine, barrier, build_engine, init_distributed
 from resail_pipeline.training.probe import ProbeSet, SensitivityProbe, build_probe_set, probe_frame
 from resail_pipeline.training.scoring import score_steps
+from resail_pipeline.training.snapshots import Snapshots, run_key
 from resail_pipeline.training.trainer import Trainer, UpdateLoop, UpdateRecord
 from resail_pipeline.training.views import ResponseLogits
 
@@ -320,6 +323,22 @@ class TrainingRun:
                 micro_batch_steps=config.probe.micro_batch_steps,
                 chunk_size=engine_config.chunk_size,
             )
+        self.snapshots = None
+        if config.run.snapshots and not engine.resumable:
+            logger.info(
+                "snapshots: none under %s (its optimiser state is partitioned over the ranks); a "
+                "rerun of a killed run starts from its first update",
+                engine_config.kind,
+            )
+        elif config.run.snapshots and self.schedule:
+            self.snapshots = Snapshots(
+                config.run.snapshots,
+                run_key(config, self.world_size, dict(manifest.sha256)),
+                every=config.snapshot_every,
+                updates=len(self.schedule),
+                engine=engine,
+                probe=self.probe,
+            )
         logger.info(
             "%s on %d trajectories (%d steps): %d updates x %d, engine %s x %d, %s",
             config.method,
@@ -335,7 +354,9 @@ class TrainingRun:
     def run(self) -> TrainOutcome:
         """Train (with the probe as the trainer's hook, if enabled), then publish the metrics, the
         probe's rows and the checkpoint; returns what was written."""
-        records = self.trainer.train(self.schedule, after_update=self.probe)
+        records = self.trainer.train(
+            self.schedule, after_update=self.probe, snapshots=self.snapshots
+        )
         metrics, selected = _frames(records)
         # trajectories of the corpus left out because their summary was rejected (every row)
         metrics = metrics.assign(rejected_summaries=self.data.rejected)
@@ -343,6 +364,8 @@ class TrainingRun:
         checkpoint = self._publish(metrics, selected, probe)
         if dist.is_initialized():
             barrier(self.device)
+        if self.snapshots is not None:  # published: nothing left to continue
+            self.snapshots.remove()
         return TrainOutcome(checkpoint=checkpoint, metrics=metrics, selected=selected, probe=probe)
 
     def _publish(

@@ -36,7 +36,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -67,6 +67,9 @@ from resail_pipeline.training.views import (
     ViewLogits,
     view_logits,
 )
+
+if TYPE_CHECKING:
+    from resail_pipeline.training.snapshots import Snapshots
 
 __all__ = ["PHASES", "PhaseTimer", "Selection", "Trainer", "UpdateLoop", "UpdateRecord", "select"]
 
@@ -282,6 +285,7 @@ class UpdateLoop:
         self,
         schedule: Sequence[tuple[str, ...]],
         after_update: Callable[[int], None] | None = None,
+        snapshots: Snapshots | None = None,
     ) -> list[UpdateRecord]:
         """Run one update per batch of ``schedule``; returns the records (the same on every rank).
 
@@ -290,13 +294,21 @@ class UpdateLoop:
             after_update: a hook called on every rank with the number of updates done: 0 at the
                 cycle start, then after every update (e.g. the PI-sensitivity probe). It runs
                 outside the updates, so its time is in none of their cost categories.
+            snapshots: the run's snapshots: the updates of the latest one are not run again (nor
+                is the hook called for them), and one is taken after the hook as they ask.
         """
-        records = []
-        if after_update is not None:
+        start, records = (0, []) if snapshots is None else snapshots.restore()
+        if after_update is not None and start == 0:
             after_update(0)
-        bar = tqdm(schedule, desc="train", disable=self.engine.rank != 0)
-        for u, batch in enumerate(bar):
-            record = self.update(u, batch)
+        bar = tqdm(
+            range(start, len(schedule)),
+            desc="train",
+            initial=start,
+            total=len(schedule),
+            disable=self.engine.rank != 0,
+        )
+        for u in bar:
+            record = self.update(u, schedule[u])
             records.append(record)
             logger.info(
                 "update %d/%d: loss %.5g (sel %.5g, ret %.5g), |U| %d, K %d, grad norm %.3g, "
@@ -314,6 +326,8 @@ class UpdateLoop:
             )
             if after_update is not None:
                 after_update(u + 1)
+            if snapshots is not None:
+                snapshots.after_update(u + 1, records)
         return records
 
     def update(self, u: int, batch: tuple[str, ...]) -> UpdateRecord:

@@ -33,7 +33,9 @@ def train_node(
 
     A non-zero exit of the trainer fails the node with the last lines of its log (kept, with the
     run's inputs, in the staging area); the checkpoint is staged and only published by the catalog
-    once complete, with the run's configuration and log beside its weights.
+    once complete, with the run's configuration and log beside its weights. The trainer's
+    snapshots stay in the staging area across reruns: a rerun after a kill continues from the
+    last update the killed run completed.
     """
     run = RunConfig.from_params(run_params)
     info = policy_info(policy)
@@ -48,6 +50,7 @@ def train_node(
                 "run_dir": str(work / "run"),
                 "policy_name": f"{run.experiment}-cycle_{cycle}",
                 "cycle": cycle,
+                "snapshots": str(run.snapshots_path(f"cycle_{cycle}")),
             },
         },
         "train",

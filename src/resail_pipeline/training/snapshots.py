@@ -1,0 +1,170 @@
+"""Snapshots of a training run, for the rerun of a killed run to continue where it stopped.
+
+A cycle's training takes an hour or more on CPU at table 4's budget; without these, a run
+killed at its last update starts again from the first. After every ``snapshot_every`` updates,
+rank 0 writes the run's state to ``run.snapshots``:
+
+- ``state.safetensors``: the student's weights and AdamW's per-parameter state
+  (:meth:`~resail_pipeline.training.engine.Engine.training_state`);
+- ``state.json``: the run's key, the updates done, AdamW's parameter groups, the update records
+  so far and the probe's rows so far.
+
+Each snapshot is written into a temporary folder and renamed into place (``update-000012``),
+then the others are removed, so a kill at any moment leaves at least one complete snapshot.
+A rerun loads the latest one only if its key matches: a hash of the resolved configuration
+(output paths aside), the world size and the sha256 of every input, so that a snapshot is never
+continued with other data, another method or other settings; one that does not match is left
+unused, saying why, and replaced by the run's first snapshot. Nothing else of the run is stateful across updates: every random draw of
+update ``u`` is seeded from ``(schedule.seed, u)``, so a continued run takes the same batches,
+responses and selections as an uninterrupted one, and ends with the same weights to the
+rounding of the processor.
+
+DeepSpeed partitions AdamW's state over the ranks: no snapshots are taken under it (logged).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from safetensors.torch import load_file, save_file
+
+from resail_pipeline.training.config import TrainConfig
+from resail_pipeline.training.engine import Engine
+from resail_pipeline.training.probe import SensitivityProbe
+from resail_pipeline.training.trainer import UpdateRecord
+
+__all__ = ["STATE_FILE", "TENSORS_FILE", "Snapshots", "run_key"]
+
+logger = logging.getLogger(__name__)
+
+TENSORS_FILE = "state.safetensors"
+STATE_FILE = "state.json"
+_PREFIX = "update-"
+
+
+def run_key(config: TrainConfig, world_size: int, inputs: dict[str, str]) -> str:
+    """What a snapshot must have been taken under to be continued: the configuration (its output
+    paths and the snapshot frequency aside), the world size and the inputs' sha256."""
+    settings = config.to_dict()
+    settings.pop("snapshot_every", None)
+    settings["run"] = {
+        k: v
+        for k, v in settings["run"].items()
+        if k not in ("manifest", "checkpoint", "run_dir", "snapshots")
+    }
+    text = json.dumps(
+        {"config": settings, "world_size": world_size, "inputs": dict(sorted(inputs.items()))},
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class Snapshots:
+    """The snapshots of one run in ``folder``.
+
+    Args:
+        folder: where they are written (created when the first is).
+        key: :func:`run_key` of the run.
+        every: updates between snapshots (the last update's is always taken).
+        updates: the run's number of updates.
+        engine: the student's engine (:attr:`~Engine.resumable`).
+        probe: the PI-sensitivity probe whose rows travel with the snapshot, if any.
+    """
+
+    def __init__(
+        self,
+        folder: str | os.PathLike,
+        key: str,
+        *,
+        every: int,
+        updates: int,
+        engine: Engine,
+        probe: SensitivityProbe | None = None,
+    ) -> None:
+        if every < 1:
+            raise ValueError(f"every: must be at least 1, got {every!r}")
+        if not engine.resumable:
+            raise ValueError(f"engine: {type(engine).__name__} gives no state to snapshot")
+        self.folder = Path(folder)
+        self.key = key
+        self.every = every
+        self.updates = updates
+        self.engine = engine
+        self.probe = probe
+
+    def latest(self) -> Path | None:
+        """The most advanced complete snapshot in the folder, if any."""
+        if not self.folder.is_dir():
+            return None
+        done = sorted(p for p in self.folder.glob(f"{_PREFIX}*") if (p / STATE_FILE).is_file())
+        return done[-1] if done else None
+
+    def restore(self) -> tuple[int, list[UpdateRecord]]:
+        """Load the latest matching snapshot into the engine and the probe; return the updates it
+        had done and their records (``0, []``: none to continue from). Every rank calls it."""
+        latest = self.latest()
+        if latest is None:
+            return 0, []
+        state = json.loads((latest / STATE_FILE).read_text())
+        if state["key"] != self.key:
+            logger.warning(
+                "snapshots: %s was taken by a run with other settings or inputs; the run starts "
+                "from its first update (its first snapshot replaces that one)",
+                latest,
+            )
+            return 0, []
+        self.engine.load_training_state(load_file(latest / TENSORS_FILE), state["optimizer"])
+        records = [_record(r) for r in state["records"]]
+        if self.probe is not None:
+            self.probe.restore_rows([tuple(row) for row in state["probe"]])
+        logger.info(
+            "continuing after update %d of %d from the snapshot %s",
+            state["updates"],
+            self.updates,
+            latest,
+        )
+        return state["updates"], records
+
+    def after_update(self, done: int, records: list[UpdateRecord]) -> None:
+        """Take a snapshot if ``done`` updates call for one (rank 0 writes; the others pass)."""
+        if done % self.every and done != self.updates:
+            return
+        if self.engine.rank != 0:  # the state is the same on every rank
+            return
+        tensors, optimizer = self.engine.training_state()
+        target = self.folder / f"{_PREFIX}{done:06d}"
+        staging = self.folder / f".{target.name}.tmp"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        save_file(tensors, staging / TENSORS_FILE)
+        state = {
+            "key": self.key,
+            "updates": done,
+            "optimizer": optimizer,
+            "records": [dataclasses.asdict(r) for r in records],
+            "probe": [] if self.probe is None else [list(row) for row in self.probe.rows],
+        }
+        (staging / STATE_FILE).write_text(json.dumps(state))
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(staging, target)
+        for other in self.folder.glob(f"{_PREFIX}*"):  # older ones, and another run's
+            if other != target:
+                shutil.rmtree(other, ignore_errors=True)
+
+    def remove(self) -> None:
+        """Delete the folder (the run is published: nothing left to continue)."""
+        if self.engine.rank == 0:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _record(row: dict[str, Any]) -> UpdateRecord:
+    """An :class:`UpdateRecord` from its JSON form (tuples came back as lists)."""
+    return UpdateRecord(**{**row, "selected": [tuple(s) for s in row["selected"]]})

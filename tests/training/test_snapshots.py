@@ -1,0 +1,160 @@
+"""Snapshots of a training run: a killed run's rerun continues to the uninterrupted run's model."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from resail_pipeline.config import ConfigError
+from resail_pipeline.training import TrainConfig, write_inputs
+from resail_pipeline.training.run import TrainingRun
+from resail_pipeline.training.snapshots import Snapshots, run_key
+
+
+class Killed(Exception):
+    """Stands for the signal that ends a process between two updates."""
+
+
+def weights(path: str | Path) -> dict[str, torch.Tensor]:
+    return load_file(str(next(Path(path).glob("*.safetensors"))))
+
+
+def kill_after(run: TrainingRun, updates: int) -> None:
+    """Make ``run`` end, as if killed, right after its snapshot of ``updates`` updates."""
+    take = run.snapshots.after_update
+
+    def take_then_die(done, records):
+        take(done, records)
+        if done == updates:
+            raise Killed
+
+    run.snapshots.after_update = take_then_die
+
+
+def count_updates(run: TrainingRun) -> list[int]:
+    """The updates ``run`` computes, noted as it goes."""
+    done: list[int] = []
+    update = run.trainer.update
+
+    def counted(u, batch):
+        done.append(u)
+        return update(u, batch)
+
+    run.trainer.update = counted
+    return done
+
+
+SECTIONS = {
+    "method": "oel_resail",
+    "schedule": {"updates": 3},
+    "probe": {"enabled": True},
+}
+
+
+def test_a_killed_run_continues_from_its_last_snapshot_to_the_same_model(make_config, tmp_path):
+    whole = TrainingRun(make_config(name="whole", **SECTIONS)).run()
+
+    folder = tmp_path / "snapshots"
+    config = make_config(name="killed", run={"snapshots": str(folder)}, **SECTIONS)
+    killed = TrainingRun(config)
+    kill_after(killed, 2)
+    with pytest.raises(Killed):
+        killed.run()
+    assert [p.name for p in folder.iterdir()] == ["update-000002"]  # the first one replaced
+    assert not Path(config.run.checkpoint).exists()
+
+    rerun = TrainingRun(config)
+    computed = count_updates(rerun)
+    outcome = rerun.run()
+    assert computed == [2]  # the third update only
+    assert not folder.exists()  # published: removed
+    for column in ("update", "loss", "loss_sel", "loss_ret", "grad_norm", "num_selected"):
+        torch.testing.assert_close(
+            torch.tensor(outcome.metrics[column].to_numpy()),
+            torch.tensor(whole.metrics[column].to_numpy()),
+            rtol=1e-6,
+            atol=1e-9,
+        )
+    assert outcome.selected[["update", "traj_id", "t"]].equals(
+        whole.selected[["update", "traj_id", "t"]]
+    )
+    assert outcome.probe["update"].tolist() == whole.probe["update"].tolist()  # 0-3, once each
+    torch.testing.assert_close(
+        torch.tensor(outcome.probe["jsd"].to_numpy()),
+        torch.tensor(whole.probe["jsd"].to_numpy()),
+        rtol=1e-5,
+        atol=1e-9,
+    )
+    a, b = weights(whole.checkpoint.path), weights(outcome.checkpoint.path)
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(b[key], a[key], rtol=1e-6, atol=1e-7)
+
+
+def test_a_snapshot_of_other_settings_is_not_continued(make_config, tmp_path):
+    folder = tmp_path / "snapshots"
+    first = TrainingRun(make_config(name="a", run={"snapshots": str(folder)}, **SECTIONS))
+    kill_after(first, 1)
+    with pytest.raises(Killed):
+        first.run()
+    other = make_config(
+        name="a", run={"snapshots": str(folder)}, optimizer={"lr": 5e-4}, **SECTIONS
+    )
+    rerun = TrainingRun(other)
+    computed = count_updates(rerun)
+    rerun.run()
+    assert computed == [0, 1, 2]
+
+
+def test_the_key_holds_settings_world_and_inputs_not_paths(make_config, tmp_path):
+    config = make_config(name="a", **SECTIONS)
+    inputs = {"policy": "1" * 64, "steps": "2" * 64}
+    key = run_key(config, 1, inputs)
+    moved = dataclasses.replace(
+        config,
+        run=dataclasses.replace(
+            config.run, checkpoint="/elsewhere/policy", run_dir="/elsewhere", snapshots="/s"
+        ),
+        snapshot_every=5,
+    )
+    assert run_key(moved, 1, inputs) == key
+    assert run_key(config, 2, inputs) != key
+    assert run_key(config, 1, {**inputs, "steps": "3" * 64}) != key
+    other_lr = dataclasses.replace(config, optimizer=dataclasses.replace(config.optimizer, lr=1e-5))
+    assert run_key(other_lr, 1, inputs) != key
+
+
+def test_inputs_written_again_have_the_same_sha256(
+    tmp_path, sharp_checkpoint, tiny_steps, tiny_summaries, tiny_responses
+):
+    """The training node writes the run's inputs anew at every rerun; the key needs them equal."""
+    manifests = [
+        write_inputs(
+            tmp_path / name,
+            policy=sharp_checkpoint,
+            steps=tiny_steps,
+            summaries=tiny_summaries,
+            responses=tiny_responses,
+        )
+        for name in ("first", "second")
+    ]
+    from resail_pipeline.training.data import read_manifest
+
+    first, second = (read_manifest(m, verify=True) for m in manifests)
+    assert first.sha256 == second.sha256 and len(first.sha256) == 4
+
+
+def test_snapshot_settings_are_checked():
+    with pytest.raises(ConfigError, match="snapshot_every"):
+        TrainConfig.from_dict({"snapshot_every": 0}, "train")
+
+    class FakeDeepSpeedEngine:  # what Snapshots reads of an engine without training state
+        resumable = False
+        rank = 0
+
+    with pytest.raises(ValueError, match="engine: FakeDeepSpeedEngine gives no state"):
+        Snapshots("unused", "key", every=1, updates=3, engine=FakeDeepSpeedEngine())
