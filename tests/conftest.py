@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
@@ -64,10 +65,12 @@ def tiny_model_config(tiny_tokenizer):
 
 @pytest.fixture()
 def tiny_model(tiny_model_config):
-    """A fresh tiny random Qwen3 (2 layers, width 32) per test."""
+    """A fresh tiny random Qwen3 (2 layers, width 32) per test, with a configuration of its own:
+    a model holds its configuration object, so a test that changes it (``set_attn_implementation``)
+    would otherwise change every later test's model."""
     from resail_pipeline.modeling import build_qwen3
 
-    return build_qwen3(tiny_model_config, seed=0).eval()
+    return build_qwen3(copy.deepcopy(tiny_model_config), seed=0).eval()
 
 
 @pytest.fixture(scope="session")
