@@ -451,7 +451,9 @@ def test_an_alfworld_run_without_data_gets_the_generated_set_before_the_checks(
         return tmp_path / "games"
 
     monkeypatch.setattr(alfworld_games, "ensure_games", fake_ensure_games)
-    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    # set, then deleted, through monkeypatch: the hook's own setting is undone after the test too
+    monkeypatch.setenv("ALFWORLD_DATA", "unset by the next line")
+    monkeypatch.delenv("ALFWORLD_DATA")
     hook, policy = AlfWorldGamesHook(), pd.DataFrame()
     hook.before_pipeline_run({}, None, _catalog(None, policy))  # TextCraft
     assert made == [] and "ALFWORLD_DATA" not in os.environ
