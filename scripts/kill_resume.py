@@ -5,8 +5,9 @@
 First a reference run of the smoke configuration, uninterrupted, in its own data folder
 (``data_tag=-kill-reference``, reused when complete). Then, for each of ``--kills`` rounds, a fresh
 data folder (``-kill-<k>``): the run starts, and at a random moment within the reference's wall time
-one process gets ``SIGKILL``, chosen at random: the Kedro process, or a trainer process (a torchrun
-worker) the next time one runs. After each kill, every checkpoint the catalog has published must
+one process gets ``SIGKILL``, chosen at random: the Kedro process, a trainer process (a torchrun
+worker) the next time one runs, or a trainer process once it has taken a snapshot (so that the
+rerun continues the cycle from it). After each kill, every checkpoint the catalog has published must
 hold the weights its manifest names (nothing half-written is ever published). The rerun
 (``--only-missing-outputs``, as ``make run``) must complete; then nothing but the experiment's
 lock file may be left in staging, and the datasets must equal the reference's: every checkpoint
@@ -129,6 +130,11 @@ def _trainer_workers(pgid: int) -> list[int]:
     ]
 
 
+def _snapshots_taken(staging: Path) -> bool:
+    """Whether a trainer of the run has taken a snapshot (training/snapshots.py)."""
+    return any(staging.glob("*.snapshots/update-*"))
+
+
 def _last_node(log: Path) -> str:
     lines = [
         line for line in log.read_text(errors="replace").splitlines() if "Running node:" in line
@@ -233,22 +239,26 @@ def _round(k: int, rng: random.Random, duration_s: float, out: Path, reference: 
     tag = f"-kill-{k}"
     for folder in _folders(tag):
         shutil.rmtree(folder, ignore_errors=True)
-    round_ = Round(k, rng.choice(["kedro", "trainer"]), rng.uniform(3.0, 0.95 * duration_s))
+    target = rng.choice(["kedro", "trainer", "trainer after a snapshot"])
+    round_ = Round(k, target, rng.uniform(3.0, 0.95 * duration_s))
     log = out / f"round-{k}.log"
     process = _start(tag, log)
     start = time.monotonic()
+    staging = STAGING / f"{ENV_NAME}{tag}"
     victim = None
     while process.poll() is None and victim is None:
         elapsed = time.monotonic() - start
         if elapsed >= round_.planned_s:
             if round_.target == "kedro":
                 victim = process.pid
-            else:
+            elif _trainer_workers(process.pid) and (
+                round_.target == "trainer" or _snapshots_taken(staging)
+            ):
+                # within seconds of the trainer's start, or of its first snapshot: the rerun
+                # starts the cycle again, or continues from the snapshot
+                time.sleep(rng.uniform(0.0, 5.0))
                 workers = _trainer_workers(process.pid)
-                if workers:
-                    time.sleep(rng.uniform(0.0, 5.0))  # somewhere in the training, not its start
-                    workers = _trainer_workers(process.pid)
-                    victim = rng.choice(workers) if workers else None
+                victim = rng.choice(workers) if workers else None
         if victim is None:
             time.sleep(0.1)
     if victim is not None and process.poll() is None:
@@ -260,7 +270,6 @@ def _round(k: int, rng: random.Random, duration_s: float, out: Path, reference: 
     round_.rerun_exit, _ = _run_to_end(tag, log)
     if round_.rerun_exit != 0:
         round_.failures.append(f"the rerun exited {round_.rerun_exit}; see {log}")
-    staging = STAGING / f"{ENV_NAME}{tag}"
     # the experiment's lock file stays by design (flock on a file in place): it holds no data
     left = (
         sorted(p.name for p in staging.iterdir() if p.suffix != ".lock") if staging.is_dir() else []
