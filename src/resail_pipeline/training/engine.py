@@ -211,6 +211,8 @@ def _hf_keys(state: dict[str, Tensor]) -> dict[str, Tensor]:
 class TorchEngine(Engine):
     """One process, or torch ``DistributedDataParallel`` over the process group."""
 
+    resumable = True
+
     def __init__(
         self,
         student: ResponseLogits,
@@ -260,8 +262,6 @@ class TorchEngine(Engine):
         self._optimizer.step()
         self._optimizer.zero_grad(set_to_none=True)
         return float(norm)
-
-    resumable = True
 
     def training_state(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
         # copies: tied weights share storage, which safetensors refuses to write twice

@@ -9,15 +9,15 @@ rank 0 writes the run's state to ``run.snapshots``:
 - ``state.json``: the run's key, the updates done, AdamW's parameter groups, the update records
   so far and the probe's rows so far.
 
-Each snapshot is written into a temporary folder and renamed into place (``update-000012``),
-then the others are removed, so a kill at any moment leaves at least one complete snapshot.
-A rerun loads the latest one only if its key matches: a hash of the resolved configuration
-(output paths aside), the world size and the sha256 of every input, so that a snapshot is never
-continued with other data, another method or other settings; one that does not match is left
-unused, saying why, and replaced by the run's first snapshot. Nothing else of the run is stateful across updates: every random draw of
-update ``u`` is seeded from ``(schedule.seed, u)``, so a continued run takes the same batches,
-responses and selections as an uninterrupted one, and ends with the same weights to the
-rounding of the processor.
+Each snapshot is written into a temporary folder and renamed into place (``update-000012``,
+``io.atomic_path``), then the others are removed, so a kill at any moment leaves at least one
+complete snapshot. A rerun loads the latest one only if its key matches: a hash of the resolved
+configuration (output paths aside), the world size and the sha256 of every input, so that a
+snapshot is never continued with other data, another method or other settings; one that does
+not match is left unused, saying why, and replaced by the run's first snapshot. Nothing else of
+the run is stateful across updates: every random draw of update ``u`` is seeded from
+``(schedule.seed, u)``, so a continued run takes the same batches, responses and selections as an
+uninterrupted one, and ends with the same weights to the rounding of the processor.
 
 DeepSpeed partitions AdamW's state over the ranks: no snapshots are taken under it (logged).
 """
@@ -35,6 +35,7 @@ from typing import Any
 
 from safetensors.torch import load_file, save_file
 
+from resail_pipeline.io import atomic_path
 from resail_pipeline.training.config import TrainConfig
 from resail_pipeline.training.engine import Engine
 from resail_pipeline.training.probe import SensitivityProbe
@@ -140,11 +141,6 @@ class Snapshots:
         if self.engine.rank != 0:  # the state is the same on every rank
             return
         tensors, optimizer = self.engine.training_state()
-        target = self.folder / f"{_PREFIX}{done:06d}"
-        staging = self.folder / f".{target.name}.tmp"
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        save_file(tensors, staging / TENSORS_FILE)
         state = {
             "key": self.key,
             "updates": done,
@@ -152,9 +148,11 @@ class Snapshots:
             "records": [dataclasses.asdict(r) for r in records],
             "probe": [] if self.probe is None else [list(row) for row in self.probe.rows],
         }
-        (staging / STATE_FILE).write_text(json.dumps(state))
-        shutil.rmtree(target, ignore_errors=True)
-        os.replace(staging, target)
+        target = self.folder / f"{_PREFIX}{done:06d}"
+        with atomic_path(target) as staging:
+            staging.mkdir()
+            save_file(tensors, staging / TENSORS_FILE)
+            (staging / STATE_FILE).write_text(json.dumps(state))
         for other in self.folder.glob(f"{_PREFIX}*"):  # older ones, and another run's
             if other != target:
                 shutil.rmtree(other, ignore_errors=True)
