@@ -112,16 +112,16 @@ def test_a_tier_runs_the_experiments_up_to_it_then_the_report(tmp_path, monkeypa
     monkeypatch.setattr(study, "_kedro", fake_kedro)
     plan = load_plan(ROOT / "conf" / "base" / "study.yml")
     study.run_study(plan, "study", tmp_path, log=tmp_path / "times.csv", tier=1)
-    assert calls == [
+    # tier 1 cycle by cycle, the parent and its ReSAIL version in turn, to cycle 5
+    pair = [
         ("cycle", {"method": "oel", "experiment": "oel"}),
         ("cycle", {"method": "oel_resail", "experiment": "oel_resail"}),
-        ("report", None),
     ]
+    assert calls == pair * 5 + [("report", None)]
+    assert [e.cycles for e in plan.experiments if e.tier == 1] == [1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
     calls.clear()
     study.run_study(plan, "study", tmp_path, log=tmp_path / "times.csv", tier=2)
-    assert [run["experiment"] for _, run in calls[:-1]] == [
-        "oel",
-        "oel_resail",
+    assert [run["experiment"] for _, run in calls[:-1]] == ["oel", "oel_resail"] * 5 + [
         "sdpo",
         "sdpo_resail",
     ]
