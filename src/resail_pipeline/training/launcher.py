@@ -1,6 +1,9 @@
 """Launch the trainer as a subprocess: ``torchrun`` on GPUs or for data parallelism, plain
 ``python -m`` for one CPU process.
 
+The GUI agent's trainer (:mod:`resail_pipeline.gui.train`) is launched the same way, through
+:func:`module_command` and :func:`run_job`.
+
 The launcher resolves the configuration for this machine (``auto`` engine, world size and
 precision), writes it into the run directory, streams the trainer's output line by line to the
 ``logging`` logger and to a log file, and on a non-zero exit raises :class:`TrainingFailed`
@@ -23,12 +26,13 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from resail_pipeline.checkpoints import CheckpointInfo, read_checkpoint_info
 from resail_pipeline.devices import off_process
-from resail_pipeline.training.config import TrainConfig
+from resail_pipeline.training.config import EngineConfig, TrainConfig
 from resail_pipeline.training.data import read_manifest
 from resail_pipeline.training.run import (
     METRICS_FILE,
@@ -47,8 +51,11 @@ __all__ = [
     "collect",
     "command",
     "first_failure",
+    "job_env",
     "launch",
+    "module_command",
     "prepare",
+    "run_job",
     "tied_to_this_process",
 ]
 
@@ -87,23 +94,34 @@ class TrainResult:
 
 
 def command(config: TrainConfig, config_path: str | Path) -> list[str]:
-    """The trainer's command line for a resolved ``config``.
+    """The trainer's command line for a resolved ``config`` (:func:`module_command` of
+    ``resail_pipeline.training``)."""
+    return module_command(
+        config.engine, "resail_pipeline.training", config_path, config.run.run_dir
+    )
 
-    ``single`` runs ``python -m resail_pipeline.training``; ``ddp`` and ``deepspeed`` run the
-    same module under torchrun: ``--standalone`` on one node, else an agent per node that meets
-    the others at ``engine.rdzv_endpoint`` (c10d), behind ``engine.launcher`` (e.g. ``srun``).
+
+def module_command(
+    engine: EngineConfig, module: str, config_path: str | Path, run_dir: str | Path
+) -> list[str]:
+    """The command line of the trainer ``module`` (``--config config_path``) under a resolved
+    ``engine``.
+
+    ``single`` runs ``python -m <module>``; ``ddp`` and ``deepspeed`` run the same module under
+    torchrun: ``--standalone`` on one node, else an agent per node that meets the others at
+    ``engine.rdzv_endpoint`` (c10d, its id from ``run_dir``), behind ``engine.launcher`` (e.g.
+    ``srun``).
     """
-    engine = config.engine
     if not engine.resolved:
         raise ValueError("config: resolve the engine before building its command")
-    entry = ["-m", "resail_pipeline.training", "--config", str(config_path)]
+    entry = ["-m", module, "--config", str(config_path)]
     if engine.kind == "single":
         return [sys.executable, *entry]
     torchrun = [sys.executable, "-m", "torch.distributed.run"]
     if engine.nodes == 1:
         torchrun += ["--standalone"]
     else:
-        run_id = hashlib.sha256(str(Path(config.run.run_dir).resolve()).encode()).hexdigest()
+        run_id = hashlib.sha256(str(Path(run_dir).resolve()).encode()).hexdigest()
         torchrun += [
             f"--nnodes={engine.nodes}",
             "--rdzv-backend=c10d",
@@ -128,10 +146,11 @@ def first_failure(error_file: Path, max_lines: int = 30) -> str:
 
 @dataclass(frozen=True)
 class Job:
-    """A training run ready to start: its resolved configuration (written into the run directory),
-    the command, the environment, and where its log and recorded error go."""
+    """A training run ready to start: its resolved configuration (written into the run directory;
+    a :class:`TrainConfig`, or the GUI trainer's job), the command, the environment, and where its
+    log and recorded error go."""
 
-    config: TrainConfig
+    config: Any
     command: list[str]
     env: dict[str, str]
     log_path: Path
@@ -149,10 +168,16 @@ def prepare(config: TrainConfig, log_path: str | Path | None = None) -> Job:
     log_path = Path(log_path) if log_path is not None else run_dir / LOG_FILE
     log_path.parent.mkdir(parents=True, exist_ok=True)
     error_file = run_dir / ERROR_FILE
-    error_file.unlink(missing_ok=True)  # a rerun's failure is its own
+    return Job(resolved, command(resolved, config_path), job_env(error_file), log_path, error_file)
+
+
+def job_env(error_file: Path) -> dict[str, str]:
+    """The trainer's environment: this one, unbuffered, with torchrun's error file at
+    ``error_file`` (removed first: a rerun's failure is its own)."""
+    error_file.unlink(missing_ok=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TORCHELASTIC_ERROR_FILE": str(error_file)}
     env.setdefault("TORCH_EXTENSIONS_DIR", str(Path.cwd() / ".cache" / "torch_extensions"))
-    return Job(resolved, command(resolved, config_path), env, log_path, error_file)
+    return env
 
 
 def collect(job: Job) -> TrainResult:
@@ -208,6 +233,17 @@ def launch(
         TrainingFailed: the trainer exited non-zero (nothing was published at the checkpoint path).
     """
     job = prepare(config, log_path)
+    run_job(job, tail_lines=tail_lines)
+    return collect(job)
+
+
+def run_job(job: Job, *, tail_lines: int = 40) -> None:
+    """Run ``job``'s command, its output streamed to the log file and the logger.
+
+    Raises:
+        TrainingFailed: the trainer exited non-zero, with the first failure's traceback and the
+            log's last ``tail_lines`` lines.
+    """
     logger.info("training: %s (log: %s)", " ".join(job.command), job.log_path)
     tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
     with (
@@ -235,4 +271,3 @@ def launch(
             + f"; last lines of {job.log_path}:\n"
             + "\n".join(tail)
         )
-    return collect(job)
