@@ -10,8 +10,14 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from resail_pipeline.generation import SamplingParams, derive_seed, make_generator, response_seeds
-from resail_pipeline.generation.vllm_backend import VLLMGenerator
+from resail_pipeline.generation import (
+    SamplingParams,
+    VisionPrompt,
+    derive_seed,
+    make_generator,
+    response_seeds,
+)
+from resail_pipeline.generation.vllm_backend import VLLMGenerator, collapse_image_pads
 from resail_pipeline.prompts import chat_prompt
 
 MESSAGES = ["Goal: craft wooden pickaxe.", "Inventory: [oak planks] (4)", "get 1 oak logs"]
@@ -218,3 +224,45 @@ def test_no_progress_bar_where_tqdm_is_disabled(tiny_tokenizer, monkeypatch):
     monkeypatch.setenv("TQDM_DISABLE", "1")
     generator.generate(prompts, params)
     assert llm.use_tqdm is False
+
+
+def test_a_vision_prompt_goes_with_its_images_and_one_pad_per_image(tiny_tokenizer, monkeypatch):
+    """vLLM expands every image's pad itself: each run of pads goes as one, the images beside;
+    the length check counts the expanded prompt, as the model reads it."""
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(SamplingParams=lambda **k: k))
+    eos = tiny_tokenizer.eos_token_id
+    pad, start, end, word = 900, 901, 902, 5
+    images = ("screen-a", "screen-b")  # stand-ins: the generator passes them through untouched
+    ids = (word, start, pad, pad, pad, end, word, start, pad, pad, end)
+    prompt = VisionPrompt(ids, images=images)
+    completions = [
+        FakeCompletion([word, eos], [{word: FakeLogprob(-0.5)}, {eos: FakeLogprob(-0.1)}], "stop")
+    ]
+    llm = FakeLLM(tiny_tokenizer, completions * 3)
+    llm.llm_engine = types.SimpleNamespace(
+        model_config=types.SimpleNamespace(
+            max_model_len=len(ids) + 2, hf_config=types.SimpleNamespace(image_token_id=pad)
+        )
+    )
+    generator = VLLMGenerator(llm, policy_id="vl@0", progress=False)
+    text_prompt = chat_prompt(tiny_tokenizer, MESSAGES[0])[:5]
+    params = SamplingParams(temperature=1.0, max_new_tokens=2, seed=4)
+    out = generator.generate([prompt, VisionPrompt((word, word)), text_prompt], params)
+    (request, _), (plain, _), (text, _) = llm.requests
+    assert request["prompt_token_ids"] == [word, start, pad, end, word, start, pad, end]
+    assert request["multi_modal_data"] == {"image": list(images)}
+    assert plain == {"prompt_token_ids": [word, word]}  # no image: nothing to expand
+    assert text == {
+        "prompt_token_ids": tiny_tokenizer(text_prompt, add_special_tokens=False)["input_ids"]
+    }
+    assert [p["seed"] for _, p in llm.requests] == response_seeds(3, params)
+    assert out[0].token_ids == (word, eos) and out[0].logprobs == (-0.5, -0.1)
+    assert out[0].text == tiny_tokenizer.decode([word], skip_special_tokens=True)
+    with pytest.raises(ValueError, match=rf"a prompt of {len(ids)} tokens with 3 new ones"):
+        generator.generate([prompt], SamplingParams(max_new_tokens=3))
+
+
+def test_collapse_image_pads_keeps_everything_but_repeats():
+    assert collapse_image_pads([1, 7, 7, 7, 2, 7, 3, 7, 7], 7) == [1, 7, 2, 7, 3, 7]
+    assert collapse_image_pads([1, 2], 7) == [1, 2]
+    assert collapse_image_pads([], 7) == []

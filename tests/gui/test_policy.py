@@ -6,8 +6,10 @@ import pytest
 import torch
 
 from resail_pipeline.checkpoints import CheckpointError
-from resail_pipeline.generation.base import SamplingParams
-from resail_pipeline.gui.policy import VisionPolicy
+from resail_pipeline.config import ConfigError
+from resail_pipeline.generation import Generator, is_vision_checkpoint, make_generator
+from resail_pipeline.generation.base import SamplingParams, derive_seed
+from resail_pipeline.gui.policy import PromptedGenerator, VisionEncoder, VisionPolicy
 from resail_pipeline.prompts import gui
 from resail_pipeline.prompts.render import gui_action_messages, gui_summary_messages
 
@@ -121,3 +123,87 @@ def test_load_refuses_a_folder_without_weights(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(CheckpointError, match="safetensors"):
         VisionPolicy.load(tmp_path)
+
+
+def test_a_vision_checkpoint_is_served_by_the_protocols_backends(
+    vision_policy, aitz_root, aitz_train, tmp_path, tiny_checkpoint
+):
+    """make_generator reads the model type: the transformers backend of a Qwen3-VL checkpoint is
+    the VisionPolicy, with its options checked; the encoder alone encodes as the policy does."""
+    vision_policy.save(tmp_path / "policy", name="tiny")
+    assert is_vision_checkpoint(tmp_path / "policy") and not is_vision_checkpoint(tiny_checkpoint)
+    generator = make_generator(
+        "transformers", tmp_path / "policy", device="cpu", dtype="float32", batch_size=3
+    )
+    assert isinstance(generator, VisionPolicy) and generator.batch_size == 3
+    assert isinstance(generator, Generator)
+    with pytest.raises(ConfigError, match=r"takes no option\(s\) \['compile'\]"):
+        make_generator("transformers", tmp_path / "policy", compile=True)
+    encoder = VisionEncoder.load(tmp_path / "policy")
+    ours, theirs = (_prompts(p, aitz_root, aitz_train, 2) for p in (encoder, vision_policy))
+    assert [p.input_ids for p in ours] == [p.input_ids for p in theirs]
+    assert all(len(p.images) == 1 and p.images[0].mode == "RGB" for p in ours)
+    torch.testing.assert_close(ours[1].pixel_values, theirs[1].pixel_values)
+    params = SamplingParams(temperature=1.0, max_new_tokens=5)
+    prompted = PromptedGenerator(encoder, generator, batch_size=2)
+    assert prompted.generate(ours, params, [1, 2]) == generator.generate(theirs, params, [1, 2])
+
+
+@pytest.fixture(scope="module")
+def vllm_vision(tmp_path_factory, aitz_train):
+    """The tiny Qwen3-VL saved as a checkpoint and served by vLLM (its CPU build where torch has
+    no CUDA: ``make rehearse`` installs it), beside the same checkpoint in transformers."""
+    pytest.importorskip("vllm")
+    try:  # vLLM's Qwen3-VL imports transformers' image processor, which imports torchvision
+        import torchvision  # noqa: F401
+    except (ImportError, RuntimeError, OSError) as error:  # a CUDA build beside CPU torch
+        pytest.skip(f"vLLM's Qwen3-VL needs a torchvision that loads here ({error})")
+    from .conftest import tiny_vision_policy
+
+    path = tmp_path_factory.mktemp("vl") / "policy"
+    tiny_vision_policy(aitz_train).save(path, name="tiny-vl")
+    options = {"dtype": "float32", "max_model_len": 4096, "progress": False}
+    if not torch.cuda.is_available():  # the CPU build (conf/rehearsal-aitz's settings)
+        options.update(
+            gpu_memory_utilization=0.1,
+            max_num_batched_tokens=65536,
+            enable_chunked_prefill=False,
+        )
+    served = make_generator("vllm", path, **options)
+    yield served, VisionPolicy.load(path), path
+    served.close()
+
+
+@pytest.mark.slow
+def test_vllm_serves_the_vision_checkpoint_as_transformers_does(vllm_vision, aitz_root, aitz_train):
+    """vLLM expands each image's single pad back to the prompt's own ids; greedy responses are
+    the transformers policy's token for token, with its raw log-probs; sampling is seeded per
+    response, whatever else shares the call."""
+    served, policy, _ = vllm_vision
+    prompts = _prompts(policy, aitz_root, aitz_train, 3)
+    two = gui_summary_messages("Go", [("press Back", "x"), ("press Home", "y")])
+    image = aitz_root / aitz_train["image_path"].iloc[0]
+    prompts.append(policy.encode(two, [image, image]))
+    requests, _ = served._requests(prompts)
+    from vllm import SamplingParams as VLLMSamplingParams
+
+    echoed = served.llm.generate(requests, VLLMSamplingParams(max_tokens=1), use_tqdm=False)
+    assert [list(o.prompt_token_ids) for o in echoed] == [list(p.input_ids) for p in prompts]
+
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=6)
+    ours, theirs = served.generate(prompts, greedy), policy.generate(prompts, greedy)
+    assert [g.token_ids for g in ours] == [g.token_ids for g in theirs]
+    assert [g.text for g in ours] == [g.text for g in theirs]
+    with torch.no_grad():
+        logits, _ = policy.response_logits(prompts, [g.token_ids for g in ours])
+    logp = torch.log_softmax(logits.float(), -1)  # (N, T, V)
+    for row, generation in enumerate(ours):
+        ids = torch.tensor(generation.token_ids)
+        expected = logp[row, : len(ids)].gather(-1, ids[:, None]).squeeze(-1)
+        torch.testing.assert_close(torch.tensor(generation.logprobs), expected, atol=1e-3, rtol=0)
+
+    sampled = SamplingParams(temperature=1.0, max_new_tokens=6, seed=3)
+    first = served.generate(prompts, sampled)
+    assert served.generate(prompts, sampled) == first
+    alone = served.generate(prompts[2:3], sampled, seeds=[derive_seed(sampled.seed, 2)])
+    assert alone[0].token_ids == first[2].token_ids

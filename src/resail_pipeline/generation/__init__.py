@@ -2,12 +2,17 @@
 
 >>> generator = make_generator("transformers", "data/06_models/initial", batch_size=8)
 >>> generator.generate([chat_prompt(generator.tokenizer, message)], SamplingParams())
+
+A vision-language checkpoint (Qwen3-VL, the GUI agent) is served by the same backends: vLLM's
+generator takes its :class:`~.base.VisionPrompt` objects as they are, and transformers' is the
+GUI path's :class:`~resail_pipeline.gui.policy.VisionPolicy` (:data:`VISION_GENERATORS`).
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -16,7 +21,9 @@ from resail_pipeline.config import ConfigError
 from resail_pipeline.generation.base import (
     Generation,
     Generator,
+    Prompt,
     SamplingParams,
+    VisionPrompt,
     derive_seed,
     response_seeds,
 )
@@ -28,15 +35,37 @@ GENERATOR_REGISTRY: dict[str, str] = {
     "vllm": "resail_pipeline.generation.vllm_backend:VLLMGenerator",
 }
 
+#: name -> "module:class" where a backend serves a vision-language checkpoint with another class
+#: than its text one (vLLM's serves both)
+VISION_GENERATORS: dict[str, str] = {
+    "transformers": "resail_pipeline.gui.policy:VisionPolicy",
+}
 
-def _backend_class(backend: str) -> Any:
+
+def _backend_class(backend: str, *, vision: bool = False) -> Any:
     if backend not in GENERATOR_REGISTRY:
         raise ValueError(
             f"backend: unknown generation backend {backend!r}; "
             f"choose one of {sorted(GENERATOR_REGISTRY)}"
         )
-    module_name, _, class_name = GENERATOR_REGISTRY[backend].partition(":")
+    target = VISION_GENERATORS.get(backend) if vision else None
+    module_name, _, class_name = (target or GENERATOR_REGISTRY[backend]).partition(":")
     return getattr(importlib.import_module(module_name), class_name)
+
+
+#: ``model_type`` values (a checkpoint's ``config.json``) of the vision-language models served
+VISION_MODEL_TYPES = ("qwen3_vl",)
+
+
+def is_vision_checkpoint(checkpoint: str | Path) -> bool:
+    """Whether ``checkpoint`` holds a vision-language model (its ``config.json`` names one)."""
+    from resail_pipeline.checkpoints import check_checkpoint
+
+    try:
+        config = json.loads((check_checkpoint(checkpoint) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and config.get("model_type") in VISION_MODEL_TYPES
 
 
 def keyword_names(*functions: Callable[..., Any]) -> set[str]:
@@ -50,12 +79,14 @@ def keyword_names(*functions: Callable[..., Any]) -> set[str]:
     }
 
 
-def check_options(backend: str, options: Mapping[str, Any], source: str = "options") -> None:
+def check_options(
+    backend: str, options: Mapping[str, Any], source: str = "options", *, vision: bool = False
+) -> None:
     """Raise, naming ``source`` and each key, if ``backend`` does not take an option of
     ``options``, or (where the backend can check them, ``check_values``) would refuse its value;
     before anything is loaded. A backend that cannot list its options here (vLLM without the
-    ``gpu`` extra installed) accepts any."""
-    cls = _backend_class(backend)
+    ``gpu`` extra installed) accepts any. ``vision``: for a vision-language checkpoint."""
+    cls = _backend_class(backend, vision=vision)
     known = cls.option_names()
     if known is None:
         return
@@ -73,18 +104,25 @@ def check_options(backend: str, options: Mapping[str, Any], source: str = "optio
 
 
 def make_generator(backend: str, checkpoint: str | Path, **options: Any) -> Generator:
-    """The ``backend`` generator over a local checkpoint; ``options`` go to ``from_checkpoint``."""
-    check_options(backend, options)
-    return _backend_class(backend).from_checkpoint(checkpoint, **options)
+    """The ``backend`` generator over a local checkpoint, text or vision-language (read from its
+    ``config.json``); ``options`` go to ``from_checkpoint``."""
+    vision = is_vision_checkpoint(checkpoint)
+    check_options(backend, options, vision=vision)
+    return _backend_class(backend, vision=vision).from_checkpoint(checkpoint, **options)
 
 
 __all__ = [
     "GENERATOR_REGISTRY",
+    "VISION_GENERATORS",
+    "VISION_MODEL_TYPES",
     "Generation",
     "Generator",
+    "Prompt",
     "SamplingParams",
+    "VisionPrompt",
     "check_options",
     "derive_seed",
+    "is_vision_checkpoint",
     "keyword_names",
     "make_generator",
     "response_seeds",

@@ -1,7 +1,8 @@
 """The generation protocol: batched prompts in, texts + token ids + log-probs out.
 
 Backends (transformers on CPU, vLLM on GPU) implement :class:`Generator`; callers never branch
-on the backend.
+on the backend. A prompt is a chat-formatted text (the text agents) or a :class:`VisionPrompt`
+(the GUI agent: token ids with each image's pads already expanded, and the images themselves).
 
 Randomness is keyed per response, not per call: response ``j`` of prompt ``i`` draws from its own
 stream, seeded by :func:`response_seeds`. A prompt's responses therefore do not depend on which
@@ -46,6 +47,31 @@ class SamplingParams:
 
 
 @dataclass(frozen=True)
+class VisionPrompt:
+    """An encoded vision-language prompt: token ids (image pads expanded) and its images.
+
+    The transformers backend reads the pixels its image processor made (``pixel_values``,
+    ``image_grid_thw``); vLLM takes the ``images`` themselves and runs the checkpoint's own image
+    processor, which gives the same patches.
+
+    Attributes:
+        input_ids: the prompt's token ids, each image's pad token repeated once per merged patch.
+        pixel_values: ``(patches, channels * temporal * patch * patch)`` of all its images.
+        image_grid_thw: ``(images, 3)`` each image's patch grid (time, height, width).
+        images: the RGB images (PIL), in the order of their placeholders.
+    """
+
+    input_ids: tuple[int, ...]
+    pixel_values: Any = None
+    image_grid_thw: Any = None
+    images: tuple[Any, ...] = ()
+
+
+#: what a :class:`Generator` takes: chat-formatted texts, or encoded vision-language prompts
+Prompt = str | VisionPrompt
+
+
+@dataclass(frozen=True)
 class Generation:
     """One sampled response.
 
@@ -65,7 +91,8 @@ class Generation:
 
 @runtime_checkable
 class Generator(Protocol):
-    """Generates chat-formatted prompt texts in batches."""
+    """Generates responses to prompts in batches: chat-formatted texts, or (a vision-language
+    checkpoint) :class:`VisionPrompt` objects."""
 
     #: the checkpoint's ``policy_id``, recorded with every response.
     policy_id: str
@@ -74,7 +101,7 @@ class Generator(Protocol):
 
     def generate(
         self,
-        prompts: Sequence[str],
+        prompts: Sequence[Prompt],
         params: SamplingParams,
         seeds: Sequence[int] | None = None,
     ) -> list[Generation]:

@@ -1,7 +1,8 @@
 """The :class:`~.base.Generator` over vLLM, for GPU nodes (the optional ``gpu`` extra).
 
 ``vllm`` is imported only when a generator is built, so this module imports anywhere. Prompts
-are tokenized here exactly as the transformers backend does (no special tokens added), each
+are tokenized here exactly as the transformers backend does (no special tokens added), or come
+encoded with their images (:class:`~.base.VisionPrompt`, a Qwen3-VL checkpoint), each
 response is its own request with the seed of :func:`~.base.response_seeds`, and the engine is
 asked for raw log-probs, i.e. those of the model before temperature, top-k and top-p. The
 engine's automatic prefix caching (shared prompt prefixes encoded once, within a call and across
@@ -20,7 +21,9 @@ from resail_pipeline.devices import release_device_memory
 from resail_pipeline.generation.base import (
     Generation,
     Generator,
+    Prompt,
     SamplingParams,
+    VisionPrompt,
     response_seeds,
 )
 
@@ -124,9 +127,48 @@ class VLLMGenerator(Generator):
                 "(run.env_options.max_steps)"
             )
 
+    def _requests(self, prompts: Sequence[Prompt]) -> tuple[list[dict[str, Any]], list[list[int]]]:
+        """One request per prompt, and each prompt's token ids as the model reads them.
+
+        Texts are tokenized here as the transformers backend does. A :class:`VisionPrompt` goes
+        as its token ids with its images (``multi_modal_data``), each image's run of pad tokens
+        collapsed to one pad: vLLM takes a token prompt as not yet expanded and repeats every
+        image's pad once per merged patch itself (:func:`collapse_image_pads`), which gives back
+        the prompt's own ids.
+        """
+        texts = [p for p in prompts if isinstance(p, str)]
+        encoded = iter(
+            self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+        )
+        requests, model_ids = [], []
+        for prompt in prompts:
+            if isinstance(prompt, VisionPrompt):
+                ids = list(prompt.input_ids)
+                request: dict[str, Any] = {"prompt_token_ids": ids}
+                if prompt.images:
+                    request["prompt_token_ids"] = collapse_image_pads(ids, self._image_pad())
+                    request["multi_modal_data"] = {"image": list(prompt.images)}
+                requests.append(request)
+            else:
+                ids = next(encoded)
+                requests.append({"prompt_token_ids": ids})
+            model_ids.append(ids)
+        return requests, model_ids
+
+    def _image_pad(self) -> int:
+        """The id of the model's image pad token (``config.json``'s ``image_token_id``)."""
+        config = self.llm.llm_engine.model_config.hf_config
+        pad = getattr(config, "image_token_id", None)
+        if pad is None:
+            raise ValueError(
+                f"prompts: images given, but the model of {self.policy_id} takes none "
+                f"({type(config).__name__} names no image_token_id)"
+            )
+        return int(pad)
+
     def generate(
         self,
-        prompts: Sequence[str],
+        prompts: Sequence[Prompt],
         params: SamplingParams,
         seeds: Sequence[int] | None = None,
     ) -> list[Generation]:
@@ -138,10 +180,13 @@ class VLLMGenerator(Generator):
         from vllm import SamplingParams as VLLMSamplingParams
 
         stream_seeds = response_seeds(len(prompts), params, seeds)
-        encoded = self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
-        self.check_lengths(encoded, params.max_new_tokens)
+        encoded, model_ids = self._requests(prompts)
+        self.check_lengths(model_ids, params.max_new_tokens)
         eos_id = self.tokenizer.eos_token_id
-        requests = [{"prompt_token_ids": encoded[r // params.n]} for r in range(len(stream_seeds))]
+        rows = range(len(stream_seeds))
+        requests = [encoded[r // params.n] for r in rows]
+        # a vision-language prompt's response is decoded as the transformers backend decodes it
+        skip_special = [isinstance(prompts[r // params.n], VisionPrompt) for r in rows]
         request_params = [
             VLLMSamplingParams(
                 n=1,
@@ -161,14 +206,14 @@ class VLLMGenerator(Generator):
         bar = self.progress and not os.environ.get("TQDM_DISABLE")
         outputs = self.llm.generate(requests, request_params, use_tqdm=bar)
         generations = []
-        for output in outputs:
+        for output, skip in zip(outputs, skip_special, strict=True):
             (completion,) = output.outputs
             ids = tuple(completion.token_ids)
             finished = completion.finish_reason == "stop"
             generations.append(
                 Generation(
                     text=self.tokenizer.decode(
-                        ids[:-1] if finished else ids, skip_special_tokens=False
+                        ids[:-1] if finished else ids, skip_special_tokens=skip
                     ),
                     token_ids=ids,
                     logprobs=tuple(
@@ -179,3 +224,13 @@ class VLLMGenerator(Generator):
                 )
             )
         return generations
+
+
+def collapse_image_pads(ids: Sequence[int], pad: int) -> list[int]:
+    """``ids`` with every run of ``pad`` (one image's expanded pads) cut to a single ``pad``."""
+    out: list[int] = []
+    for token in ids:
+        if token == pad and out and out[-1] == pad:
+            continue
+        out.append(token)
+    return out

@@ -5,21 +5,30 @@ One class serves a released Qwen3-VL checkpoint read from a local directory and 
 template (the ``mobile_use`` tool passed as a tool), each image placeholder of
 :mod:`resail_pipeline.prompts.gui` is replaced by the vision tokens, and the image-pad token is
 repeated once per merged patch of its image, which is what the model's processor does.
+
+:class:`VisionPolicy` is the transformers backend of the generation protocol for a Qwen3-VL
+checkpoint (``make_generator("transformers", path)``); vLLM serves the same checkpoint through
+its own backend (``make_generator("vllm", path)``), the prompts encoded here by
+:class:`VisionEncoder` either way.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from PIL import Image
-from torch import Tensor
-from transformers import AutoImageProcessor, DynamicCache, Qwen3VLForConditionalGeneration
+from torch import Tensor, nn
+from transformers import (
+    AutoConfig,
+    AutoImageProcessor,
+    DynamicCache,
+    Qwen3VLForConditionalGeneration,
+)
 
 from resail_pipeline.checkpoints import (
     CheckpointError,
@@ -31,38 +40,106 @@ from resail_pipeline.checkpoints import (
     save_policy,
 )
 from resail_pipeline.devices import release_device_memory
-from resail_pipeline.generation.base import Generation, SamplingParams, response_seeds
-from resail_pipeline.generation.transformers_backend import choose_tokens
+from resail_pipeline.generation.base import (
+    Generation,
+    Generator,
+    SamplingParams,
+    VisionPrompt,
+    response_seeds,
+)
+from resail_pipeline.generation.transformers_backend import choose_tokens, resolve_dtype
 from resail_pipeline.prompts.gui import (
     IMAGE_PLACEHOLDER,
     SUMMARY_IMAGE_PLACEHOLDER,
     TOOL_DEFINITION,
 )
 
-__all__ = ["VisionPolicy", "VisionPrompt"]
+__all__ = ["PromptedGenerator", "VisionEncoder", "VisionLogits", "VisionPolicy", "VisionPrompt"]
 
 logger = logging.getLogger(__name__)
 
 _PLACEHOLDERS = (IMAGE_PLACEHOLDER, SUMMARY_IMAGE_PLACEHOLDER)
 
 
-@dataclass(frozen=True)
-class VisionPrompt:
-    """An encoded prompt: token ids (image pads expanded) and its images' pixels.
-
-    Attributes:
-        input_ids: the prompt's token ids.
-        pixel_values: ``(patches, channels * temporal * patch * patch)`` of all its images.
-        image_grid_thw: ``(images, 3)`` each image's patch grid (time, height, width).
+class VisionEncoder:
+    """Prompts as a Qwen3-VL checkpoint reads them: the chat template with the ``mobile_use``
+    tool, each image placeholder replaced by the vision tokens, the pad token repeated once per
+    merged patch of its image. Needs the tokenizer, the image processor and the model's
+    configuration, not its weights.
     """
 
-    input_ids: tuple[int, ...]
-    pixel_values: Tensor | None
-    image_grid_thw: Tensor | None
+    def __init__(self, tokenizer: Any, image_processor: Any, config: Any) -> None:
+        self.tokenizer = tokenizer
+        self.image_processor = image_processor
+        self._image_token = config.image_token_id
+        self._vision_start, self._vision_end = (
+            config.vision_start_token_id,
+            config.vision_end_token_id,
+        )
+        self._merge = image_processor.merge_size**2
+
+    @classmethod
+    def load(cls, path: str | Path) -> VisionEncoder:
+        """The encoder of a local checkpoint directory (no weights are read)."""
+        path = check_checkpoint(path)
+        try:
+            config = AutoConfig.from_pretrained(str(path), trust_remote_code=False)
+            image_processor = AutoImageProcessor.from_pretrained(str(path), trust_remote_code=False)
+        except (OSError, ValueError) as error:
+            raise CheckpointError(
+                f"checkpoint {path}: not a Qwen3-VL checkpoint ({error})"
+            ) from None
+        return cls(load_tokenizer(path), image_processor, config)
+
+    def encode(
+        self, messages: Sequence[dict[str, str]], images: Sequence[str | Path | Image.Image]
+    ) -> VisionPrompt:
+        """Render ``messages`` (with the ``mobile_use`` tool) and put ``images``, in order, where
+        their placeholders stand; the number of placeholders must equal ``len(images)``."""
+        text = self.tokenizer.apply_chat_template(
+            list(messages), tools=[TOOL_DEFINITION], add_generation_prompt=True, tokenize=False
+        )
+        pieces = [text]
+        for placeholder in _PLACEHOLDERS:
+            pieces = [part for piece in pieces for part in _split_keep(piece, placeholder)]
+        slots = sum(piece in _PLACEHOLDERS for piece in pieces)
+        if slots != len(images):
+            raise ValueError(
+                f"images: the prompt has {slots} image placeholder(s), got {len(images)} image(s)"
+            )
+        if not images:
+            return VisionPrompt(tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"]))
+        rgb = tuple(_rgb(image) for image in images)
+        pixels = self.image_processor(images=list(rgb), return_tensors="pt")
+        grids = pixels["image_grid_thw"]
+        ids: list[int] = []
+        image = 0
+        for piece in pieces:
+            if piece in _PLACEHOLDERS:
+                pads = int(grids[image].prod()) // self._merge
+                ids += [self._vision_start, *[self._image_token] * pads, self._vision_end]
+                image += 1
+            elif piece:
+                ids += self.tokenizer(piece, add_special_tokens=False)["input_ids"]
+        return VisionPrompt(tuple(ids), pixels["pixel_values"], grids, rgb)
 
 
-class VisionPolicy:
-    """A Qwen3-VL model with its tokenizer and image processor."""
+class VisionLogits(nn.Module):
+    """A Qwen3-VL model as the training engines wrap it: model inputs by keyword in, logits out
+    (``self.model`` is the Hugging Face model, as the engines expect of what they wrap)."""
+
+    def __init__(self, model: Qwen3VLForConditionalGeneration) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, **inputs: Tensor) -> Tensor:
+        return self.model(**inputs).logits
+
+
+class VisionPolicy(Generator):
+    """A Qwen3-VL model with its tokenizer and image processor: the transformers backend of the
+    generation protocol for a vision-language checkpoint, and the response logits training and
+    scoring read."""
 
     def __init__(
         self,
@@ -82,13 +159,8 @@ class VisionPolicy:
         self._cache_key = (
             "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         )
-        config = model.config
-        self._image_token = config.image_token_id
-        self._vision_start, self._vision_end = (
-            config.vision_start_token_id,
-            config.vision_end_token_id,
-        )
-        self._merge = image_processor.merge_size**2
+        self.encoder = VisionEncoder(tokenizer, image_processor, model.config)
+        self._image_token = model.config.image_token_id
 
     @property
     def device(self) -> torch.device:
@@ -98,12 +170,6 @@ class VisionPolicy:
         """Drop the model and hand cached GPU memory back (as a text generator's ``close``)."""
         self.model = None
         release_device_memory()
-
-    def __enter__(self) -> VisionPolicy:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     @classmethod
     def load(
@@ -129,6 +195,33 @@ class VisionPolicy:
             model.to(resolve_device(device)).eval(), tokenizer, image_processor, info.policy_id
         )
 
+    @classmethod
+    def from_checkpoint(
+        cls,
+        path: str | Path,
+        *,
+        device: str = "auto",
+        dtype: str = "auto",
+        batch_size: int = 16,
+        policy_id: str | None = None,
+    ) -> VisionPolicy:
+        """The generator ``make_generator("transformers", path, ...)`` builds for a Qwen3-VL
+        checkpoint: ``dtype`` one of ``auto``, ``float32``, ``bfloat16`` (``auto``: bf16 where
+        ``device`` computes it natively)."""
+        resolved = resolve_device(device)
+        policy = cls.load(path, resolved, resolve_dtype(dtype, resolved))
+        policy.batch_size = batch_size
+        if policy_id is not None:
+            policy.policy_id = policy_id
+        return policy
+
+    @classmethod
+    def option_names(cls) -> set[str]:
+        """The options :meth:`from_checkpoint` takes."""
+        from resail_pipeline.generation import keyword_names
+
+        return keyword_names(cls.from_checkpoint) - {"path"}
+
     def save(
         self, path: str | Path, *, name: str, parent_id: str = "", method: str = "", cycle: int = 0
     ) -> CheckpointInfo:
@@ -151,35 +244,8 @@ class VisionPolicy:
     def encode(
         self, messages: Sequence[dict[str, str]], images: Sequence[str | Path | Image.Image]
     ) -> VisionPrompt:
-        """Render ``messages`` (with the ``mobile_use`` tool) and put ``images``, in order, where
-        their placeholders stand; the number of placeholders must equal ``len(images)``."""
-        text = self.tokenizer.apply_chat_template(
-            list(messages), tools=[TOOL_DEFINITION], add_generation_prompt=True, tokenize=False
-        )
-        pieces = [text]
-        for placeholder in _PLACEHOLDERS:
-            pieces = [part for piece in pieces for part in _split_keep(piece, placeholder)]
-        slots = sum(piece in _PLACEHOLDERS for piece in pieces)
-        if slots != len(images):
-            raise ValueError(
-                f"images: the prompt has {slots} image placeholder(s), got {len(images)} image(s)"
-            )
-        if not images:
-            return VisionPrompt(
-                tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"]), None, None
-            )
-        pixels = self.image_processor(images=[_rgb(image) for image in images], return_tensors="pt")
-        grids = pixels["image_grid_thw"]
-        ids: list[int] = []
-        image = 0
-        for piece in pieces:
-            if piece in _PLACEHOLDERS:
-                pads = int(grids[image].prod()) // self._merge
-                ids += [self._vision_start, *[self._image_token] * pads, self._vision_end]
-                image += 1
-            elif piece:
-                ids += self.tokenizer(piece, add_special_tokens=False)["input_ids"]
-        return VisionPrompt(tuple(ids), pixels["pixel_values"], grids)
+        """:meth:`VisionEncoder.encode` with this policy's tokenizer and image processor."""
+        return self.encoder.encode(messages, images)
 
     def _batch(
         self,
@@ -298,9 +364,16 @@ class VisionPolicy:
     # -- scoring -------------------------------------------------------------------------------
 
     def response_logits(
-        self, prompts: Sequence[VisionPrompt], responses: Sequence[Sequence[int]]
+        self,
+        prompts: Sequence[VisionPrompt],
+        responses: Sequence[Sequence[int]],
+        forward: Callable[..., Tensor] | None = None,
     ) -> tuple[Tensor, Tensor]:
         """Logits at every response position, with gradient when the model is in grad mode.
+
+        ``forward`` takes the model inputs by keyword and returns the logits: a training engine's
+        wrapper of :class:`VisionLogits` (DDP, DeepSpeed), so that the backward is reduced over
+        the ranks; ``None``: the model itself.
 
         Returns:
             ``(logits, mask)``: ``(N, T, V)`` where row ``i`` position ``k`` predicts
@@ -314,7 +387,9 @@ class VisionPolicy:
         if any(len(r) == 0 for r in responses):
             raise ValueError("responses: every response needs at least one token")
         sequences = [list(p.input_ids) + list(r) for p, r in zip(prompts, responses, strict=True)]
-        logits = self.model(**self._batch(sequences, prompts)).logits  # (N, L, V)
+        inputs = self._batch(sequences, prompts)
+        # (N, L, V)
+        logits = self.model(**inputs).logits if forward is None else forward(**inputs)
         longest = max(len(r) for r in responses)
         out = logits.new_zeros((len(prompts), longest, logits.shape[-1]))
         mask = torch.zeros((len(prompts), longest), dtype=torch.bool, device=logits.device)
@@ -323,6 +398,41 @@ class VisionPolicy:
             out[row, : len(response)] = logits[row, start : start + len(response)]
             mask[row, : len(response)] = True
         return out, mask
+
+
+class PromptedGenerator(Generator):
+    """A generator of any backend over a vision-language checkpoint, with the checkpoint's
+    :class:`VisionEncoder`: what the GUI stages that only generate (diagnostic attempts,
+    summaries) take, as they take a :class:`VisionPolicy`.
+
+    Args:
+        encoder: encodes the prompts.
+        generator: generates from them (e.g. ``make_generator("vllm", path)``).
+        batch_size: prompts per call of :meth:`generate` from the stages (a progress bar's step).
+    """
+
+    def __init__(self, encoder: VisionEncoder, generator: Generator, batch_size: int = 16) -> None:
+        self.encoder = encoder
+        self.generator = generator
+        self.batch_size = batch_size
+        self.tokenizer = encoder.tokenizer
+        self.policy_id = generator.policy_id
+
+    def encode(
+        self, messages: Sequence[dict[str, str]], images: Sequence[str | Path | Image.Image]
+    ) -> VisionPrompt:
+        return self.encoder.encode(messages, images)
+
+    def generate(
+        self,
+        prompts: Sequence[VisionPrompt],
+        params: SamplingParams,
+        seeds: Sequence[int] | None = None,
+    ) -> list[Generation]:
+        return self.generator.generate(prompts, params, seeds)
+
+    def close(self) -> None:
+        self.generator.close()
 
 
 def _split_keep(text: str, separator: str) -> list[str]:
