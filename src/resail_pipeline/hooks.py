@@ -179,7 +179,12 @@ class PreflightHook:
             for name in pipeline.all_outputs()
         )
         gpus = visible_gpus() if trains else []
-        if generates:
+        # the aitz pipeline's initial policy generates with its own backend (aitz.generation)
+        aitz_vllm = (
+            "aitz.attempts" in names
+            and (params.get("aitz") or {}).get("generation", {}).get("backend") == "vllm"
+        )
+        if generates or aitz_vllm:
             check_vllm_cuda()
         if (generates and run.generation_options.get("max_model_len") is not None) or gpus:
             prompts = estimate_run_prompts(params)

@@ -14,6 +14,8 @@ from resail_pipeline.gui.experiment import filter_steps
 from resail_pipeline.prompts.gui import accepted_remark
 from resail_pipeline.schemas import check_columns
 
+from ._reference import reference_train_oel
+
 CONFIG = {
     "schedule": {"updates": 2, "trajectories_per_update": 2, "seed": 0},
     "optimizer": {"lr": 1e-2},
@@ -118,9 +120,10 @@ def test_filtered_run_trains_only_on_kept_steps(
     student = offline.clone_policy(teacher)
     calls = []
 
-    def monitor(policy):
+    def monitor(policy, rank, world_size):
+        assert (rank, world_size) == (0, 1)
         calls.append({k: v.detach().clone() for k, v in policy.model.state_dict().items()})
-        return 0.5, 3
+        return 1, 2
 
     metrics, curve = offline.train_oel(
         student, teacher, pool, summaries, kept, monitor, aitz_root, config, run="oel_sgs"
@@ -130,6 +133,7 @@ def test_filtered_run_trains_only_on_kept_steps(
     assert metrics["num_steps"].tolist() == [1, 0]
     assert metrics["tokens"].iloc[0] > 0 and metrics["tokens"].iloc[1] == 0
     assert curve["update"].tolist() == [0, 1, 2]
+    assert curve["accuracy"].tolist() == [0.5] * 3 and curve["steps"].tolist() == [2] * 3
     start, after_1, after_2 = calls
     assert any(not torch.equal(start[k], after_1[k]) for k in start)  # update 1 trained
     assert all(torch.equal(after_1[k], after_2[k]) for k in start)  # update 2 had no kept step
@@ -171,9 +175,55 @@ def test_warm_start_lowers_the_cloning_loss(make_vision_policy, aitz_root, aitz_
     assert losses["loss"].iloc[-5:].mean() < 0.5 * losses["loss"].iloc[:5].mean()
 
 
+def test_one_process_on_the_engine_equals_the_loop_it_replaced(
+    vision_policy, aitz_root, aitz_train, aitz_test
+):
+    """train_oel on its one-process engine gives today's losses, tokens, curve and weights bit for
+    bit: the same micro-batches, backward and AdamW step as the loop it replaced
+    (tests/gui/_reference.py); two micro-batches per update and gradient clipping on."""
+    config = _config(micro_batch=2, optimizer={"lr": 1e-2, "grad_clip": 0.5})
+    pool = offline.training_pool(aitz_train, 4, seed=0)
+    summaries = pd.DataFrame(
+        {
+            "episode_id": sorted(pool["episode_id"].unique()),
+            "remark": "<remark>\nHow to do:\n1) x\n\nWatch out:\n- y\n</remark>",
+            "source": "rules",
+        }
+    )
+    subset = offline.monitoring_subset(aitz_test, 1, seed=0)
+    runs = []
+    for trainer, monitor in (
+        (offline.train_oel, lambda p, r, w: offline.monitor_hits(p, subset, aitz_root, config)),
+        (reference_train_oel, lambda p: offline.monitor_accuracy(p, subset, aitz_root, config)),
+    ):
+        student = offline.clone_policy(vision_policy)
+        metrics, curve = trainer(
+            student, vision_policy, pool, summaries, None, monitor, aitz_root, config, run="oel"
+        )
+        runs.append((metrics.drop(columns="seconds"), curve, student.model.state_dict()))
+    (metrics, curve, weights), (old_metrics, old_curve, old_weights) = runs
+    assert metrics["num_steps"].sum() == len(pool) and (metrics["loss"] > 0).all()
+    pd.testing.assert_frame_equal(metrics, old_metrics, check_exact=True)
+    pd.testing.assert_frame_equal(curve, old_curve, check_exact=True)
+    assert all(torch.equal(weights[k], old_weights[k]) for k in weights)
+    assert any(not torch.equal(weights[k], vision_policy.model.state_dict()[k]) for k in weights)
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
+        ({"offline": {"engine": {"micro_batch_steps": 2}}}, r"offline.engine.micro_batch_steps"),
+        (
+            {"offline": {"engine": {"kind": "deepspeed", "zero_stage": 3}}},
+            r"offline.engine.zero_stage: the GUI trainer runs ZeRO stage 1 or 2",
+        ),
+        (
+            {"offline": {"engine": {"kind": "single", "world_size": 2}}},
+            r"offline.engine.world_size: the single engine runs one process",
+        ),
+        ({"offline": {"engine": {"kind": "fsdp"}}}, r"offline.engine.kind: must be one of"),
+        ({"generation": {"backend": "sglang"}}, r"generation.backend: must be one of"),
+        ({"generation": {"vllm": [1]}}, r"generation.vllm: expected a mapping"),
         ({"offline": {"keep": 0}}, r"offline.keep: must be in \(0, 1\]"),
         ({"offline": {"on_rejected": "skip"}}, "offline.on_rejected"),
         ({"data": {"source": "web"}}, "data.source"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from resail_pipeline.config import (
     ConfigError,
@@ -11,11 +12,19 @@ from resail_pipeline.config import (
     check_number,
     check_sections,
 )
+from resail_pipeline.generation import GENERATOR_REGISTRY, check_options
 from resail_pipeline.generation.transformers_backend import DTYPES
 from resail_pipeline.gui.offline import OfflineConfig
 from resail_pipeline.gui.synthetic import SyntheticConfig
 
-__all__ = ["SOURCES", "AitzConfig", "DataConfig", "InitialConfig", "WarmStartConfig"]
+__all__ = [
+    "SOURCES",
+    "AitzConfig",
+    "DataConfig",
+    "GenerationConfig",
+    "InitialConfig",
+    "WarmStartConfig",
+]
 
 #: where the episodes come from: written here by the generator, or a copy of the release
 SOURCES = ("synthetic", "release")
@@ -87,11 +96,33 @@ class InitialConfig:
 
 
 @dataclass(frozen=True)
+class GenerationConfig:
+    """What generates from the frozen initial policy (its diagnostic attempts and summaries): the
+    generation protocol's backend by name. ``transformers`` is the policy's own model
+    (``initial.device``, ``dtype`` and ``batch_size``); ``vllm`` a vLLM engine serving the same
+    checkpoint (the ``gpu`` extra). The trainer samples and monitors its live student itself."""
+
+    backend: str = "transformers"
+    # options of the vllm backend (vllm.LLM's: dtype, max_model_len, gpu_memory_utilization, ...)
+    vllm: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_choice("backend", self.backend, sorted(GENERATOR_REGISTRY))
+        if self.vllm is None:  # `vllm:` left empty in YAML
+            object.__setattr__(self, "vllm", {})
+        if not isinstance(self.vllm, dict):
+            raise ConfigError(f"vllm: expected a mapping of vLLM options, got {self.vllm!r}")
+        if self.backend == "vllm":
+            check_options("vllm", self.vllm, "vllm")
+
+
+@dataclass(frozen=True)
 class AitzConfig:
     """``params:aitz``."""
 
     data: DataConfig = field(default_factory=DataConfig)
     initial: InitialConfig = field(default_factory=InitialConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
     offline: OfflineConfig = field(default_factory=OfflineConfig)
     # where checkpoints are staged before the catalog publishes them
     staging_dir: str = "data/06_models/.staging/aitz"

@@ -1,10 +1,15 @@
 """The AITZ experiment's stages as the pipeline runs them: each takes the configuration and
-tables, loads what it needs, and returns tables (and checkpoints, published by the caller)."""
+tables, loads what it needs, and returns tables (and checkpoints, published by the caller).
+
+Generation from the frozen initial policy goes through the backend ``generation.backend`` names
+(:func:`open_generator`); training runs in a process of its own (:mod:`resail_pipeline.gui.train`:
+``python -m``, or torchrun for ``offline.engine`` ``ddp`` or ``deepspeed``)."""
 
 from __future__ import annotations
 
 import json
 import logging
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -17,12 +22,14 @@ from resail_pipeline.checkpoints import (
     read_checkpoint_info,
     resolve_device,
 )
+from resail_pipeline.generation import make_generator
 from resail_pipeline.generation.transformers_backend import resolve_dtype
 from resail_pipeline.gui import offline
 from resail_pipeline.gui.config import AitzConfig, InitialConfig
 from resail_pipeline.gui.episodes import action_from_row, read_episodes
-from resail_pipeline.gui.policy import VisionPolicy
+from resail_pipeline.gui.policy import PromptedGenerator, VisionEncoder, VisionPolicy
 from resail_pipeline.gui.synthetic import write_synthetic
+from resail_pipeline.gui.train import CONFIG_FILE, GuiTrainJob, launch
 from resail_pipeline.io import fresh_staging_path
 from resail_pipeline.modeling.vision import (
     build_qwen3_vl,
@@ -37,6 +44,7 @@ __all__ = [
     "filter_steps",
     "gui_tokenizer",
     "load_policy",
+    "open_generator",
     "read_splits",
     "run_oel",
 ]
@@ -60,6 +68,23 @@ def load_policy(initial: InitialConfig, path: str | Path) -> VisionPolicy:
     policy = VisionPolicy.load(path, device, resolve_dtype(initial.dtype, device))
     policy.batch_size = initial.batch_size
     return policy
+
+
+def open_generator(config: AitzConfig, path: str | Path) -> VisionPolicy | PromptedGenerator:
+    """A generator over the checkpoint at ``path`` with ``generation.backend`` (through
+    :func:`~resail_pipeline.generation.make_generator`, which serves a Qwen3-VL checkpoint with
+    either backend), able to encode its prompts."""
+    initial = config.initial
+    if config.generation.backend == "transformers":
+        options = {"device": initial.device, "dtype": initial.dtype}
+    else:
+        options = dict(config.generation.vllm)
+    logger.info("generation: %s over %s", config.generation.backend, path)
+    generator = make_generator(config.generation.backend, path, **options)
+    if isinstance(generator, VisionPolicy):
+        generator.batch_size = initial.batch_size
+        return generator
+    return PromptedGenerator(VisionEncoder.load(path), generator, initial.batch_size)
 
 
 def _staging(config: AitzConfig, label: str) -> Path:
@@ -156,11 +181,8 @@ def run_oel(
     filtered: pd.DataFrame | None = None,
 ) -> tuple[CheckpointInfo, pd.DataFrame, pd.DataFrame]:
     """One OEL run from the initial policy (``filtered``: the filter's table; its loss is then
-    over kept steps only): the staged final checkpoint, the per-update metrics and the
-    monitoring curve."""
-    teacher = load_policy(config.initial, initial.path)
-    student = offline.clone_policy(teacher)
-    root = Path(config.data.root)
+    over kept steps only), in the trainer's own process(es): the staged final checkpoint, the
+    per-update metrics and the monitoring curve."""
     subset = offline.monitoring_subset(
         test, config.offline.monitor_episodes, config.offline.schedule.seed
     )
@@ -170,23 +192,17 @@ def run_oel(
             filtered[["episode_id", "step_id", "kept"]], on=["episode_id", "step_id"], how="left"
         )
         kept = flags["kept"].fillna(False).to_numpy(dtype=bool)
-    with teacher, student:
-        metrics, curve = offline.train_oel(
-            student,
-            teacher,
-            pool,
-            summaries,
-            kept,
-            lambda policy: offline.monitor_accuracy(policy, subset, root, config.offline),
-            root,
-            config.offline,
-            run=run,
-        )
-        info = student.save(
-            _staging(config, run),
-            name=f"aitz-{run}",
-            parent_id=initial.policy_id,
-            method=run,
-            cycle=1,
-        )
-    return info, metrics, curve
+    work = _staging(config, run)
+    job = GuiTrainJob(
+        aitz=config,
+        run=run,
+        initial=initial.path,
+        run_dir=str(work / "run"),
+        checkpoint=str(work / "policy"),
+    )
+    result = launch(job, pool, summaries, subset, kept)
+    # the run's configuration and log travel with the model; its inputs are catalog copies
+    for path in (result.log_path, Path(job.run_dir) / CONFIG_FILE):
+        shutil.copy2(path, Path(job.checkpoint) / path.name)
+    shutil.rmtree(job.run_dir)
+    return result.checkpoint, result.metrics, result.curve

@@ -20,13 +20,21 @@ The experiment, each stage a function over DataFrames (one row per step or episo
    the frozen initial policy's privileged view distilled into the student's ordinary view along
    one fresh student response per step; the filtered run's loss is over its kept steps only (the
    others keep their place in the histories). Accuracy on the monitoring subset (stop steps
-   excluded, one decoding seed) at update 0 and every ``monitor_every`` updates.
+   excluded, one decoding seed) at update 0 and every ``monitor_every`` updates. It runs on one
+   of the text trainer's engines (:mod:`resail_pipeline.training.engine`): in one process, or on
+   every rank under torchrun (:mod:`resail_pipeline.gui.train`), each rank sampling, scoring and
+   monitoring a strided share of the steps.
+
+Stages 2 and 3 only generate: they take any generator of the protocol over the initial policy
+(its transformers :class:`~resail_pipeline.gui.policy.VisionPolicy`, or vLLM's behind a
+:class:`~resail_pipeline.gui.policy.PromptedGenerator`).
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+import math
 import random
 import time
 import zlib
@@ -39,18 +47,24 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from resail_pipeline.config import check_choice, check_int, check_number, check_sections
+from resail_pipeline.config import (
+    ConfigError,
+    check_choice,
+    check_int,
+    check_number,
+    check_sections,
+)
 from resail_pipeline.evaluation.gui_actions import actions_match, predicted_action
 from resail_pipeline.generation.base import SamplingParams, derive_seed
 from resail_pipeline.gui.episodes import action_from_row, boxes_from_row
-from resail_pipeline.gui.policy import VisionPolicy, VisionPrompt
+from resail_pipeline.gui.policy import VisionLogits, VisionPolicy, VisionPrompt
 from resail_pipeline.objectives.baselines import cross_entropy_loss
 from resail_pipeline.objectives.distillation import oel_loss, pi_sensitivity
 from resail_pipeline.objectives.selection import select_steps
 from resail_pipeline.prompts.gui import accepted_remark, describe_action, rule_remark, tool_call
 from resail_pipeline.prompts.render import gui_action_messages, gui_summary_messages
-from resail_pipeline.training.config import OptimizerConfig, ScheduleConfig
-from resail_pipeline.training.engine import adamw
+from resail_pipeline.training.config import EngineConfig, OptimizerConfig, ScheduleConfig
+from resail_pipeline.training.engine import Engine, TorchEngine
 
 __all__ = [
     "ON_REJECTED",
@@ -59,8 +73,10 @@ __all__ = [
     "diagnose",
     "keep_top_fraction",
     "monitor_accuracy",
+    "monitor_hits",
     "monitoring_subset",
     "score_steps",
+    "single_engine",
     "summarize",
     "train_oel",
     "training_pool",
@@ -90,12 +106,26 @@ class OfflineConfig:
     monitor_episodes: int = 101
     summary_attempts: int = 3
     on_rejected: str = "rules"
-    # steps per forward pass; top-K of the divergences' support
+    # steps per forward pass (on each rank); top-K of the divergences' support
     micro_batch: int = 8
     top_k: int = 20
+    # the trainer's engine, processes and precision (the text trainer's: single, ddp, deepspeed)
+    engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self) -> None:
         check_sections(self)
+        engine = self.engine
+        for name in ("micro_batch_steps", "chunk_size"):
+            if getattr(engine, name) is not None:
+                raise ConfigError(
+                    f"engine.{name}: the GUI trainer's micro-batches are offline.micro_batch and "
+                    f"its logits are not cut into blocks; leave it null, got {getattr(engine, name)!r}"
+                )
+        if engine.kind == "deepspeed" and engine.zero_stage == 3:
+            raise ConfigError(
+                "engine.zero_stage: the GUI trainer runs ZeRO stage 1 or 2 (stage 3 partitions "
+                "the vision tower, which its in-loop sampling does not gather); got 3"
+            )
         check_number("keep", self.keep, low=0, high=1, low_open=True)
         check_int("monitor_every", self.monitor_every, low=1)
         check_int("monitor_episodes", self.monitor_episodes, low=1)
@@ -170,7 +200,8 @@ def _generate(
     seeds: list[int],
     label: str,
 ) -> list:
-    """``policy.generate`` one batch at a time, with a progress bar."""
+    """``policy.generate`` (any generator of the protocol with a ``batch_size``) one batch at a
+    time, with a progress bar."""
     outputs = []
     size = policy.batch_size
     for start in tqdm(range(0, len(prompts), size), desc=label, leave=False):
@@ -322,19 +353,29 @@ def keep_top_fraction(scores: Sequence[float] | np.ndarray, keep: float) -> np.n
 
 
 @torch.no_grad()
-def monitor_accuracy(
-    policy: VisionPolicy, steps: pd.DataFrame, root: Path, config: OfflineConfig
-) -> tuple[float, int]:
-    """Exact-match accuracy of ``policy`` on ``steps`` (stop steps excluded), with ground-truth
-    prior actions and one decoding seed per step; returns ``(accuracy, steps scored)``."""
+def monitor_hits(
+    policy: VisionPolicy,
+    steps: pd.DataFrame,
+    root: Path,
+    config: OfflineConfig,
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+) -> tuple[int, int]:
+    """Exact matches of ``policy`` on the ``rank``-th strided share (of ``world_size``) of the
+    non-stop steps of ``steps``, with ground-truth prior actions and one decoding seed per step;
+    returns ``(hits, steps scored)`` of the share. The shares of all ranks add up to the whole."""
     keep = [action_from_row(row._asdict()).kind != "stop" for row in steps.itertuples()]
     scored = steps[keep]
     if scored.empty:
         raise ValueError("monitoring subset: every step is a stop; nothing to score")
+    share = scored.iloc[rank::world_size]
+    if share.empty:
+        return 0, 0
     # histories come from the whole episodes; only the non-stop steps are asked
-    prompts = [p for p, k in zip(_prompts(policy, steps, Path(root)), keep, strict=True) if k]
+    prompts = _prompts(policy, share, Path(root))
     outputs = _generate(
-        policy, prompts, config.evaluation, _seeds(scored, config.schedule.seed), "monitor"
+        policy, prompts, config.evaluation, _seeds(share, config.schedule.seed), "monitor"
     )
     hits = [
         actions_match(
@@ -342,9 +383,30 @@ def monitor_accuracy(
             predicted_action(output.text),
             boxes_from_row(row._asdict()),
         )
-        for row, output in zip(scored.itertuples(), outputs, strict=True)
+        for row, output in zip(share.itertuples(), outputs, strict=True)
     ]
-    return sum(hits) / len(hits), len(hits)
+    return sum(hits), len(hits)
+
+
+def monitor_accuracy(
+    policy: VisionPolicy, steps: pd.DataFrame, root: Path, config: OfflineConfig
+) -> tuple[float, int]:
+    """Exact-match accuracy of ``policy`` on ``steps`` (stop steps excluded), with ground-truth
+    prior actions and one decoding seed per step; returns ``(accuracy, steps scored)``."""
+    hits, scored = monitor_hits(policy, steps, root, config)
+    return hits / scored, scored
+
+
+def single_engine(student: VisionPolicy, config: OfflineConfig) -> Engine:
+    """The one-process engine over ``student``'s model (AdamW, on the model's device)."""
+    return TorchEngine(
+        VisionLogits(student.model),
+        config.optimizer,
+        rank=0,
+        world_size=1,
+        device=student.device,
+        precision="fp32",
+    )
 
 
 def train_oel(
@@ -353,35 +415,56 @@ def train_oel(
     pool: pd.DataFrame,
     summaries: pd.DataFrame,
     kept: np.ndarray | None,
-    monitor: Callable[[VisionPolicy], tuple[float, int]],
+    monitor: Callable[[VisionPolicy, int, int], tuple[int, int]],
     root: Path,
     config: OfflineConfig,
     *,
     run: str,
+    engine: Engine | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """OEL on the pool (``kept``: the filter's mask over the pool's rows; ``None``: every step).
+
+    Every rank runs this with the same arguments: each update's steps are the same on every rank,
+    and rank ``r`` of ``w`` samples, scores and backpropagates the steps ``r, r + w, ...`` of it,
+    in the same number of micro-batches as every other rank (a rank with none forwards a real
+    step times zero, so that every parameter takes part in the reduction). Each step's loss is
+    divided by the update's step count on every rank, so the engines' gradient average times the
+    world size is the one-process gradient; fresh responses are seeded per step and update, so
+    they do not depend on the sharding.
+
+    Args:
+        student: the policy trained; its model is ``engine``'s (``engine.sampling_model()``).
+        teacher: the frozen initial policy.
+        monitor: ``monitor(policy, rank, world_size)``: ``(hits, steps)`` of the rank's share of
+            the monitoring subset (:func:`monitor_hits`); summed over the ranks.
+        engine: the student's engine; ``None``: :func:`single_engine` (one process).
 
     Returns:
         ``(metrics, curve)``: one row per update (``run``, ``update``, ``loss``, ``num_steps``,
         ``tokens``, ``seconds``), and one per monitoring point (``run``, ``update``,
-        ``accuracy``, ``steps``).
+        ``accuracy``, ``steps``); the same on every rank.
     """
     root = Path(root)
+    engine = engine if engine is not None else single_engine(student, config)
+    rank, world = engine.rank, engine.world_size
     remarks = _remarks(summaries)
     usable = pool["episode_id"].isin(remarks).to_numpy()
     active = usable & (kept if kept is not None else True)
     schedule = config.schedule
-    optimizer = adamw([p for p in student.model.parameters() if p.requires_grad], config.optimizer)
     teacher.model.eval()
     metrics, curve = [], []
 
     def record(update: int) -> None:
-        accuracy, scored = monitor(student)
-        curve.append({"run": run, "update": update, "accuracy": accuracy, "steps": scored})
+        engine.module.eval()
+        hits, scored = engine.sum_over_ranks(
+            torch.tensor(monitor(student, rank, world), dtype=torch.float64)
+        ).tolist()
+        accuracy = hits / scored
+        curve.append({"run": run, "update": update, "accuracy": accuracy, "steps": int(scored)})
         logger.info("%s: update %d, accuracy %.4f on %d steps", run, update, accuracy, scored)
 
     record(0)
-    for update in tqdm(range(1, schedule.updates + 1), desc=run):
+    for update in tqdm(range(1, schedule.updates + 1), desc=run, disable=rank != 0):
         started = time.perf_counter()
         lo, hi = (
             (update - 1) * schedule.trajectories_per_update,
@@ -389,47 +472,104 @@ def train_oel(
         )
         in_batch = pool["position"].between(lo, hi - 1).to_numpy()
         batch = pool[in_batch & active]
-        loss_value, tokens = 0.0, 0
-        optimizer.zero_grad(set_to_none=True)
+        sums = torch.zeros(2, dtype=torch.float64)  # this rank's loss, tokens
         if not batch.empty:
-            ordinary = _prompts(student, batch, root)
-            privileged = _prompts(teacher, batch, root, remarks)
-            seeds = [derive_seed(s, update) for s in _seeds(batch, schedule.seed)]
-            student.model.eval()
-            responses = [
-                list(g.token_ids) or [student.tokenizer.eos_token_id]
-                for g in student.generate(ordinary, config.responses, seeds)
-            ]
-            student.model.train()
             n = len(batch)
-            for start in range(0, n, config.micro_batch):
-                part = slice(start, start + config.micro_batch)
-                with torch.no_grad():
-                    teacher_logits, _ = teacher.response_logits(privileged[part], responses[part])
-                student_logits, mask = student.response_logits(ordinary[part], responses[part])
-                _, l_dist = oel_loss(student_logits, teacher_logits, mask, top_k=config.top_k)
-                (l_dist.sum() / n).backward()  # the uniform mean over the update's steps
-                loss_value += float(l_dist.detach().sum()) / n
-                tokens += int(mask.sum())
-            if config.optimizer.grad_clip is not None:
-                torch.nn.utils.clip_grad_norm_(
-                    student.model.parameters(), config.optimizer.grad_clip
-                )
-            optimizer.step()
-        student.model.eval()
+            mine = batch.iloc[rank::world]
+            engine.sync_sampling_model()
+            responses: list[list[int]] = []
+            ordinary, privileged = [], []
+            if not mine.empty:
+                ordinary = _prompts(student, mine, root)
+                privileged = _prompts(teacher, mine, root, remarks)
+                seeds = [derive_seed(s, update) for s in _seeds(mine, schedule.seed)]
+                engine.module.eval()
+                responses = [
+                    list(g.token_ids) or [student.tokenizer.eos_token_id]
+                    for g in student.generate(ordinary, config.responses, seeds)
+                ]
+            engine.module.train()
+            # every rank runs as many micro-batches as the rank with the most steps
+            size = config.micro_batch
+            parts = [range(i, min(i + size, len(mine))) for i in range(0, len(mine), size)]
+            count = math.ceil(math.ceil(n / world) / size)
+            parts += [range(0)] * (count - len(parts))
+            for k, part in enumerate(parts):
+                with engine.micro_batch(last=k == count - 1), engine.autocast():
+                    if len(part):
+                        chosen = slice(part.start, part.stop)
+                        loss, tokens = _micro_batch_loss(
+                            engine,
+                            student,
+                            teacher,
+                            ordinary[chosen],
+                            privileged[chosen],
+                            responses[chosen],
+                            config.top_k,
+                        )
+                        # the uniform mean over the update's steps (times the world size:
+                        # the engines average the ranks' gradients)
+                        engine.backward(loss / n * world)
+                        sums += torch.tensor(
+                            [float(loss.detach()) / n, tokens], dtype=torch.float64
+                        )
+                    else:  # a real step of the update, weighted zero: every parameter reduced
+                        loss, _ = _micro_batch_loss(
+                            engine,
+                            student,
+                            teacher,
+                            *_first_step(student, teacher, batch, root, remarks),
+                            config.top_k,
+                        )
+                        engine.backward(loss * 0.0)
+            engine.step()
+        loss_value, tokens = engine.sum_over_ranks(sums).tolist()
+        engine.module.eval()
         metrics.append(
             {
                 "run": run,
                 "update": update,
                 "loss": loss_value,
                 "num_steps": len(batch),
-                "tokens": tokens,
+                "tokens": int(tokens),
                 "seconds": time.perf_counter() - started,
             }
         )
         if update % config.monitor_every == 0 or update == schedule.updates:
             record(update)
     return pd.DataFrame(metrics), pd.DataFrame(curve)
+
+
+def _micro_batch_loss(
+    engine: Engine,
+    student: VisionPolicy,
+    teacher: VisionPolicy,
+    ordinary: list[VisionPrompt],
+    privileged: list[VisionPrompt],
+    responses: list[list[int]],
+    top_k: int,
+) -> tuple[torch.Tensor, int]:
+    """The sum of ``l_dist`` over the micro-batch's steps (with gradient through the engine), and
+    its response tokens."""
+    with torch.no_grad():
+        teacher_logits, _ = teacher.response_logits(privileged, responses)
+    student_logits, mask = student.response_logits(ordinary, responses, engine.module)
+    _, l_dist = oel_loss(student_logits, teacher_logits, mask, top_k=top_k)
+    return l_dist.sum(), int(mask.sum())
+
+
+def _first_step(
+    student: VisionPolicy,
+    teacher: VisionPolicy,
+    batch: pd.DataFrame,
+    root: Path,
+    remarks: dict[str, str],
+) -> tuple[list[VisionPrompt], list[VisionPrompt], list[list[int]]]:
+    """The update's first step as a micro-batch of one, with a one-token response (the end of
+    sequence): what a rank without steps forwards."""
+    first = batch.iloc[:1]
+    eos = [[student.tokenizer.eos_token_id]]
+    return _prompts(student, first, root), _prompts(teacher, first, root, remarks), eos
 
 
 def warm_start(

@@ -1,0 +1,311 @@
+"""The GUI agent's OEL run (section 4.3) in a process of its own, launched as the text trainer is.
+
+One process (CPU, or one device)::
+
+    python -m resail_pipeline.gui.train --config <run_dir>/gui_train.yaml
+
+Data parallel, one process per device (DeepSpeed ZeRO-2 with GPUs; DDP over gloo on CPU)::
+
+    torchrun --standalone --nproc_per_node=8 -m resail_pipeline.gui.train \\
+        --config <run_dir>/gui_train.yaml
+
+The configuration is a :class:`GuiTrainJob` in YAML: the ``aitz`` parameters (the engine is
+``offline.engine``, the text trainer's :class:`~resail_pipeline.training.config.EngineConfig`),
+the initial checkpoint, and the Parquet inputs :func:`prepare` writes into the run directory.
+Every rank loads the frozen teacher and the student, builds the engine
+(:func:`~resail_pipeline.training.engine.build_engine`) and runs
+:func:`~resail_pipeline.gui.offline.train_oel` on its share of each update's steps; rank 0 then
+writes the metrics and the curve into the run directory and publishes the student at the
+checkpoint path (written whole or not at all). :func:`launch` runs it from the pipeline's node
+through :mod:`resail_pipeline.training.launcher` and reads back what rank 0 wrote.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+import yaml
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from resail_pipeline.checkpoints import (
+    CheckpointInfo,
+    enable_activation_checkpointing,
+    read_checkpoint_info,
+)
+from resail_pipeline.config import ConfigError, build, to_data
+from resail_pipeline.devices import off_process
+from resail_pipeline.generation.transformers_backend import resolve_dtype
+from resail_pipeline.gui import offline
+from resail_pipeline.gui.config import AitzConfig
+from resail_pipeline.gui.policy import VisionLogits, VisionPolicy
+from resail_pipeline.io import atomic_path
+from resail_pipeline.training.config import EngineConfig
+from resail_pipeline.training.engine import barrier, build_engine, init_distributed
+from resail_pipeline.training.launcher import (
+    ERROR_FILE,
+    LOG_FILE,
+    Job,
+    job_env,
+    module_command,
+    run_job,
+)
+
+__all__ = [
+    "CONFIG_FILE",
+    "CURVE_FILE",
+    "METRICS_FILE",
+    "GuiTrainJob",
+    "GuiTrainResult",
+    "launch",
+    "prepare",
+    "resolve_engine",
+    "train",
+]
+
+logger = logging.getLogger(__name__)
+
+CONFIG_FILE = "gui_train.yaml"
+METRICS_FILE = "train_metrics.parquet"
+CURVE_FILE = "curve.parquet"
+#: the run's inputs in the run directory: the pool (with the filter's ``kept`` column for the
+#: filtered run), the summaries and the monitoring subset
+POOL_FILE, SUMMARIES_FILE, MONITOR_FILE = "pool.parquet", "summaries.parquet", "monitor.parquet"
+
+
+@dataclass(frozen=True)
+class GuiTrainJob:
+    """One OEL run of the AITZ experiment, as the trainer process reads it."""
+
+    # the ``aitz`` parameters (``offline.engine`` resolved by :func:`prepare`)
+    aitz: AitzConfig = field(default_factory=AitzConfig)
+    # oel | oel_sgs: the run's name (the filtered run trains on the pool's kept steps only)
+    run: str = "oel"
+    # the initial policy's checkpoint: the frozen teacher and the student's start
+    initial: str = ""
+    # where the run's inputs, metrics, curve and log are written
+    run_dir: str = ""
+    # where the final student is published
+    checkpoint: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("initial", "run_dir", "checkpoint"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ConfigError(f"{name}: required path, got {getattr(self, name)!r}")
+
+    @property
+    def engine(self) -> EngineConfig:
+        return self.aitz.offline.engine
+
+    def to_yaml(self, path: Path) -> Path:
+        with atomic_path(path) as tmp:
+            tmp.write_text(yaml.safe_dump(to_data(self), sort_keys=False))
+        return path
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> GuiTrainJob:
+        return build(cls, yaml.safe_load(Path(path).read_text()) or {}, "")
+
+
+@dataclass(frozen=True)
+class GuiTrainResult:
+    """A finished run: the published checkpoint, one row per update, one per monitoring point."""
+
+    checkpoint: CheckpointInfo
+    metrics: pd.DataFrame
+    curve: pd.DataFrame
+    log_path: Path
+
+
+def resolve_engine(engine: EngineConfig) -> EngineConfig:
+    """``engine`` with ``auto`` resolved for the GPUs torch sees here (none: the CPU)."""
+    from resail_pipeline.checkpoints import bf16_native
+
+    cuda = torch.cuda.is_available()
+    try:
+        return engine.resolve(
+            num_gpus=torch.cuda.device_count() if cuda else 0,
+            bf16_supported=cuda and bf16_native(torch.device("cuda")),
+        )
+    except ConfigError as error:
+        raise ConfigError(f"aitz.offline.engine.{error}") from None
+
+
+def prepare(
+    job: GuiTrainJob,
+    pool: pd.DataFrame,
+    summaries: pd.DataFrame,
+    monitor: pd.DataFrame,
+    kept: np.ndarray | None = None,
+) -> Job:
+    """Write the inputs and the resolved job into ``job.run_dir``; nothing starts."""
+    engine = off_process(resolve_engine, job.engine)  # no CUDA context in this process
+    job = replace(job, aitz=replace(job.aitz, offline=replace(job.aitz.offline, engine=engine)))
+    run_dir = Path(job.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    pool = pool if kept is None else pool.assign(kept=np.asarray(kept, dtype=bool))
+    pool.to_parquet(run_dir / POOL_FILE, index=False)
+    summaries.to_parquet(run_dir / SUMMARIES_FILE, index=False)
+    monitor.to_parquet(run_dir / MONITOR_FILE, index=False)
+    config_path = job.to_yaml(run_dir / CONFIG_FILE)
+    error_file = run_dir / ERROR_FILE
+    return Job(
+        job,
+        module_command(engine, "resail_pipeline.gui.train", config_path, run_dir),
+        job_env(error_file),
+        run_dir / LOG_FILE,
+        error_file,
+    )
+
+
+def launch(
+    job: GuiTrainJob,
+    pool: pd.DataFrame,
+    summaries: pd.DataFrame,
+    monitor: pd.DataFrame,
+    kept: np.ndarray | None = None,
+) -> GuiTrainResult:
+    """Run the trainer for ``job`` in a subprocess (``python -m``, or torchrun for ``ddp`` and
+    ``deepspeed``) and read back what it published.
+
+    Raises:
+        TrainingFailed: the trainer exited non-zero (nothing was published at the checkpoint).
+    """
+    prepared = prepare(job, pool, summaries, monitor, kept)
+    run_job(prepared)
+    run_dir = Path(job.run_dir)
+    return GuiTrainResult(
+        checkpoint=read_checkpoint_info(job.checkpoint),
+        metrics=pd.read_parquet(run_dir / METRICS_FILE),
+        curve=pd.read_parquet(run_dir / CURVE_FILE),
+        log_path=prepared.log_path,
+    )
+
+
+def _resolve_for_process(engine: EngineConfig) -> EngineConfig:
+    """``engine`` resolved for this process; checks the world size torchrun gave."""
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if engine.world_size is None and "WORLD_SIZE" in os.environ:
+        engine = replace(engine, world_size=launched)
+    if not engine.resolved:
+        engine = resolve_engine(engine)
+    if engine.world_size != launched:
+        raise ConfigError(
+            f"aitz.offline.engine.world_size: configured {engine.world_size} processes, but "
+            f"{launched} were started"
+        )
+    return engine
+
+
+def train(job: GuiTrainJob) -> CheckpointInfo | None:
+    """The run on this rank (see the module docstring); the published checkpoint on rank 0."""
+    config = job.aitz
+    engine_config = _resolve_for_process(job.engine)
+    rank, world_size, device = init_distributed(engine_config.kind)
+    run_dir = Path(job.run_dir)
+    pool = pd.read_parquet(run_dir / POOL_FILE)
+    kept = pool.pop("kept").to_numpy(dtype=bool) if "kept" in pool.columns else None
+    summaries = pd.read_parquet(run_dir / SUMMARIES_FILE)
+    subset = pd.read_parquet(run_dir / MONITOR_FILE)
+    root = Path(config.data.root)
+
+    torch.manual_seed(config.offline.schedule.seed)
+    # DeepSpeed in bf16 holds bf16 parameters (fp32 optimiser state); the other engines train
+    # the model in the dtype the policy is loaded in (initial.dtype), as one process always has
+    if engine_config.bf16_parameters:
+        dtype = torch.bfloat16
+    elif engine_config.kind == "deepspeed":
+        dtype = torch.float32
+    else:
+        dtype = resolve_dtype(config.initial.dtype, device)
+    teacher = VisionPolicy.load(job.initial, device, dtype)
+    student = VisionPolicy.load(job.initial, device, dtype)
+    teacher.batch_size = student.batch_size = config.initial.batch_size
+    teacher.model.requires_grad_(False)
+    if engine_config.gradient_checkpointing:
+        enable_activation_checkpointing(student.model)
+    engine = build_engine(
+        VisionLogits(student.model),
+        engine_config,
+        config.offline.optimizer,
+        rank=rank,
+        world_size=world_size,
+        device=device,
+    )
+    student.model = engine.sampling_model()
+    logger.info(
+        "%s on %d steps of %d episodes: %d updates x %d, engine %s x %d, %s",
+        job.run,
+        len(pool),
+        pool["episode_id"].nunique(),
+        config.offline.schedule.updates,
+        config.offline.schedule.trajectories_per_update,
+        engine_config.kind,
+        world_size,
+        engine_config.precision,
+    )
+    metrics, curve = offline.train_oel(
+        student,
+        teacher,
+        pool,
+        summaries,
+        kept,
+        lambda policy, r, w: offline.monitor_hits(
+            policy, subset, root, config.offline, rank=r, world_size=w
+        ),
+        root,
+        config.offline,
+        run=job.run,
+        engine=engine,
+    )
+    info = None
+    if rank == 0:
+        metrics.to_parquet(run_dir / METRICS_FILE, index=False)
+        curve.to_parquet(run_dir / CURVE_FILE, index=False)
+        parent = read_checkpoint_info(job.initial)
+        info = student.save(
+            job.checkpoint,
+            name=f"aitz-{job.run}",
+            parent_id=parent.policy_id,
+            method=job.run,
+            cycle=1,
+        )
+        logger.info("published %s at %s", info.policy_id, info.path)
+    if world_size > 1:
+        barrier(device)
+    return info
+
+
+@record  # an error ends in TORCHELASTIC_ERROR_FILE; torchrun reports the first failing rank's
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m resail_pipeline.gui.train", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--config", required=True, help="the run's GuiTrainJob YAML file")
+    args = parser.parse_args(argv)
+    rank = int(os.environ.get("RANK", "0"))
+    logging.basicConfig(
+        level=logging.INFO if rank == 0 else logging.WARNING,
+        format=f"%(asctime)s [rank {rank}] %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    job = GuiTrainJob.from_yaml(args.config)
+    try:
+        train(job)
+    finally:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
