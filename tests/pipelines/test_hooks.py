@@ -217,6 +217,26 @@ def test_an_nvidia_driver_too_old_for_the_vllm_wheel_is_refused_before_any_node(
     )
 
 
+def test_the_aitz_pipelines_vllm_generation_is_checked_against_the_driver(cycle_1, monkeypatch):
+    """The aitz pipeline's initial policy generates with its own backend (aitz.generation):
+    vllm there has the driver checked as the text run's vllm does; transformers needs nothing."""
+    from kedro.pipeline import Pipeline, node
+
+    from resail_pipeline.config import ConfigError
+    from resail_pipeline.generation import cuda
+
+    monkeypatch.setattr(cuda, "cuda_runtime", lambda: "13.0")  # fakes: a GPU node's readings
+    monkeypatch.setattr(cuda, "driver_version", lambda: "550.54.15")
+    monkeypatch.setattr(cuda, "vllm_version", lambda: "0.32.0")
+    policy, _ = cycle_1
+    diagnosing = Pipeline([node(lambda x: x, "aitz.pool", "aitz.attempts")])
+    aitz = _catalog(None, policy).load("parameters")["aitz"]
+    vllm = {**aitz, "generation": {"backend": "vllm", "vllm": {}}}
+    with pytest.raises(ConfigError, match=r"^run\.backend: .*install NVIDIA driver >= 580"):
+        PreflightHook().before_pipeline_run({}, diagnosing, _catalog(None, policy, aitz=vllm))
+    PreflightHook().before_pipeline_run({}, diagnosing, _catalog(None, policy, aitz=aitz))
+
+
 def test_a_training_run_whose_rank_cannot_fit_its_gpus_is_refused_before_any_node(
     cycle_1, tiny_checkpoint, tmp_path, monkeypatch
 ):
