@@ -22,9 +22,7 @@ through :mod:`resail_pipeline.training.launcher` and reads back what rank 0 wrot
 
 from __future__ import annotations
 
-import argparse
 import logging
-import os
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -48,7 +46,7 @@ from resail_pipeline.gui.config import AitzConfig
 from resail_pipeline.gui.policy import VisionLogits, VisionPolicy
 from resail_pipeline.io import atomic_path
 from resail_pipeline.training.config import EngineConfig
-from resail_pipeline.training.engine import barrier, build_engine, init_distributed
+from resail_pipeline.training.engine import barrier, build_engine, init_distributed, run_rank
 from resail_pipeline.training.launcher import (
     ERROR_FILE,
     LOG_FILE,
@@ -57,6 +55,7 @@ from resail_pipeline.training.launcher import (
     module_command,
     run_job,
 )
+from resail_pipeline.training.run import resolve_engine, resolve_engine_for_process
 
 __all__ = [
     "CONFIG_FILE",
@@ -66,13 +65,14 @@ __all__ = [
     "GuiTrainResult",
     "launch",
     "prepare",
-    "resolve_engine",
     "train",
 ]
 
 logger = logging.getLogger(__name__)
 
 CONFIG_FILE = "gui_train.yaml"
+#: where the run's engine sits in the configuration (named by its errors)
+ENGINE_FIELD = "aitz.offline.engine"
 METRICS_FILE = "train_metrics.parquet"
 CURVE_FILE = "curve.parquet"
 #: the run's inputs in the run directory: the pool (with the filter's ``kept`` column for the
@@ -124,20 +124,6 @@ class GuiTrainResult:
     log_path: Path
 
 
-def resolve_engine(engine: EngineConfig) -> EngineConfig:
-    """``engine`` with ``auto`` resolved for the GPUs torch sees here (none: the CPU)."""
-    from resail_pipeline.checkpoints import bf16_native
-
-    cuda = torch.cuda.is_available()
-    try:
-        return engine.resolve(
-            num_gpus=torch.cuda.device_count() if cuda else 0,
-            bf16_supported=cuda and bf16_native(torch.device("cuda")),
-        )
-    except ConfigError as error:
-        raise ConfigError(f"aitz.offline.engine.{error}") from None
-
-
 def prepare(
     job: GuiTrainJob,
     pool: pd.DataFrame,
@@ -146,7 +132,8 @@ def prepare(
     kept: np.ndarray | None = None,
 ) -> Job:
     """Write the inputs and the resolved job into ``job.run_dir``; nothing starts."""
-    engine = off_process(resolve_engine, job.engine)  # no CUDA context in this process
+    # no CUDA context in this process
+    engine = off_process(resolve_engine, job.engine, ENGINE_FIELD)
     job = replace(job, aitz=replace(job.aitz, offline=replace(job.aitz.offline, engine=engine)))
     run_dir = Path(job.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -189,25 +176,10 @@ def launch(
     )
 
 
-def _resolve_for_process(engine: EngineConfig) -> EngineConfig:
-    """``engine`` resolved for this process; checks the world size torchrun gave."""
-    launched = int(os.environ.get("WORLD_SIZE", "1"))
-    if engine.world_size is None and "WORLD_SIZE" in os.environ:
-        engine = replace(engine, world_size=launched)
-    if not engine.resolved:
-        engine = resolve_engine(engine)
-    if engine.world_size != launched:
-        raise ConfigError(
-            f"aitz.offline.engine.world_size: configured {engine.world_size} processes, but "
-            f"{launched} were started"
-        )
-    return engine
-
-
 def train(job: GuiTrainJob) -> CheckpointInfo | None:
     """The run on this rank (see the module docstring); the published checkpoint on rank 0."""
     config = job.aitz
-    engine_config = _resolve_for_process(job.engine)
+    engine_config = resolve_engine_for_process(job.engine, ENGINE_FIELD)
     rank, world_size, device = init_distributed(engine_config.kind)
     run_dir = Path(job.run_dir)
     pool = pd.read_parquet(run_dir / POOL_FILE)
@@ -285,26 +257,13 @@ def train(job: GuiTrainJob) -> CheckpointInfo | None:
 
 @record  # an error ends in TORCHELASTIC_ERROR_FILE; torchrun reports the first failing rank's
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m resail_pipeline.gui.train", description=__doc__.split("\n\n")[0]
+    return run_rank(
+        argv,
+        prog="python -m resail_pipeline.gui.train",
+        description=__doc__.split("\n\n")[0],
+        config_help="the run's GuiTrainJob YAML file",
+        start=lambda path: train(GuiTrainJob.from_yaml(path)),
     )
-    parser.add_argument("--config", required=True, help="the run's GuiTrainJob YAML file")
-    args = parser.parse_args(argv)
-    rank = int(os.environ.get("RANK", "0"))
-    logging.basicConfig(
-        level=logging.INFO if rank == 0 else logging.WARNING,
-        format=f"%(asctime)s [rank {rank}] %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    job = GuiTrainJob.from_yaml(args.config)
-    try:
-        train(job)
-    finally:
-        import torch.distributed as dist
-
-        if dist.is_initialized():
-            dist.destroy_process_group()
-    return 0
 
 
 if __name__ == "__main__":

@@ -17,39 +17,24 @@ is published there.
 
 from __future__ import annotations
 
-import argparse
-import logging
-import os
 import sys
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from resail_pipeline.training.config import TrainConfig
+from resail_pipeline.training.engine import run_rank
 from resail_pipeline.training.run import TrainingRun
 
 
 @record  # an error ends in TORCHELASTIC_ERROR_FILE; torchrun reports the first failing rank's
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m resail_pipeline.training", description=__doc__.split("\n\n")[0]
+    return run_rank(
+        argv,
+        prog="python -m resail_pipeline.training",
+        description=__doc__.split("\n\n")[0],
+        config_help="the run's TrainConfig YAML file",
+        start=lambda path: TrainingRun(TrainConfig.from_yaml(path)).run(),
     )
-    parser.add_argument("--config", required=True, help="the run's TrainConfig YAML file")
-    args = parser.parse_args(argv)
-    rank = int(os.environ.get("RANK", "0"))
-    logging.basicConfig(
-        level=logging.INFO if rank == 0 else logging.WARNING,
-        format=f"%(asctime)s [rank {rank}] %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    config = TrainConfig.from_yaml(args.config)
-    try:
-        TrainingRun(config).run()
-    finally:
-        import torch.distributed as dist
-
-        if dist.is_initialized():
-            dist.destroy_process_group()
-    return 0
 
 
 if __name__ == "__main__":

@@ -22,12 +22,14 @@ the other engines (CPU or GPU).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
 import math
 import os
+import sys
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -48,6 +50,7 @@ __all__ = [
     "build_engine",
     "deepspeed_config",
     "init_distributed",
+    "run_rank",
 ]
 
 logger = logging.getLogger(__name__)
@@ -84,6 +87,35 @@ def init_distributed(kind: str) -> tuple[int, int, torch.device]:
     group = f"{dist.get_backend()} process group" if dist.is_initialized() else "no process group"
     logger.info("rank %d of %d on %s, %s", rank, world_size, device, group)
     return rank, world_size, device
+
+
+def run_rank(
+    argv: list[str] | None,
+    *,
+    prog: str,
+    description: str,
+    config_help: str,
+    start: Callable[[str], object],
+) -> int:
+    """A trainer process's command line (one rank, alone or under torchrun): ``--config PATH``,
+    the rank's logging (INFO on rank 0, warnings elsewhere, each line tagged with the rank),
+    ``start(PATH)``, then the process group left, whatever happened. The module's ``main`` wraps
+    it in torchrun's ``record``, so that an error ends in ``TORCHELASTIC_ERROR_FILE``."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--config", required=True, help=config_help)
+    args = parser.parse_args(argv)
+    rank = int(os.environ.get("RANK", "0"))
+    logging.basicConfig(
+        level=logging.INFO if rank == 0 else logging.WARNING,
+        format=f"%(asctime)s [rank {rank}] %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        start(args.config)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
 
 
 def barrier(device: torch.device) -> None:

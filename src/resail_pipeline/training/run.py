@@ -67,6 +67,8 @@ __all__ = [
     "load_frozen",
     "make_trainer",
     "probe_set_with_frozen",
+    "resolve_engine",
+    "resolve_engine_for_process",
     "resolve_for_machine",
     "resolve_for_process",
     "score_with_frozen",
@@ -98,13 +100,22 @@ class TrainOutcome:
     probe: pd.DataFrame
 
 
+def resolve_engine(engine: EngineConfig, field: str = "engine") -> EngineConfig:
+    """``engine`` with ``auto`` resolved for the GPUs torch sees here (none: the CPU); an error
+    names the setting as ``field`` (where the engine sits in its configuration)."""
+    cuda = torch.cuda.is_available()
+    try:
+        return engine.resolve(
+            num_gpus=torch.cuda.device_count() if cuda else 0,
+            bf16_supported=cuda and bf16_native(torch.device("cuda")),
+        )
+    except ConfigError as error:
+        raise ConfigError(f"{field}.{error}") from None
+
+
 def resolve_for_machine(config: TrainConfig) -> TrainConfig:
     """``config`` with ``auto`` resolved for the GPUs torch sees here (none: the CPU)."""
-    cuda = torch.cuda.is_available()
-    return config.resolve(
-        num_gpus=torch.cuda.device_count() if cuda else 0,
-        bf16_supported=cuda and bf16_native(torch.device("cuda")),
-    )
+    return replace(config, engine=resolve_engine(config.engine))
 
 
 def load_frozen(path: str, engine: EngineConfig) -> tuple[PreTrainedModel, Any]:
@@ -182,24 +193,29 @@ def compiles(config: TrainConfig, device: torch.device) -> bool:
     return resolve_compile(config.compile, device)
 
 
-def resolve_for_process(config: TrainConfig) -> TrainConfig:
-    """``config`` with ``auto`` resolved for this process; checks the world size torchrun gave."""
+def resolve_engine_for_process(engine: EngineConfig, field: str = "engine") -> EngineConfig:
+    """``engine`` with ``auto`` resolved for this process; checks the world size torchrun gave.
+    Errors name the setting as ``field``."""
     launched = int(os.environ.get("WORLD_SIZE", "1"))
-    engine = config.engine
     if engine.world_size is None and "WORLD_SIZE" in os.environ:
-        config = replace(config, engine=replace(engine, world_size=launched))
-    if not config.engine.resolved:
-        config = resolve_for_machine(config)
-    if config.engine.world_size != launched:
+        engine = replace(engine, world_size=launched)
+    if not engine.resolved:
+        engine = resolve_engine(engine, field)
+    if engine.world_size != launched:
         raise ConfigError(
-            f"engine.world_size: configured {config.engine.world_size} processes, "
+            f"{field}.world_size: configured {engine.world_size} processes, "
             f"but {launched} were started"
         )
-    if config.engine.kind == "single" and launched > 1:
+    if engine.kind == "single" and launched > 1:
         raise ConfigError(
-            "engine.kind: single runs one process; use ddp or deepspeed under torchrun"
+            f"{field}.kind: single runs one process; use ddp or deepspeed under torchrun"
         )
-    return config
+    return engine
+
+
+def resolve_for_process(config: TrainConfig) -> TrainConfig:
+    """``config`` with ``auto`` resolved for this process; checks the world size torchrun gave."""
+    return replace(config, engine=resolve_engine_for_process(config.engine))
 
 
 class TrainingRun:
