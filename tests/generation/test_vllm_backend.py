@@ -241,7 +241,10 @@ def test_a_vision_prompt_goes_with_its_images_and_one_pad_per_image(tiny_tokeniz
     llm = FakeLLM(tiny_tokenizer, completions * 3)
     llm.llm_engine = types.SimpleNamespace(
         model_config=types.SimpleNamespace(
-            max_model_len=len(ids) + 2, hf_config=types.SimpleNamespace(image_token_id=pad)
+            max_model_len=len(ids) + 2,
+            hf_config=types.SimpleNamespace(
+                image_token_id=pad, vision_start_token_id=start, vision_end_token_id=end
+            ),
         )
     )
     generator = VLLMGenerator(llm, policy_id="vl@0", progress=False)
@@ -256,6 +259,9 @@ def test_a_vision_prompt_goes_with_its_images_and_one_pad_per_image(tiny_tokeniz
         "prompt_token_ids": tiny_tokenizer(text_prompt, add_special_tokens=False)["input_ids"]
     }
     assert [p["seed"] for _, p in llm.requests] == response_seeds(3, params)
+    # no placeholder in a vision prompt's response (it would be taken for an image's)
+    suppressed = {pad: -100.0, start: -100.0, end: -100.0}
+    assert [p["logit_bias"] for _, p in llm.requests] == [suppressed, suppressed, None]
     assert out[0].token_ids == (word, eos) and out[0].logprobs == (-0.5, -0.1)
     assert out[0].text == tiny_tokenizer.decode([word], skip_special_tokens=True)
     with pytest.raises(ValueError, match=rf"a prompt of {len(ids)} tokens with 3 new ones"):

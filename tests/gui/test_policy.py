@@ -8,7 +8,7 @@ import torch
 from resail_pipeline.checkpoints import CheckpointError
 from resail_pipeline.config import ConfigError
 from resail_pipeline.generation import Generator, is_vision_checkpoint, make_generator
-from resail_pipeline.generation.base import SamplingParams, derive_seed
+from resail_pipeline.generation.base import SamplingParams, derive_seed, vision_token_ids
 from resail_pipeline.gui.policy import PromptedGenerator, VisionEncoder, VisionPolicy
 from resail_pipeline.prompts import gui
 from resail_pipeline.prompts.render import gui_action_messages, gui_summary_messages
@@ -80,12 +80,46 @@ def test_batched_decoding_equals_one_prompt_at_a_time(
 def test_greedy_decoding_agrees_with_transformers_generate(vision_policy, aitz_root, aitz_train):
     prompt = _prompts(vision_policy, aitz_root, aitz_train, 2)[1]
     ours = vision_policy.generate([prompt], SamplingParams(temperature=0, max_new_tokens=6))[0]
-    inputs = vision_policy._batch([prompt.input_ids], [prompt])
+    inputs = vision_policy.model_inputs([prompt.input_ids], [prompt])
     theirs = vision_policy.model.generate(
-        **inputs, do_sample=False, max_new_tokens=6, eos_token_id=-1, pad_token_id=0
+        **inputs,
+        do_sample=False,
+        max_new_tokens=6,
+        eos_token_id=-1,
+        pad_token_id=0,
+        suppress_tokens=list(vision_token_ids(vision_policy.model.config)),
     )[0, len(prompt.input_ids) :].tolist()
     eos = vision_policy.tokenizer.eos_token_id
     assert list(ours.token_ids) == (theirs[: theirs.index(eos) + 1] if eos in theirs else theirs)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_response_never_holds_a_vision_placeholder(
+    vision_policy, aitz_root, aitz_train, temperature
+):
+    """A model that favours the image pad above all (a hook on its head, for the test) still
+    answers without one, and the response is scored: the model would take a response's pad for
+    one of the prompt's images and fail on the count."""
+    config = vision_policy.model.config
+    placeholders = vision_token_ids(config)
+    assert config.image_token_id in placeholders and config.vision_start_token_id in placeholders
+
+    def favour_placeholders(module, inputs, output):
+        output[..., list(placeholders)] += 1e4
+        return output
+
+    hook = vision_policy.model.lm_head.register_forward_hook(favour_placeholders)
+    try:
+        prompts = _prompts(vision_policy, aitz_root, aitz_train, 2)
+        params = SamplingParams(temperature=temperature, max_new_tokens=5)
+        out = vision_policy.generate(prompts, params, seeds=[1, 2])
+        assert all(len(g.token_ids) == 5 for g in out)  # no end token among the favoured
+        assert not {t for g in out for t in g.token_ids} & set(placeholders)
+        with torch.no_grad():
+            logits, mask = vision_policy.response_logits(prompts, [g.token_ids for g in out])
+        assert logits.shape[:2] == (2, 5) and bool(mask.all())
+    finally:
+        hook.remove()
 
 
 def test_batched_response_logits_equal_one_at_a_time(vision_policy, aitz_root, aitz_train):

@@ -210,3 +210,30 @@ def test_the_remark_is_the_one_the_single_pattern_finds(text):
     pattern = r"<remark>\s*How to do:\s*\n.*?Watch out:\s*\n.*?</remark>"
     found = re.search(pattern, text, re.DOTALL)
     assert gui.accepted_remark(text) == (found.group(0) if found else None)
+
+
+@pytest.mark.parametrize(
+    ("written", "kept"),
+    [
+        ("tap <IMAGE: CURRENT_SCREENSHOT> now", "tap  now"),
+        ("<IMAGE: SCREENSHOT_AT_THIS_STEP>", ""),
+        # taking the inner one out joins the outer halves into another: taken out too
+        ("a<IMAGE: CURRENT_<IMAGE: SCREENSHOT_AT_THIS_STEP>SCREENSHOT>b", "ab"),
+        ("no placeholder <IMAGE> here", "no placeholder <IMAGE> here"),
+    ],
+)
+def test_model_written_text_loses_its_image_placeholders(written, kept):
+    assert gui.without_placeholders(written) == kept
+
+
+def test_a_prompt_has_one_image_slot_per_screenshot_whatever_the_model_wrote():
+    """An attempt or a remark holding a placeholder would add a slot no screenshot fills."""
+    attempt = f"click {gui.SUMMARY_IMAGE_PLACEHOLDER} then {gui.IMAGE_PLACEHOLDER}"
+    summary = render_gui_summary("Go", [("press Back", attempt), ("press Home", None)])
+    assert summary.count(gui.SUMMARY_IMAGE_PLACEHOLDER) == 1
+    assert gui.IMAGE_PLACEHOLDER not in summary
+    assert "click  then " in summary
+    remark = REMARK.replace("Tap Settings.", f"Tap {gui.IMAGE_PLACEHOLDER}.")
+    action = render_gui_action("Turn on Wi-Fi", ["click Home"], remark)
+    assert action.count(gui.IMAGE_PLACEHOLDER) == 1
+    assert action.endswith(gui.IMAGE_PLACEHOLDER)

@@ -67,6 +67,25 @@ class VisionPrompt:
     images: tuple[Any, ...] = ()
 
 
+#: the configuration fields of a vision-language model's placeholder tokens (Qwen3-VL's)
+VISION_TOKEN_FIELDS = (
+    "image_token_id",
+    "video_token_id",
+    "vision_start_token_id",
+    "vision_end_token_id",
+)
+
+
+def vision_token_ids(config: Any) -> tuple[int, ...]:
+    """The ids of a vision-language model's image and video placeholders (``config``: its
+    transformers configuration), which no response may hold: the model takes every image pad of
+    a sequence it scores (prompt and response) for one of the prompt's images, and fails when
+    their count and the images' patches differ. Both backends suppress them when decoding a
+    :class:`VisionPrompt`."""
+    ids = {getattr(config, name, None) for name in VISION_TOKEN_FIELDS}
+    return tuple(sorted(int(i) for i in ids if i is not None))
+
+
 #: what a :class:`Generator` takes: chat-formatted texts, or encoded vision-language prompts
 Prompt = str | VisionPrompt
 

@@ -25,6 +25,7 @@ from resail_pipeline.generation.base import (
     SamplingParams,
     VisionPrompt,
     response_seeds,
+    vision_token_ids,
 )
 
 
@@ -185,8 +186,14 @@ class VLLMGenerator(Generator):
         eos_id = self.tokenizer.eos_token_id
         rows = range(len(stream_seeds))
         requests = [encoded[r // params.n] for r in rows]
-        # a vision-language prompt's response is decoded as the transformers backend decodes it
+        # a vision-language prompt's response is decoded as the transformers backend decodes it,
+        # its placeholder tokens suppressed as there (vLLM's logit bias is at most 100 in size)
         skip_special = [isinstance(prompts[r // params.n], VisionPrompt) for r in rows]
+        suppressed = (
+            {i: -100.0 for i in vision_token_ids(self.llm.llm_engine.model_config.hf_config)}
+            if any(skip_special)
+            else {}
+        )
         request_params = [
             VLLMSamplingParams(
                 n=1,
@@ -198,8 +205,9 @@ class VLLMGenerator(Generator):
                 stop_token_ids=[eos_id],
                 logprobs=0,  # only the sampled token's log-prob
                 detokenize=False,
+                logit_bias=suppressed if skip else None,
             )
-            for seed in stream_seeds
+            for seed, skip in zip(stream_seeds, skip_special, strict=True)
         ]
         # vLLM 0.32 divides by the bar's elapsed time, which a bar disabled by TQDM_DISABLE keeps
         # at zero: no bar where tqdm is disabled

@@ -46,19 +46,14 @@ from resail_pipeline.generation.base import (
     SamplingParams,
     VisionPrompt,
     response_seeds,
+    vision_token_ids,
 )
 from resail_pipeline.generation.transformers_backend import choose_tokens, resolve_dtype
-from resail_pipeline.prompts.gui import (
-    IMAGE_PLACEHOLDER,
-    SUMMARY_IMAGE_PLACEHOLDER,
-    TOOL_DEFINITION,
-)
+from resail_pipeline.prompts.gui import IMAGE_PLACEHOLDERS, TOOL_DEFINITION
 
 __all__ = ["PromptedGenerator", "VisionEncoder", "VisionLogits", "VisionPolicy", "VisionPrompt"]
 
 logger = logging.getLogger(__name__)
-
-_PLACEHOLDERS = (IMAGE_PLACEHOLDER, SUMMARY_IMAGE_PLACEHOLDER)
 
 
 class VisionEncoder:
@@ -100,9 +95,9 @@ class VisionEncoder:
             list(messages), tools=[TOOL_DEFINITION], add_generation_prompt=True, tokenize=False
         )
         pieces = [text]
-        for placeholder in _PLACEHOLDERS:
+        for placeholder in IMAGE_PLACEHOLDERS:
             pieces = [part for piece in pieces for part in _split_keep(piece, placeholder)]
-        slots = sum(piece in _PLACEHOLDERS for piece in pieces)
+        slots = sum(piece in IMAGE_PLACEHOLDERS for piece in pieces)
         if slots != len(images):
             raise ValueError(
                 f"images: the prompt has {slots} image placeholder(s), got {len(images)} image(s)"
@@ -115,7 +110,7 @@ class VisionEncoder:
         ids: list[int] = []
         image = 0
         for piece in pieces:
-            if piece in _PLACEHOLDERS:
+            if piece in IMAGE_PLACEHOLDERS:
                 pads = int(grids[image].prod()) // self._merge
                 ids += [self._vision_start, *[self._image_token] * pads, self._vision_end]
                 image += 1
@@ -161,6 +156,8 @@ class VisionPolicy(Generator):
         )
         self.encoder = VisionEncoder(tokenizer, image_processor, model.config)
         self._image_token = model.config.image_token_id
+        # never sampled: a response's image pad would be taken for an image's when it is scored
+        self._suppressed = list(vision_token_ids(model.config))
 
     @property
     def device(self) -> torch.device:
@@ -247,7 +244,7 @@ class VisionPolicy(Generator):
         """:meth:`VisionEncoder.encode` with this policy's tokenizer and image processor."""
         return self.encoder.encode(messages, images)
 
-    def _batch(
+    def model_inputs(
         self,
         sequences: Sequence[Sequence[int]],
         prompts: Sequence[VisionPrompt],
@@ -309,7 +306,7 @@ class VisionPolicy(Generator):
         """One left-padded batch: prefill with the images, then one token per step."""
         prompts = [prompt for prompt, _ in rows]
         steps, eos = params.max_new_tokens, self.tokenizer.eos_token_id
-        inputs = self._batch([p.input_ids for p in prompts], prompts, left=True)
+        inputs = self.model_inputs([p.input_ids for p in prompts], prompts, left=True)
         mask = inputs["attention_mask"]
         positions, deltas = self.model.model.get_rope_index(
             inputs["input_ids"],
@@ -334,9 +331,9 @@ class VisionPolicy(Generator):
         tokens: list[list[int]] = [[] for _ in rows]
         alive = torch.ones(len(rows), dtype=torch.bool, device=logits.device)  # (B,)
         for k in range(steps):
-            chosen = choose_tokens(
-                logits.float(), params, None if uniforms is None else uniforms[:, k]
-            )
+            scores = logits.float()
+            scores[:, self._suppressed] = float("-inf")
+            chosen = choose_tokens(scores, params, None if uniforms is None else uniforms[:, k])
             for b in alive.nonzero().squeeze(-1).tolist():
                 tokens[b].append(int(chosen[b]))
             alive &= chosen != eos
@@ -387,7 +384,7 @@ class VisionPolicy(Generator):
         if any(len(r) == 0 for r in responses):
             raise ValueError("responses: every response needs at least one token")
         sequences = [list(p.input_ids) + list(r) for p, r in zip(prompts, responses, strict=True)]
-        inputs = self._batch(sequences, prompts)
+        inputs = self.model_inputs(sequences, prompts)
         # (N, L, V)
         logits = self.model(**inputs).logits if forward is None else forward(**inputs)
         longest = max(len(r) for r in responses)

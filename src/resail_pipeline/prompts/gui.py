@@ -128,6 +128,20 @@ Watch out:
 
 SUMMARY_IMAGE_PLACEHOLDER = "<IMAGE: SCREENSHOT_AT_THIS_STEP>"
 
+#: where a rendered prompt puts one of its call's screenshots
+IMAGE_PLACEHOLDERS = (IMAGE_PLACEHOLDER, SUMMARY_IMAGE_PLACEHOLDER)
+
+
+def without_placeholders(text: str) -> str:
+    """Model-written ``text`` (an attempt, a remark) with every image placeholder taken out. In a
+    rendered prompt each placeholder is a slot for one of the call's screenshots: one written by
+    the model would be a slot no image fills. Repeated until none is left, since taking one out
+    can join the text around it into another."""
+    while any(placeholder in text for placeholder in IMAGE_PLACEHOLDERS):
+        for placeholder in IMAGE_PLACEHOLDERS:
+            text = text.replace(placeholder, "")
+    return text
+
 
 # --- Rendering ---------------------------------------------------------------------------------
 

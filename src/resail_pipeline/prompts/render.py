@@ -134,8 +134,8 @@ def render_gui_action(
 ) -> str:
     """The user message of a GUI action call (appendix G, "GUI action input"): ordinary view, or
     privileged when ``remark`` (an accepted ``<remark>...</remark>`` block) is given. The image
-    position is :data:`gui.IMAGE_PLACEHOLDER`; the system message is :data:`gui.ACTION_SYSTEM` and
-    the tool is :data:`gui.TOOL_DEFINITION`."""
+    position is :data:`gui.IMAGE_PLACEHOLDER`, the only one (the remark's are taken out); the
+    system message is :data:`gui.ACTION_SYSTEM` and the tool is :data:`gui.TOOL_DEFINITION`."""
     progress = (
         "\n".join(
             gui.PROGRESS_RECORD.format(index=i, action=a)
@@ -145,7 +145,9 @@ def render_gui_action(
     )
     return gui.ACTION_USER.format(
         instruction=instruction,
-        guideline_block="" if remark is None else gui.GUIDELINE_BLOCK.format(remark=remark),
+        guideline_block=""
+        if remark is None
+        else gui.GUIDELINE_BLOCK.format(remark=gui.without_placeholders(remark)),
         progress=progress,
         image=gui.IMAGE_PLACEHOLDER,
     )
@@ -155,14 +157,18 @@ def render_gui_summary(instruction: str, steps: list[tuple[str, str | None]]) ->
     """The user message of the GUI summary call (appendix G, "GUI summary input").
 
     ``steps`` holds, in trajectory order, ``(correct_action, student_attempt)``; the attempt is
-    ``None`` where the student handled the step correctly. The system message is
-    :data:`gui.SUMMARY_SYSTEM`.
+    ``None`` where the student handled the step correctly; each failed step has one
+    :data:`gui.SUMMARY_IMAGE_PLACEHOLDER` (an attempt's own placeholders are taken out). The system
+    message is :data:`gui.SUMMARY_SYSTEM`.
     """
     records = [
         gui.SUMMARY_STEP_CORRECT.format(index=i, action=action)
         if attempt is None
         else gui.SUMMARY_STEP_FAILED.format(
-            index=i, image=gui.SUMMARY_IMAGE_PLACEHOLDER, action=action, attempt=attempt
+            index=i,
+            image=gui.SUMMARY_IMAGE_PLACEHOLDER,
+            action=action,
+            attempt=gui.without_placeholders(attempt),
         )
         for i, (action, attempt) in enumerate(steps, start=1)
     ]
