@@ -201,11 +201,23 @@ def test_a_prompt_longer_than_max_model_len_is_refused_before_any_request(
     assert generator.max_model_len == longest + 3
     with pytest.raises(
         ValueError,
-        match=rf"max_model_len: {longest + 3} tokens, but a prompt of "
-        rf"{longest} tokens with 4 new ones needs {longest + 4}",
+        match=rf"^run\.generation\.vllm\.max_model_len: {longest + 3} tokens, but a prompt of "
+        rf"{longest} tokens with 4 new ones needs {longest + 4}.*\(run\.env_options\.max_steps\)$",
     ):
         generator.generate(prompts, SamplingParams(max_new_tokens=4))
     assert llm.requests is None  # nothing was sent
+    # another caller's settings are the ones named (the GUI agent's)
+    gui = VLLMGenerator(
+        llm,
+        policy_id="tiny@0",
+        progress=False,
+        settings="aitz.generation.vllm",
+        episode_length="aitz.data.max_steps",
+    )
+    with pytest.raises(
+        ValueError, match=r"^aitz\.generation\.vllm\.max_model_len: .*\(aitz\.data\.max_steps\)$"
+    ):
+        gui.generate(prompts, SamplingParams(max_new_tokens=4))
     llm.completions = [FakeCompletion([5], [{5: FakeLogprob(-1.0)}], "length")] * 2
     assert len(generator.generate(prompts, SamplingParams(max_new_tokens=3))) == 2
 

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import sys
+import types
+
 import pytest
 import torch
 
 from resail_pipeline.checkpoints import CheckpointError
-from resail_pipeline.config import ConfigError
+from resail_pipeline.config import ConfigError, build
 from resail_pipeline.generation import Generator, is_vision_checkpoint, make_generator
 from resail_pipeline.generation.base import SamplingParams, derive_seed, vision_token_ids
+from resail_pipeline.gui.config import AitzConfig
+from resail_pipeline.gui.experiment import open_generator
 from resail_pipeline.gui.policy import PromptedGenerator, VisionEncoder, VisionPolicy
 from resail_pipeline.prompts import gui
 from resail_pipeline.prompts.render import gui_action_messages, gui_summary_messages
@@ -181,6 +186,37 @@ def test_a_vision_checkpoint_is_served_by_the_protocols_backends(
     params = SamplingParams(temperature=1.0, max_new_tokens=5)
     prompted = PromptedGenerator(encoder, generator, batch_size=2)
     assert prompted.generate(ours, params, [1, 2]) == generator.generate(theirs, params, [1, 2])
+
+
+def test_the_gui_experiment_opens_vllm_naming_its_own_settings(
+    vision_policy, tmp_path, monkeypatch
+):
+    """A prompt too long for the engine is refused naming aitz's settings, not the text
+    agents' (a fake engine stands in for vLLM: only the options it is started with matter)."""
+    vision_policy.save(tmp_path / "policy", name="tiny")
+    started = {}
+
+    class FakeEngine:
+        def __init__(self, **options):
+            started.update(options)
+
+        def get_tokenizer(self):
+            return vision_policy.tokenizer
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=FakeEngine))
+    config = build(
+        AitzConfig,
+        {
+            "generation": {"backend": "vllm", "vllm": {"max_model_len": 64}},
+            "initial": {"path": str(tmp_path / "policy")},
+        },
+        "aitz",
+    )
+    generator = open_generator(config, tmp_path / "policy")
+    assert isinstance(generator, PromptedGenerator) and started["max_model_len"] == 64
+    assert generator.generator.settings == "aitz.generation.vllm"
+    assert generator.generator.episode_length == "aitz.data.max_steps"
+    assert "settings" not in started and "episode_length" not in started
 
 
 @pytest.fixture(scope="module")

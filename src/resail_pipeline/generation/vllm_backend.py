@@ -37,10 +37,24 @@ class VLLMGenerator(Generator):
             :meth:`from_checkpoint` does) for ``Generation.logprobs`` to be behaviour log-probs.
         policy_id: recorded with every response.
         progress: show vLLM's progress bar.
+        settings: where the caller's configuration holds the engine's options, and
+        episode_length: the setting that shortens its prompts; both named when a prompt is too
+            long (the text agents' by default; the GUI agent's are ``aitz.generation.vllm`` and
+            ``aitz.data.max_steps``).
     """
 
-    def __init__(self, llm: Any, *, policy_id: str, progress: bool = True) -> None:
+    def __init__(
+        self,
+        llm: Any,
+        *,
+        policy_id: str,
+        progress: bool = True,
+        settings: str = "run.generation.vllm",
+        episode_length: str = "run.env_options.max_steps",
+    ) -> None:
         self.llm = llm
+        self.settings = settings
+        self.episode_length = episode_length
         self.tokenizer = llm.get_tokenizer()
         if self.tokenizer.eos_token_id is None:
             raise ValueError("tokenizer: has no eos_token, so a response could never end")
@@ -76,6 +90,8 @@ class VLLMGenerator(Generator):
         seed: int = 0,
         progress: bool = True,
         enable_prefix_caching: bool = True,
+        settings: str = "run.generation.vllm",
+        episode_length: str = "run.env_options.max_steps",
         **engine_options: Any,
     ) -> VLLMGenerator:
         """Start an engine on a local checkpoint; ``engine_options`` go to ``vllm.LLM``.
@@ -97,7 +113,13 @@ class VLLMGenerator(Generator):
         )
         if policy_id is None:
             policy_id = read_checkpoint_info(path).policy_id
-        return cls(llm, policy_id=policy_id, progress=progress)
+        return cls(
+            llm,
+            policy_id=policy_id,
+            progress=progress,
+            settings=settings,
+            episode_length=episode_length,
+        )
 
     def close(self) -> None:
         """Shut the engine's core (its worker processes and their GPU memory) down, then vLLM's
@@ -122,10 +144,10 @@ class VLLMGenerator(Generator):
         longest = max(len(ids) for ids in encoded)
         if longest + max_new_tokens > self.max_model_len:
             raise ValueError(
-                f"run.generation.vllm.max_model_len: {self.max_model_len} tokens, but a prompt of "
+                f"{self.settings}.max_model_len: {self.max_model_len} tokens, but a prompt of "
                 f"{longest} tokens with {max_new_tokens} new ones needs {longest + max_new_tokens}; "
                 "raise it (up to the model's max_position_embeddings) or shorten the episodes "
-                "(run.env_options.max_steps)"
+                f"({self.episode_length})"
             )
 
     def _requests(self, prompts: Sequence[Prompt]) -> tuple[list[dict[str, Any]], list[list[int]]]:

@@ -77,8 +77,12 @@ def open_generator(config: AitzConfig, path: str | Path) -> VisionPolicy | Promp
     initial = config.initial
     if config.generation.backend == "transformers":
         options = {"device": initial.device, "dtype": initial.dtype}
-    else:
-        options = dict(config.generation.vllm)
+    else:  # a prompt too long for the engine is refused naming this experiment's settings
+        options = {
+            **config.generation.vllm,
+            "settings": "aitz.generation.vllm",
+            "episode_length": "aitz.data.max_steps",
+        }
     logger.info("generation: %s over %s", config.generation.backend, path)
     generator = make_generator(config.generation.backend, path, **options)
     if isinstance(generator, VisionPolicy):
