@@ -114,7 +114,7 @@ def test_the_script_refuses_a_missing_wheels_folder(tmp_path):
 
 @pytest.mark.slow
 def test_the_check_passes_on_the_cpu(tmp_path):
-    """``scripts/gpu_check.sh --device cpu`` end to end (about 3 minutes on 2 cores)."""
+    """``scripts/gpu_check.sh --device cpu`` end to end (about 5 minutes on 2 cores)."""
     out = tmp_path / "cpu.json"
     command = ["bash", str(SCRIPT), "--device", "cpu", "--out", str(out), "--work", str(tmp_path)]
     command += ["--tasks", "2", "--updates", "1", "--max-new-tokens", "24", "--prompts", "4"]
@@ -134,10 +134,13 @@ def test_the_check_passes_on_the_cpu(tmp_path):
     assert done.returncode == 0, (failed, done.stderr[-3000:])
     assert report["passed"] and report["complete"] and report["device"] == "cpu"
     assert report["peak_gpu_memory_mib"] is None and report["versions"]["torch"]
-    for name in ("generation", "probe", "train_single"):
+    for name in ("generation", "probe", "train_single", "aitz"):
         assert checks[name]["status"] == "passed", name
     assert checks["generation"]["details"]["fp32_equal"] == "4/4"
     assert checks["train_single"]["details"]["device"] == "cpu"
+    aitz = checks["aitz"]["details"]
+    assert aitz["fp32_equal"] == "4/4" and aitz["updates"] == 1 and aitz["device"] == "cpu"
+    assert aitz["process_group"] == ("gloo" if aitz["engine"] == "deepspeed" else "none")
     optional = {"train_deepspeed": ("deepspeed",), "smoke": ("kedro", "matplotlib")}
     for name, modules in optional.items():
         if all(importlib.util.find_spec(m) for m in modules):

