@@ -236,3 +236,39 @@ def test_one_process_on_the_engine_equals_the_loop_it_replaced(
 def test_config_errors_name_the_field(changes, message):
     with pytest.raises(ConfigError, match=message):
         build(AitzConfig, changes, "aitz")
+
+
+def test_the_score_node_scores_in_a_process_of_its_own_where_a_gpu_is(
+    vision_policy, aitz_root, aitz_train, tmp_path, monkeypatch
+):
+    """On a GPU machine the scores are computed off the Kedro process (devices.off_process,
+    made to spawn here by saying a GPU is visible): the same table as in this process."""
+    from resail_pipeline import devices
+    from resail_pipeline.gui import experiment
+    from resail_pipeline.pipelines.aitz import nodes
+
+    info = vision_policy.save(tmp_path / "policy", name="tiny")
+    pool = offline.training_pool(aitz_train, 2, seed=0)
+    attempts = offline.diagnose(vision_policy, pool, aitz_root, _config())
+    summaries = offline.summarize(vision_policy, pool, attempts, aitz_root, _config())
+    params = {
+        "data": {"root": str(aitz_root)},
+        "initial": {"path": info.path, "device": "cpu", "dtype": "float32"},
+        "offline": CONFIG,
+    }
+    config = build(AitzConfig, params, "aitz")
+    here = experiment.score_steps(config, info.path, pool, attempts, summaries)
+    monkeypatch.setattr(devices, "visible_devices", lambda: ["0"])
+    sent = []
+
+    def recorded(function, *args, **kwargs):
+        sent.append(function)
+        return devices.off_process(function, *args, **kwargs)
+
+    monkeypatch.setattr(nodes, "off_process", recorded)
+    there = nodes.score_node(pool, attempts, summaries, info.to_frame(), params)
+    assert sent == [experiment.score_steps]
+    assert there[["episode_id", "step_id", "tokens"]].equals(
+        here[["episode_id", "step_id", "tokens"]]
+    )
+    np.testing.assert_allclose(there["jsd"], here["jsd"], rtol=1e-5, atol=1e-7)

@@ -47,6 +47,7 @@ __all__ = [
     "open_generator",
     "read_splits",
     "run_oel",
+    "score_steps",
 ]
 
 logger = logging.getLogger(__name__)
@@ -157,6 +158,21 @@ def build_initial_policy(
     )
     info = policy.save(_staging(config, "initial"), name="aitz-initial", method="react")
     return info, losses
+
+
+def score_steps(
+    config: AitzConfig,
+    path: str | Path,
+    pool: pd.DataFrame,
+    attempts: pd.DataFrame,
+    summaries: pd.DataFrame,
+) -> pd.DataFrame:
+    """PI sensitivity of the pool's steps under the initial policy at ``path``
+    (:func:`~resail_pipeline.gui.offline.score_steps`), loaded on ``initial.device``."""
+    with load_policy(config.initial, path) as policy:
+        return offline.score_steps(
+            policy, pool, attempts, summaries, Path(config.data.root), config.offline
+        )
 
 
 def filter_steps(pool: pd.DataFrame, scores: pd.DataFrame, keep: float) -> pd.DataFrame:

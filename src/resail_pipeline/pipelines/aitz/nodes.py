@@ -10,6 +10,7 @@ from matplotlib.figure import Figure
 
 from resail_pipeline.checkpoints import CheckpointInfo
 from resail_pipeline.config import build
+from resail_pipeline.devices import off_process
 from resail_pipeline.evaluation.report.figures import gui_accuracy_figure
 from resail_pipeline.evaluation.report.tables import gui_accuracy_table, table_to_markdown
 from resail_pipeline.gui import experiment, offline
@@ -34,13 +35,10 @@ def pool_node(train: pd.DataFrame, params: dict[str, Any]) -> pd.DataFrame:
 def initial_policy_node(
     train: pd.DataFrame, pool: pd.DataFrame, params: dict[str, Any]
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The initial policy's manifest and its warm start's losses."""
-    info, losses = experiment.build_initial_policy(aitz_config(params), train, pool)
+    """The initial policy's manifest and its warm start's losses (on a GPU machine in a process
+    of its own, as every node that computes on the model: Kedro's holds no CUDA context)."""
+    info, losses = off_process(experiment.build_initial_policy, aitz_config(params), train, pool)
     return info.to_frame(), losses
-
-
-def _policy(config: AitzConfig, checkpoint: pd.DataFrame):
-    return experiment.load_policy(config.initial, CheckpointInfo.from_frame(checkpoint).path)
 
 
 def _generator(config: AitzConfig, checkpoint: pd.DataFrame):
@@ -72,11 +70,9 @@ def score_node(
     checkpoint: pd.DataFrame,
     params: dict[str, Any],
 ) -> pd.DataFrame:
-    config = aitz_config(params)
-    with _policy(config, checkpoint) as policy:
-        return offline.score_steps(
-            policy, pool, attempts, summaries, Path(config.data.root), config.offline
-        )
+    """PI sensitivity of the pool's steps under the initial policy (off-process, as above)."""
+    path = CheckpointInfo.from_frame(checkpoint).path
+    return off_process(experiment.score_steps, aitz_config(params), path, pool, attempts, summaries)
 
 
 def filter_node(pool: pd.DataFrame, scores: pd.DataFrame, params: dict[str, Any]) -> pd.DataFrame:
