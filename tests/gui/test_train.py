@@ -3,7 +3,9 @@ gloo processes the one-process run."""
 
 from __future__ import annotations
 
+import shutil
 import sys
+import types
 from dataclasses import replace
 from pathlib import Path
 
@@ -165,3 +167,54 @@ def test_torchrun_on_two_cpu_processes_matches_one_process(engine, gui_inputs, t
     assert two.checkpoint.parent_id == initial.policy_id and two.checkpoint.method == "oel_sgs"
     assert (Path(two.checkpoint.path) / "preprocessor_config.json").is_file()
     assert_same_run(one, two)
+
+
+def test_a_killed_run_continues_from_its_snapshot(gui_inputs, tmp_path, aitz_root, monkeypatch):
+    """The GUI trainer (in this process, one engine) stopped after update 1's snapshot, then
+    rerun: it continues at update 2, ends as the uninterrupted run, and removes its snapshots once
+    published. A snapshot taken under other settings is not continued."""
+    from resail_pipeline.gui import train as gui_train
+
+    initial, pool, summaries, subset = gui_inputs
+    kept = np.arange(len(pool)) % 2 == 0
+    real = offline.monitor_hits
+    monitored = []  # the updates monitored: 0, then after every update (monitor_every 1)
+
+    def counted(policy, *args, **kwargs):
+        monitored.append(len(monitored))
+        if len(monitored) == stop_at:
+            raise KeyboardInterrupt("killed")
+        return real(policy, *args, **kwargs)
+
+    monkeypatch.setattr(offline, "monitor_hits", counted)
+
+    def run(name: str, snapshots: Path | None = None, lr: float = 1e-4):
+        monitored.clear()
+        job = _job(tmp_path, initial, name, {"kind": "single"}, aitz_root)
+        optimizer = replace(job.aitz.offline.optimizer, lr=lr)
+        aitz = replace(job.aitz, offline=replace(job.aitz.offline, optimizer=optimizer))
+        job = replace(job, aitz=aitz, snapshots=str(snapshots or ""))
+        info = gui_train.train(prepare(job, pool, summaries, subset, kept).config)
+        run_dir = Path(job.run_dir)
+        return types.SimpleNamespace(
+            checkpoint=info,
+            metrics=pd.read_parquet(run_dir / "train_metrics.parquet"),
+            curve=pd.read_parquet(run_dir / "curve.parquet"),
+        )
+
+    stop_at = None
+    whole = run("whole")
+    folder = tmp_path / "oel_sgs.snapshots"
+    stop_at = 3  # while monitoring update 2: update 1's snapshot is the latest
+    with pytest.raises(KeyboardInterrupt):
+        run("killed", folder)
+    assert [p.name for p in folder.iterdir()] == ["update-000001"]
+    stop_at = None
+    shutil.copytree(folder, tmp_path / "copy.snapshots")
+    run("other-lr", tmp_path / "copy.snapshots", lr=2e-4)
+    assert len(monitored) == 3  # started over: updates 0, 1 and 2 monitored
+    resumed = run("resumed", folder)
+    assert len(monitored) == 1  # update 2 only
+    assert not folder.exists()  # published: nothing left to continue
+    assert resumed.metrics["update"].tolist() == [1, 2]
+    assert_same_run(whole, resumed)

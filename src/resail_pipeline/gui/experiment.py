@@ -202,7 +202,8 @@ def run_oel(
 ) -> tuple[CheckpointInfo, pd.DataFrame, pd.DataFrame]:
     """One OEL run from the initial policy (``filtered``: the filter's table; its loss is then
     over kept steps only), in the trainer's own process(es): the staged final checkpoint, the
-    per-update metrics and the monitoring curve."""
+    per-update metrics and the monitoring curve. A rerun of a killed run continues from its
+    last snapshot (in ``staging_dir``, under the engines that give one)."""
     subset = offline.monitoring_subset(
         test, config.offline.monitor_episodes, config.offline.schedule.seed
     )
@@ -219,6 +220,8 @@ def run_oel(
         initial=initial.path,
         run_dir=str(work / "run"),
         checkpoint=str(work / "policy"),
+        # the same folder for every rerun (not matched by the staging clean-up of `run-`)
+        snapshots=str(Path(config.staging_dir) / f"{run}.snapshots"),
     )
     result = launch(job, pool, summaries, subset, kept)
     # the run's configuration and log travel with the model; its inputs are catalog copies

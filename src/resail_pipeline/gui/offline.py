@@ -41,6 +41,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -66,8 +67,12 @@ from resail_pipeline.prompts.render import gui_action_messages, gui_summary_mess
 from resail_pipeline.training.config import EngineConfig, OptimizerConfig, ScheduleConfig
 from resail_pipeline.training.engine import Engine, TorchEngine
 
+if TYPE_CHECKING:
+    from resail_pipeline.training.snapshots import Snapshots
+
 __all__ = [
     "ON_REJECTED",
+    "MonitoredCurve",
     "OfflineConfig",
     "clone_policy",
     "diagnose",
@@ -111,6 +116,9 @@ class OfflineConfig:
     top_k: int = 20
     # the trainer's engine, processes and precision (the text trainer's: single, ddp, deepspeed)
     engine: EngineConfig = field(default_factory=EngineConfig)
+    # updates between snapshots of a run (student, AdamW, metrics, curve) from which a rerun of
+    # a killed run continues; the last update's is always taken (training/snapshots.py)
+    snapshot_every: int = 1
 
     def __post_init__(self) -> None:
         check_sections(self)
@@ -133,6 +141,7 @@ class OfflineConfig:
         check_choice("on_rejected", self.on_rejected, ON_REJECTED)
         check_int("micro_batch", self.micro_batch, low=1)
         check_int("top_k", self.top_k, low=1)
+        check_int("snapshot_every", self.snapshot_every, low=1)
 
     @property
     def pool_size(self) -> int:
@@ -409,6 +418,23 @@ def single_engine(student: VisionPolicy, config: OfflineConfig) -> Engine:
     )
 
 
+class MonitoredCurve:
+    """A run's monitored accuracy so far, one row ``(run, update, accuracy, steps)`` per
+    monitoring point; its rows travel with the run's snapshots
+    (:class:`~resail_pipeline.training.snapshots.KeptRows`)."""
+
+    COLUMNS = ("run", "update", "accuracy", "steps")
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, int, float, int]] = []
+
+    def restore_rows(self, rows: list[tuple[Any, ...]]) -> None:
+        self.rows = [(str(r), int(u), float(a), int(n)) for r, u, a, n in rows]
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.rows, columns=list(self.COLUMNS))
+
+
 def train_oel(
     student: VisionPolicy,
     teacher: VisionPolicy,
@@ -421,6 +447,8 @@ def train_oel(
     *,
     run: str,
     engine: Engine | None = None,
+    snapshots: Snapshots | None = None,
+    curve: MonitoredCurve | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """OEL on the pool (``kept``: the filter's mask over the pool's rows; ``None``: every step).
 
@@ -438,6 +466,11 @@ def train_oel(
         monitor: ``monitor(policy, rank, world_size)``: ``(hits, steps)`` of the rank's share of
             the monitoring subset (:func:`monitor_hits`); summed over the ranks.
         engine: the student's engine; ``None``: :func:`single_engine` (one process).
+        snapshots: the run's snapshots (their kept rows: ``curve``): the updates of the latest
+            one are not run again, and one is taken after every update they ask for. Every
+            draw of an update is seeded from the schedule's seed and the update, so a continued
+            run is the uninterrupted one.
+        curve: where the monitored accuracy is recorded (``None``: a new one).
 
     Returns:
         ``(metrics, curve)``: one row per update (``run``, ``update``, ``loss``, ``num_steps``,
@@ -452,7 +485,8 @@ def train_oel(
     active = usable & (kept if kept is not None else True)
     schedule = config.schedule
     teacher.model.eval()
-    metrics, curve = [], []
+    curve = curve if curve is not None else MonitoredCurve()
+    start, metrics = (0, []) if snapshots is None else snapshots.restore()
 
     def record(update: int) -> None:
         engine.module.eval()
@@ -460,11 +494,13 @@ def train_oel(
             torch.tensor(monitor(student, rank, world), dtype=torch.float64)
         ).tolist()
         accuracy = hits / scored
-        curve.append({"run": run, "update": update, "accuracy": accuracy, "steps": int(scored)})
+        curve.rows.append((run, update, accuracy, int(scored)))
         logger.info("%s: update %d, accuracy %.4f on %d steps", run, update, accuracy, scored)
 
-    record(0)
-    for update in tqdm(range(1, schedule.updates + 1), desc=run, disable=rank != 0):
+    if start == 0:
+        record(0)
+    updates = range(start + 1, schedule.updates + 1)
+    for update in tqdm(updates, desc=run, initial=start, total=schedule.updates, disable=rank != 0):
         started = time.perf_counter()
         lo, hi = (
             (update - 1) * schedule.trajectories_per_update,
@@ -537,7 +573,9 @@ def train_oel(
         )
         if update % config.monitor_every == 0 or update == schedule.updates:
             record(update)
-    return pd.DataFrame(metrics), pd.DataFrame(curve)
+        if snapshots is not None:
+            snapshots.after_update(update, metrics)
+    return pd.DataFrame(metrics), curve.frame()
 
 
 def _micro_batch_loss(

@@ -44,9 +44,15 @@ from resail_pipeline.generation.transformers_backend import resolve_dtype
 from resail_pipeline.gui import offline
 from resail_pipeline.gui.config import AitzConfig
 from resail_pipeline.gui.policy import VisionLogits, VisionPolicy
-from resail_pipeline.io import atomic_path
+from resail_pipeline.io import atomic_path, sha256_file
 from resail_pipeline.training.config import EngineConfig
-from resail_pipeline.training.engine import barrier, build_engine, init_distributed, run_rank
+from resail_pipeline.training.engine import (
+    Engine,
+    barrier,
+    build_engine,
+    init_distributed,
+    run_rank,
+)
 from resail_pipeline.training.launcher import (
     ERROR_FILE,
     LOG_FILE,
@@ -56,6 +62,7 @@ from resail_pipeline.training.launcher import (
     run_job,
 )
 from resail_pipeline.training.run import resolve_engine, resolve_engine_for_process
+from resail_pipeline.training.snapshots import Snapshots, settings_key
 
 __all__ = [
     "CONFIG_FILE",
@@ -63,6 +70,7 @@ __all__ = [
     "METRICS_FILE",
     "GuiTrainJob",
     "GuiTrainResult",
+    "job_key",
     "launch",
     "prepare",
     "train",
@@ -94,6 +102,9 @@ class GuiTrainJob:
     run_dir: str = ""
     # where the final student is published
     checkpoint: str = ""
+    # where the run keeps its snapshots, the same for every rerun, so that one continues where a
+    # killed run stopped (training/snapshots.py); empty: none
+    snapshots: str = ""
 
     def __post_init__(self) -> None:
         for name in ("initial", "run_dir", "checkpoint"):
@@ -212,6 +223,8 @@ def train(job: GuiTrainJob) -> CheckpointInfo | None:
         device=device,
     )
     student.model = engine.sampling_model()
+    curve = offline.MonitoredCurve()
+    snapshots = _snapshots(job, engine, world_size, curve)
     logger.info(
         "%s on %d steps of %d episodes: %d updates x %d, engine %s x %d, %s",
         job.run,
@@ -223,7 +236,7 @@ def train(job: GuiTrainJob) -> CheckpointInfo | None:
         world_size,
         engine_config.precision,
     )
-    metrics, curve = offline.train_oel(
+    metrics, monitored = offline.train_oel(
         student,
         teacher,
         pool,
@@ -236,11 +249,13 @@ def train(job: GuiTrainJob) -> CheckpointInfo | None:
         config.offline,
         run=job.run,
         engine=engine,
+        snapshots=snapshots,
+        curve=curve,
     )
     info = None
     if rank == 0:
         metrics.to_parquet(run_dir / METRICS_FILE, index=False)
-        curve.to_parquet(run_dir / CURVE_FILE, index=False)
+        monitored.to_parquet(run_dir / CURVE_FILE, index=False)
         parent = read_checkpoint_info(job.initial)
         info = student.save(
             job.checkpoint,
@@ -252,7 +267,51 @@ def train(job: GuiTrainJob) -> CheckpointInfo | None:
         logger.info("published %s at %s", info.policy_id, info.path)
     if world_size > 1:
         barrier(device)
+    if snapshots is not None:  # published: nothing left to continue
+        snapshots.remove()
     return info
+
+
+def _snapshots(
+    job: GuiTrainJob, engine: Engine, world_size: int, curve: offline.MonitoredCurve
+) -> Snapshots | None:
+    """The run's snapshots at ``job.snapshots`` (``None`` without, or under an engine whose
+    optimiser state is partitioned: DeepSpeed), keyed to the job and its inputs' contents."""
+    if not job.snapshots:
+        return None
+    if not engine.resumable:
+        logger.info(
+            "snapshots: none under %s (its optimiser state is partitioned over the ranks); a "
+            "rerun of a killed run starts from its first update",
+            job.engine.kind,
+        )
+        return None
+    run_dir = Path(job.run_dir)
+    inputs = {
+        name: sha256_file(run_dir / name) for name in (POOL_FILE, SUMMARIES_FILE, MONITOR_FILE)
+    }
+    inputs["initial"] = read_checkpoint_info(job.initial).sha256
+    offline_config = job.aitz.offline
+    return Snapshots(
+        job.snapshots,
+        job_key(job, world_size, inputs),
+        every=offline_config.snapshot_every,
+        updates=offline_config.schedule.updates,
+        engine=engine,
+        probe=curve,
+        read_record=dict,
+    )
+
+
+def job_key(job: GuiTrainJob, world_size: int, inputs: dict[str, str]) -> str:
+    """What a snapshot of ``job`` must have been taken under to be continued
+    (:func:`~resail_pipeline.training.snapshots.settings_key`): the job without its paths and
+    the snapshot frequency, the world size, and the inputs' sha256."""
+    settings = to_data(job)
+    for name in ("run_dir", "checkpoint", "snapshots"):
+        settings.pop(name)
+    settings["aitz"]["offline"].pop("snapshot_every")
+    return settings_key(settings, world_size, inputs)
 
 
 @record  # an error ends in TORCHELASTIC_ERROR_FILE; torchrun reports the first failing rank's

@@ -7,7 +7,8 @@ rank 0 writes the run's state to ``run.snapshots``:
 - ``state.safetensors``: the student's weights and AdamW's per-parameter state
   (:meth:`~resail_pipeline.training.engine.Engine.training_state`);
 - ``state.json``: the run's key, the updates done, AdamW's parameter groups, the update records
-  so far and the probe's rows so far.
+  so far and the other rows the run has kept so far (the probe's; the GUI trainer's monitored
+  accuracy).
 
 Each snapshot is written into a temporary folder and renamed into place (``update-000012``,
 ``io.atomic_path``), then the others are removed, so a kill at any moment leaves at least one
@@ -20,6 +21,8 @@ the run is stateful across updates: every random draw of update ``u`` is seeded 
 uninterrupted one, and ends with the same weights to the rounding of the processor.
 
 DeepSpeed partitions AdamW's state over the ranks: no snapshots are taken under it (logged).
+The text trainer (:mod:`resail_pipeline.training.run`) and the GUI trainer
+(:mod:`resail_pipeline.gui.train`) both keep their runs' snapshots here.
 """
 
 from __future__ import annotations
@@ -30,18 +33,18 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from safetensors.torch import load_file, save_file
 
 from resail_pipeline.io import atomic_path
 from resail_pipeline.training.config import TrainConfig
 from resail_pipeline.training.engine import Engine
-from resail_pipeline.training.probe import SensitivityProbe
 from resail_pipeline.training.trainer import UpdateRecord
 
-__all__ = ["STATE_FILE", "TENSORS_FILE", "Snapshots", "run_key"]
+__all__ = ["STATE_FILE", "TENSORS_FILE", "KeptRows", "Snapshots", "run_key", "settings_key"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,9 +53,29 @@ STATE_FILE = "state.json"
 _PREFIX = "update-"
 
 
+class KeptRows(Protocol):
+    """What a run records besides its updates, kept with each snapshot (the probe's rows)."""
+
+    @property
+    def rows(self) -> Sequence[tuple[Any, ...]]: ...
+
+    def restore_rows(self, rows: list[tuple[Any, ...]]) -> None: ...
+
+
+def settings_key(settings: dict[str, Any], world_size: int, inputs: dict[str, str]) -> str:
+    """What a snapshot must have been taken under to be continued: ``settings`` (a run's
+    configuration without its output paths), the world size and the inputs' sha256."""
+    text = json.dumps(
+        {"config": settings, "world_size": world_size, "inputs": dict(sorted(inputs.items()))},
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def run_key(config: TrainConfig, world_size: int, inputs: dict[str, str]) -> str:
-    """What a snapshot must have been taken under to be continued: the configuration (its output
-    paths and the snapshot frequency aside), the world size and the inputs' sha256."""
+    """:func:`settings_key` of a text training run: its configuration without its output paths
+    and the snapshot frequency."""
     settings = config.to_dict()
     settings.pop("snapshot_every", None)
     settings["run"] = {
@@ -60,12 +83,7 @@ def run_key(config: TrainConfig, world_size: int, inputs: dict[str, str]) -> str
         for k, v in settings["run"].items()
         if k not in ("manifest", "checkpoint", "run_dir", "snapshots")
     }
-    text = json.dumps(
-        {"config": settings, "world_size": world_size, "inputs": dict(sorted(inputs.items()))},
-        sort_keys=True,
-        default=str,
-    )
-    return hashlib.sha256(text.encode()).hexdigest()
+    return settings_key(settings, world_size, inputs)
 
 
 class Snapshots:
@@ -77,7 +95,10 @@ class Snapshots:
         every: updates between snapshots (the last update's is always taken).
         updates: the run's number of updates.
         engine: the student's engine (:attr:`~Engine.resumable`).
-        probe: the PI-sensitivity probe whose rows travel with the snapshot, if any.
+        probe: what else the run records, whose rows travel with the snapshot, if anything (the
+            PI-sensitivity probe; the GUI trainer's monitored accuracy).
+        read_record: an update record from its JSON form (the text trainer's
+            :class:`UpdateRecord` by default; a record that is a mapping is written as it is).
     """
 
     def __init__(
@@ -88,7 +109,8 @@ class Snapshots:
         every: int,
         updates: int,
         engine: Engine,
-        probe: SensitivityProbe | None = None,
+        probe: KeptRows | None = None,
+        read_record: Callable[[dict[str, Any]], Any] | None = None,
     ) -> None:
         if every < 1:
             raise ValueError(f"every: must be at least 1, got {every!r}")
@@ -100,6 +122,7 @@ class Snapshots:
         self.updates = updates
         self.engine = engine
         self.probe = probe
+        self.read_record = read_record or _record
 
     def latest(self) -> Path | None:
         """The most advanced complete snapshot in the folder, if any."""
@@ -108,7 +131,7 @@ class Snapshots:
         done = sorted(p for p in self.folder.glob(f"{_PREFIX}*") if (p / STATE_FILE).is_file())
         return done[-1] if done else None
 
-    def restore(self) -> tuple[int, list[UpdateRecord]]:
+    def restore(self) -> tuple[int, list[Any]]:
         """Load the latest matching snapshot into the engine and the probe; return the updates it
         had done and their records (``0, []``: none to continue from). Every rank calls it."""
         latest = self.latest()
@@ -123,7 +146,7 @@ class Snapshots:
             )
             return 0, []
         self.engine.load_training_state(load_file(latest / TENSORS_FILE), state["optimizer"])
-        records = [_record(r) for r in state["records"]]
+        records = [self.read_record(r) for r in state["records"]]
         if self.probe is not None:
             self.probe.restore_rows([tuple(row) for row in state["probe"]])
         logger.info(
@@ -134,7 +157,7 @@ class Snapshots:
         )
         return state["updates"], records
 
-    def after_update(self, done: int, records: list[UpdateRecord]) -> None:
+    def after_update(self, done: int, records: Sequence[Any]) -> None:
         """Take a snapshot if ``done`` updates call for one (rank 0 writes; the others pass)."""
         if done % self.every and done != self.updates:
             return
@@ -145,7 +168,9 @@ class Snapshots:
             "key": self.key,
             "updates": done,
             "optimizer": optimizer,
-            "records": [dataclasses.asdict(r) for r in records],
+            "records": [
+                dataclasses.asdict(r) if dataclasses.is_dataclass(r) else dict(r) for r in records
+            ],
             "probe": [] if self.probe is None else [list(row) for row in self.probe.rows],
         }
         target = self.folder / f"{_PREFIX}{done:06d}"
