@@ -457,6 +457,7 @@ def _environment(options, sha256="a" * 64):
 
 
 def test_the_cache_key_counts_the_games_by_content_not_by_where_they_lie():
+    pytest.importorskip("alfworld")  # the key names the installed alfworld's version
     recipe = build._recipe_key(BootstrapConfig.from_dict(ALFWORLD_TINY))
     here = build._cache_key(recipe, _environment({"data_path": "/here"}))
     assert build._cache_key(recipe, _environment({"data_path": "/there"})) == here
