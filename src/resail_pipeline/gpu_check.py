@@ -396,25 +396,14 @@ class GpuCheck:
             start = time.perf_counter()
             theirs = _hf_greedy(generator, texts, options.max_new_tokens)
             details["hf_generate_s"] = round(time.perf_counter() - start, 2)
-        differing = [
-            i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a.token_ids != b
-        ]
         details.update(
             prompts=len(texts),
             prompt_tokens=[
                 len(generator.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts
             ],
             generated_tokens=sum(len(g.token_ids) for g in ours),
-            fp32_equal=f"{len(texts) - len(differing)}/{len(texts)}",
         )
-        if differing:
-            first = differing[0]
-            raise CheckFailed(
-                f"greedy tokens differ from transformers' generate on prompt(s) {differing}; "
-                f"prompt {first}: backend {list(ours[first].token_ids)[:12]}..., "
-                f"generate {list(theirs[first])[:12]}...",
-                details,
-            )
+        _check_greedy(ours, theirs, details)
         return details
 
     # -- probe --------------------------------------------------------------------------------
@@ -582,30 +571,13 @@ class GpuCheck:
             "log": str(result.log_path),
         }
         placement = _placement_in(log)
-        want = self._placement(engine)
         details["device"], details["process_group"] = placement or (None, None)
         problems = []
         if f"engine {engine} x 1" not in log:
             problems.append(f"the log does not show 'engine {engine} x 1'")
-        if placement != want:
-            problems.append(
-                f"the trainer ran on {placement or 'a device its log does not name'}, not {want}"
-            )
-        if len(metrics) != self.options.updates:
-            problems.append(f"{len(metrics)} metrics rows for {self.options.updates} updates")
-        if not all(math.isfinite(float(v)) for v in metrics["loss"]):
-            problems.append(f"a loss is not finite: {details['losses']}")
         verify_weights(result.checkpoint.path)
-        if result.checkpoint.sha256 == read_checkpoint_info(self.policy).sha256:
-            problems.append("the published weights equal the initial policy's")
-        figures = memory.figures()
-        if figures is not None:
-            grown = figures["device_used_peak"] - figures["device_used_before"]
-            if grown < MIN_TRAINER_MIB:
-                problems.append(
-                    f"the device's used memory grew by {grown:.0f} MiB only while the trainer "
-                    "ran: it did not run on the GPU"
-                )
+        moved = result.checkpoint.sha256 != read_checkpoint_info(self.policy).sha256
+        problems += self._trained(placement, engine, metrics, moved, memory)
         first = float(metrics["loss"].iloc[0]) if len(metrics) else math.nan
         if resolved.precision == "fp32" and self.first_loss is not None:
             # the same update in fp32 on every engine: the same loss, to rounding
@@ -743,22 +715,11 @@ class GpuCheck:
         ours = policy.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=tokens))
         theirs = _hf_vision_greedy(policy, prompts, tokens)
         policy.close()
-        differing = [
-            i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a.token_ids != b
-        ]
         details.update(
             prompt_tokens=[len(p.input_ids) for p in prompts],
             image_patches=[int(p.image_grid_thw.prod()) for p in prompts],
-            fp32_equal=f"{len(prompts) - len(differing)}/{len(prompts)}",
         )
-        if differing:
-            first = differing[0]
-            raise CheckFailed(
-                f"greedy tokens differ from transformers' generate on prompt(s) {differing}; "
-                f"prompt {first}: backend {list(ours[first].token_ids)[:12]}..., "
-                f"generate {list(theirs[first])[:12]}...",
-                details,
-            )
+        _check_greedy(ours, theirs, details)
 
         start = time.perf_counter()
         with experiment.open_generator(config, initial.path) as generator:
@@ -789,26 +750,9 @@ class GpuCheck:
             monitored_accuracy=[round(float(v), 3) for v in curve["accuracy"]],
         )
         details["device"], details["process_group"] = placement or (None, None)
-        problems = []
-        if placement != self._placement(engine):
-            problems.append(
-                f"the trainer ran on {placement or 'a device its log does not name'}, "
-                f"not {self._placement(engine)}"
-            )
-        if len(metrics) != self.options.updates:
-            problems.append(f"{len(metrics)} metrics rows for {self.options.updates} updates")
-        if not all(math.isfinite(float(v)) for v in metrics["loss"]):
-            problems.append(f"a loss is not finite: {details['losses']}")
-        if trained.sha256 == initial.sha256:
-            problems.append("the published weights equal the initial policy's")
-        figures = memory.figures()
-        if figures is not None:
-            grown = figures["device_used_peak"] - figures["device_used_before"]
-            if grown < MIN_TRAINER_MIB:
-                problems.append(
-                    f"the device's used memory grew by {grown:.0f} MiB only while the trainer "
-                    "ran: it did not run on the GPU"
-                )
+        problems = self._trained(
+            placement, engine, metrics, trained.sha256 != initial.sha256, memory
+        )
         if problems:
             raise CheckFailed("; ".join(problems), details)
         return details
@@ -895,6 +839,40 @@ class GpuCheck:
 
     # -- shared -------------------------------------------------------------------------------
 
+    def _trained(
+        self,
+        placement: tuple[str, str] | None,
+        engine: str,
+        metrics: Any,
+        moved: bool,
+        memory: DeviceMemory,
+    ) -> list[str]:
+        """What is wrong with a one-rank training run of ``engine``: where its log says it ran
+        (``placement``), its metrics (one row per update, finite losses), whether its published
+        weights ``moved`` from the initial ones, and the device memory it took."""
+        problems = []
+        want = self._placement(engine)
+        if placement != want:
+            problems.append(
+                f"the trainer ran on {placement or 'a device its log does not name'}, not {want}"
+            )
+        if len(metrics) != self.options.updates:
+            problems.append(f"{len(metrics)} metrics rows for {self.options.updates} updates")
+        losses = [float(v) for v in metrics["loss"]]
+        if not all(math.isfinite(v) for v in losses):
+            problems.append(f"a loss is not finite: {[round(v, 6) for v in losses]}")
+        if not moved:
+            problems.append("the published weights equal the initial policy's")
+        figures = memory.figures()
+        if figures is not None:
+            grown = figures["device_used_peak"] - figures["device_used_before"]
+            if grown < MIN_TRAINER_MIB:
+                problems.append(
+                    f"the device's used memory grew by {grown:.0f} MiB only while the trainer "
+                    "ran: it did not run on the GPU"
+                )
+        return problems
+
     def _placement(self, engine: str) -> tuple[str, str]:
         """Where a one-rank trainer of ``engine`` must say it ran (see :func:`_placement_in`)."""
         cuda = self.device.type == "cuda"
@@ -915,6 +893,21 @@ def _comparison_prompts(steps: Any, count: int) -> list[str]:
             if prompt not in chosen:
                 chosen.append(str(prompt))
     return chosen[:count]
+
+
+def _check_greedy(ours: Sequence[Any], theirs: Sequence[Sequence[int]], details: dict) -> None:
+    """Record in ``details`` how many of the backend's greedy responses (``ours``) equal
+    transformers' ``generate`` (``theirs``) token for token; fail naming the first that differs."""
+    differing = [i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a.token_ids != b]
+    details["fp32_equal"] = f"{len(ours) - len(differing)}/{len(ours)}"
+    if differing:
+        first = differing[0]
+        raise CheckFailed(
+            f"greedy tokens differ from transformers' generate on prompt(s) {differing}; "
+            f"prompt {first}: backend {list(ours[first].token_ids)[:12]}..., "
+            f"generate {list(theirs[first])[:12]}...",
+            details,
+        )
 
 
 def _hf_greedy(generator: Any, texts: Sequence[str], max_new_tokens: int) -> list[tuple[int, ...]]:
