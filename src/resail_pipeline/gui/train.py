@@ -62,7 +62,7 @@ from resail_pipeline.training.launcher import (
     run_job,
 )
 from resail_pipeline.training.run import resolve_engine, resolve_engine_for_process
-from resail_pipeline.training.snapshots import Snapshots, settings_key
+from resail_pipeline.training.snapshots import Snapshots, keeps_snapshots, settings_key
 
 __all__ = [
     "CONFIG_FILE",
@@ -277,14 +277,7 @@ def _snapshots(
 ) -> Snapshots | None:
     """The run's snapshots at ``job.snapshots`` (``None`` without, or under an engine whose
     optimiser state is partitioned: DeepSpeed), keyed to the job and its inputs' contents."""
-    if not job.snapshots:
-        return None
-    if not engine.resumable:
-        logger.info(
-            "snapshots: none under %s (its optimiser state is partitioned over the ranks); a "
-            "rerun of a killed run starts from its first update",
-            job.engine.kind,
-        )
+    if not keeps_snapshots(job.snapshots, engine, job.engine.kind):
         return None
     run_dir = Path(job.run_dir)
     inputs = {

@@ -54,7 +54,7 @@ from resail_pipeline.training.data import (
 from resail_pipeline.training.engine import Engine, barrier, build_engine, init_distributed
 from resail_pipeline.training.probe import ProbeSet, SensitivityProbe, build_probe_set, probe_frame
 from resail_pipeline.training.scoring import score_steps
-from resail_pipeline.training.snapshots import Snapshots, run_key
+from resail_pipeline.training.snapshots import Snapshots, keeps_snapshots, run_key
 from resail_pipeline.training.trainer import Trainer, UpdateLoop, UpdateRecord
 from resail_pipeline.training.views import ResponseLogits
 
@@ -340,13 +340,7 @@ class TrainingRun:
                 chunk_size=engine_config.chunk_size,
             )
         self.snapshots = None
-        if config.run.snapshots and not engine.resumable:
-            logger.info(
-                "snapshots: none under %s (its optimiser state is partitioned over the ranks); a "
-                "rerun of a killed run starts from its first update",
-                engine_config.kind,
-            )
-        elif config.run.snapshots and self.schedule:
+        if keeps_snapshots(config.run.snapshots, engine, engine_config.kind) and self.schedule:
             self.snapshots = Snapshots(
                 config.run.snapshots,
                 run_key(config, self.world_size, dict(manifest.sha256)),

@@ -44,7 +44,15 @@ from resail_pipeline.training.config import TrainConfig
 from resail_pipeline.training.engine import Engine
 from resail_pipeline.training.trainer import UpdateRecord
 
-__all__ = ["STATE_FILE", "TENSORS_FILE", "KeptRows", "Snapshots", "run_key", "settings_key"]
+__all__ = [
+    "STATE_FILE",
+    "TENSORS_FILE",
+    "KeptRows",
+    "Snapshots",
+    "keeps_snapshots",
+    "run_key",
+    "settings_key",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +68,22 @@ class KeptRows(Protocol):
     def rows(self) -> Sequence[tuple[Any, ...]]: ...
 
     def restore_rows(self, rows: list[tuple[Any, ...]]) -> None: ...
+
+
+def keeps_snapshots(folder: str, engine: Engine, kind: str) -> bool:
+    """Whether a run asked to keep snapshots in ``folder`` (empty: not asked) can, under
+    ``engine`` (of configured ``kind``); where it gives no state to keep (DeepSpeed), the log
+    says so."""
+    if not folder:
+        return False
+    if not engine.resumable:
+        logger.info(
+            "snapshots: none under %s (its optimiser state is partitioned over the ranks); a "
+            "rerun of a killed run starts from its first update",
+            kind,
+        )
+        return False
+    return True
 
 
 def settings_key(settings: dict[str, Any], world_size: int, inputs: dict[str, str]) -> str:
