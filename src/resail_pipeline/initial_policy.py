@@ -67,7 +67,7 @@ def requested_policy(config: BootstrapConfig) -> Path | None:
     elif not Path(config.reference).is_dir():
         raise ConfigError(
             f"bootstrap.reference: no policy directory {config.reference}; give the shipped "
-            "policy's directory (reference/textcraft-initial), or null to build one"
+            f"policy's directory (reference/{config.env}-initial), or null to build one"
         )
     else:
         field, policy = "bootstrap.reference", Path(config.reference)

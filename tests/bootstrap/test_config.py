@@ -18,6 +18,16 @@ def test_from_dict_round_trips_and_fills_defaults():
     assert "reference" not in config.recipe() and "checkpoint" not in config.recipe()
 
 
+@pytest.mark.parametrize("env", ["textcraft", "alfworld"])
+def test_the_name_and_the_shipped_policy_default_to_the_environments_own(env):
+    config = BootstrapConfig.from_dict({"env": env, "name": None, "reference": "auto"})
+    assert (config.name, config.reference) == (f"{env}-initial", f"reference/{env}-initial")
+    assert BootstrapConfig.from_dict({"env": env}) == config  # the dataclass defaults
+    given = BootstrapConfig.from_dict({"env": env, "name": "mine", "reference": None})
+    assert (given.name, given.reference) == ("mine", None)  # a build, under its own name
+    assert BootstrapConfig.from_dict(config.to_dict()) == config
+
+
 def test_where_a_policy_is_trained_is_not_part_of_its_recipe():
     on_cpu = BootstrapConfig.from_dict({"training": {"device": "cpu"}})
     anywhere = BootstrapConfig.from_dict({"training": {"device": "auto"}})

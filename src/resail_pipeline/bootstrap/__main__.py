@@ -37,11 +37,10 @@ from resail_pipeline.bootstrap.build import build_initial_policy
 from resail_pipeline.bootstrap.config import BootstrapConfig
 from resail_pipeline.bootstrap.demonstrations import RESPONSE_MAX_NEW_TOKENS
 from resail_pipeline.bootstrap.diagnostics import guidance_use
-from resail_pipeline.bootstrap.environments import buildable
 from resail_pipeline.bootstrap.reference import evaluate_and_record, policy_env, ship
 from resail_pipeline.checkpoints import CheckpointError, load_policy
 from resail_pipeline.config import ConfigError
-from resail_pipeline.envs import make_env
+from resail_pipeline.envs import evaluation_splits, make_env
 from resail_pipeline.evaluation.evaluate import EvalConfig, spread
 from resail_pipeline.generation.transformers_backend import DTYPES
 
@@ -200,7 +199,7 @@ def _run(args: argparse.Namespace, command: str) -> None:
     else:
         env = args.env or policy_env(args.policy)
         config = EvalConfig(
-            splits=buildable(env).evaluation_splits,
+            splits=evaluation_splits(env),
             num_tasks=args.tasks,
             decoding_seeds=tuple(args.seeds),
             temperature=args.temperature,

@@ -79,7 +79,7 @@ from resail_pipeline.checkpoints import (
     weights_sha256,
 )
 from resail_pipeline.devices import machine_description
-from resail_pipeline.envs import Environment, make_env, provide_env_data
+from resail_pipeline.envs import Environment, evaluation_splits, make_env, provide_env_data
 from resail_pipeline.generation.transformers_backend import TransformersGenerator
 from resail_pipeline.modeling import build_qwen3, small_qwen3_config
 from resail_pipeline.rollout import EpisodeSpec, RolloutSettings
@@ -196,7 +196,7 @@ class BuildEnvironment:
             "name": self.name,
             "options": self.options,
             "demonstration_splits": list(self.splits),
-            "evaluation_splits": list(self.support.evaluation_splits),
+            "evaluation_splits": list(evaluation_splits(self.name)),
             "data_sha256": self.data_sha256,
             "data_root": self.data_root,
         }

@@ -233,6 +233,16 @@ class TrainingSettings:
         check_choice("device", self.device, DEVICES)
 
 
+#: ``reference``'s value for the environment's own shipped policy.
+AUTO = "auto"
+
+
+def shipped_policy(env: str) -> str:
+    """The directory of ``env``'s shipped initial policy, relative to the project:
+    ``reference/textcraft-initial``, ``reference/alfworld-initial``."""
+    return f"reference/{check_env_name(env)}-initial"
+
+
 @dataclass(frozen=True)
 class BootstrapConfig:
     """Where the initial policy (cycle 0) comes from, first match wins:
@@ -250,13 +260,13 @@ class BootstrapConfig:
     #: environment the policy acts in (a build covers those of
     #: :data:`~resail_pipeline.bootstrap.environments.BUILDABLE_ENVS`)
     env: str = "textcraft"
-    #: name recorded in the policy id (``"{name}@{sha256[:12]}"``)
-    name: str = "textcraft-initial"
+    #: name recorded in the policy id (``"{name}@{sha256[:12]}"``); ``None``: ``<env>-initial``
+    name: str | None = None
     #: a local checkpoint directory to use instead of building one
     checkpoint: str | None = None
     #: the shipped reference policy's directory (relative to the working directory; it must
-    #: exist); ``None`` builds one
-    reference: str | None = "reference/textcraft-initial"
+    #: exist); ``"auto"``: the environment's own (:func:`shipped_policy`); ``None`` builds one
+    reference: str | None = AUTO
     #: a built policy directory whose tokenizer and weights a build continues from (its shape
     #: must be ``model``); ``None`` starts from a random initialisation
     warm_start: str | None = None
@@ -274,6 +284,10 @@ class BootstrapConfig:
     def __post_init__(self) -> None:
         check_sections(self)  # before any section is read
         check_env_name(self.env)
+        if self.name is None:
+            object.__setattr__(self, "name", f"{self.env}-initial")
+        if self.reference == AUTO:
+            object.__setattr__(self, "reference", shipped_policy(self.env))
         check_supported(self.env, self.data)
         if self.warm_start is not None and (
             not isinstance(self.warm_start, str) or not self.warm_start

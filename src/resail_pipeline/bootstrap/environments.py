@@ -30,9 +30,8 @@ class BuildableEnv:
         demonstration_splits: the splits the demonstrations are drawn from, never one a policy
             is evaluated on (ALFWorld's ``clone`` games are also apart from those the cycles
             collect on and choose a rate on; the shipped TextCraft policy was cloned on the
-            cycles' own ``train`` and ``dev`` tasks).
-        evaluation_splits: the splits a built policy is evaluated on (appendix D.2), each
-            reported apart.
+            cycles' own ``train`` and ``dev`` tasks). A built policy is evaluated on the
+            environment's :data:`~resail_pipeline.envs.EVALUATION_SPLITS`, as every policy is.
         unsupported: ``data`` settings (:class:`~.config.DemonstrationSettings` fields) that
             must stay 0 here, each with the reason.
         sources: the environment's own modules under the package whose code shapes its policy.
@@ -43,7 +42,6 @@ class BuildableEnv:
     """
 
     demonstration_splits: tuple[str, ...]
-    evaluation_splits: tuple[str, ...]
     unsupported: tuple[tuple[str, str], ...] = ()
     sources: tuple[str, ...] = ()
     packages: tuple[str, ...] = ()
@@ -67,17 +65,15 @@ _TEXTCRAFT_TEXT = (
 #: non-test task (its ``dev`` is carved from the cycles' collection tasks, not the initial policy's;
 #: the shipped policy's recipe was built on both). ALFWorld: the generated ``clone`` games, which
 #: no other split shares, so that cloning never sees a game the cycles collect on, choose a rate on
-#: or test; its policy is evaluated on ``id`` and ``ood`` (128 games each), as the paper's.
+#: or test.
 BUILDABLE_ENVS: dict[str, BuildableEnv] = {
     "textcraft": BuildableEnv(
         demonstration_splits=("train", "dev"),
-        evaluation_splits=("test",),
         sources=("envs/textcraft.py",),
         packages=("textcraft",),
     ),
     "alfworld": BuildableEnv(
         demonstration_splits=("clone",),
-        evaluation_splits=("id", "ood"),
         unsupported=(
             ("renamed_copies", "renamed copies " + _TEXTCRAFT_TEXT),
             ("copying_drills", "copying drills " + _TEXTCRAFT_TEXT),

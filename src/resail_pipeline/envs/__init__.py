@@ -38,6 +38,14 @@ ENV_DATA: dict[str, str] = {
 }
 
 
+#: name -> the splits a policy is reported on (appendix D.2), each apart: TextCraft's ``test``;
+#: ALFWorld's ``id`` (valid_seen) and ``ood`` (valid_unseen), the paper's two ALFWorld columns.
+EVALUATION_SPLITS: dict[str, tuple[str, ...]] = {
+    "textcraft": ("test",),
+    "alfworld": ("id", "ood"),
+}
+
+
 def check_env_name(name: str) -> str:
     """Return ``name`` if it is a registered environment, else raise a ``ConfigError`` naming it."""
     if name not in ENV_REGISTRY:
@@ -76,6 +84,11 @@ def provide_env_data(name: str, options: Mapping[str, Any]) -> Path | None:
     return getattr(importlib.import_module(module_name), function)(options)
 
 
+def evaluation_splits(name: str) -> tuple[str, ...]:
+    """The splits a ``name`` policy is evaluated on (:data:`EVALUATION_SPLITS`)."""
+    return EVALUATION_SPLITS[check_env_name(name)]
+
+
 def make_env(name: str, **kwargs: Any) -> Environment:
     """Build the environment registered as ``name`` with adapter-specific ``kwargs``."""
     return _factory(name)(**kwargs)
@@ -87,11 +100,13 @@ __all__ = [
     "END_SUCCESS",
     "ENV_DATA",
     "ENV_REGISTRY",
+    "EVALUATION_SPLITS",
     "Environment",
     "Observation",
     "StepResult",
     "check_env_name",
     "check_env_options",
+    "evaluation_splits",
     "make_env",
     "provide_env_data",
 ]

@@ -77,7 +77,7 @@ def check_parameters(params: Mapping[str, Any]) -> None:
     build(SummarizeConfig, dict(params["summarize"]), "summarize")
     build(ScoreParams, dict(params["score"]), "score")
     TrainConfig.from_dict({**params["train"], "method": run.method}, "train")
-    eval_config(dict(params["evaluate"]))
+    eval_config(dict(params["evaluate"]), run.env)
     build(AitzConfig, dict(params["aitz"]), "aitz")
     extra = sorted(set(params["report"]) - set(REPORT_KEYS))
     if extra:
@@ -96,7 +96,7 @@ def check_budgets(params: Mapping[str, Any]) -> None:
     """
     run = RunConfig.from_params(dict(params["run"]))
     collect = collect_config(dict(params["collect"]), dict(params["train"]), run)
-    evaluate = eval_config(dict(params["evaluate"]))
+    evaluate = eval_config(dict(params["evaluate"]), run.env)
     schedule = TrainConfig.from_dict({**params["train"], "method": run.method}, "train").schedule
     env = run.environment()()
     sizes: dict[str, int] = {}
@@ -178,7 +178,7 @@ def estimate_run_prompts(params: Mapping[str, Any]) -> RunPrompts | None:
             f"tokenizer could not be loaded ({error})"
         ) from None
     collect = collect_config(dict(params["collect"]), dict(params["train"]), run)
-    evaluate = eval_config(dict(params["evaluate"]))
+    evaluate = eval_config(dict(params["evaluate"]), run.env)
     summarize = build(SummarizeConfig, dict(params["summarize"]), "summarize")
     writes_summaries = summarize.source == SOURCE_MODEL
     estimate = estimate_prompt_lengths(
@@ -211,7 +211,7 @@ def check_context_length(params: Mapping[str, Any], prompts: RunPrompts | None) 
     if prompts is None:
         return
     collect = collect_config(dict(params["collect"]), dict(params["train"]), run)
-    evaluate = eval_config(dict(params["evaluate"]))
+    evaluate = eval_config(dict(params["evaluate"]), run.env)
     summarize = build(SummarizeConfig, dict(params["summarize"]), "summarize")
     train = TrainConfig.from_dict({**params["train"], "method": run.method}, "train")
     writes_summaries = summarize.source == SOURCE_MODEL

@@ -10,6 +10,7 @@ import pandas as pd
 from resail_pipeline.checkpoints import resolve_device
 from resail_pipeline.config import build, check_int
 from resail_pipeline.devices import machine_description, off_process
+from resail_pipeline.envs import evaluation_splits
 from resail_pipeline.evaluation.evaluate import EvalConfig, build_experience, evaluate_policy
 from resail_pipeline.evaluation.stats import summarize_eval_results
 from resail_pipeline.experience import SummarizeConfig
@@ -23,10 +24,15 @@ logger = logging.getLogger(__name__)
 _REFERENCE_KEYS = ("reference_seed",)
 
 
-def eval_config(params: dict[str, Any]) -> EvalConfig:
-    """``params:evaluate`` as the evaluation's configuration (``reference_seed`` checked apart)."""
+def eval_config(params: dict[str, Any], env: str) -> EvalConfig:
+    """``params:evaluate`` as the evaluation's configuration in environment ``env``
+    (``reference_seed`` checked apart); ``splits: null`` is the environment's own evaluation
+    splits (:func:`~resail_pipeline.envs.evaluation_splits`: TextCraft's ``test``, ALFWorld's
+    ``id`` and ``ood``)."""
     check_int("evaluate.reference_seed", params.get("reference_seed"), low=0)
     fields = {k: v for k, v in params.items() if k not in _REFERENCE_KEYS}
+    if fields.get("splits") is None:
+        fields["splits"] = evaluation_splits(env)
     return build(EvalConfig, fields, "evaluate")
 
 
@@ -43,7 +49,7 @@ def evaluate_node(
     with) and ``eval_steps`` (every step, for inspection).
     """
     run = RunConfig.from_params(run_params)
-    config = eval_config(evaluate_params)
+    config = eval_config(evaluate_params, run.env)
     info = policy_info(checkpoint)
     method = "react" if info.cycle == 0 else run.method
     make_env = run.environment(*config.splits)
@@ -76,7 +82,7 @@ def experience_node(
     ``summaries`` with each trajectory's ``task_id``).
     """
     run = RunConfig.from_params(run_params)
-    config = eval_config(evaluate_params)
+    config = eval_config(evaluate_params, run.env)
     summarize = build(SummarizeConfig, summarize_params, "summarize")
     make_env = run.environment(*config.splits)
     with run.generator(policy_info(checkpoint)) as generator:
