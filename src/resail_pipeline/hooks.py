@@ -109,51 +109,41 @@ class DeviceMemoryHook:
         release_device_memory()
 
 
-class AlfWorldGamesHook:
-    """Gives an ALFWorld run that names no data its games, before any check or node needs them.
-
-    Where ``run.env`` is alfworld, ``run.env_options`` has no ``data_path`` and ``ALFWORLD_DATA``
-    is unset (no official games on this machine), the generated set that mirrors the official
-    split, with its ``dev`` and ``clone`` splits, is kept in ``data/01_raw/alfworld_games``
-    (written on the first run, resumed if cut short, and extended when it lacks a split; see
-    :mod:`~resail_pipeline.envs.alfworld_games`), and ``ALFWORLD_DATA`` names it for this process
-    and the workers it starts (:func:`~resail_pipeline.envs.provide_env_data`, which the
-    initial-policy builder calls too). It runs first among the ``before_pipeline_run`` hooks: the
-    pre-run checks build the environment.
-    """
-
-    @hook_impl(tryfirst=True)
-    def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
-        run = RunConfig.from_params(catalog.load("parameters")["run"])
-        provide_env_data(run.env, run.env_options)
-
-
 class PreflightHook:
-    """Checks, before any node runs, what would otherwise fail hours into a run.
+    """Checks, before any node runs, what would otherwise fail hours into a run, cheapest first.
 
     1. Every pipeline's parameters (:func:`~resail_pipeline.pipelines.parameters.check_parameters`),
        the same functions the nodes parse them with: a bad ``evaluate`` value fails before cycle 1
-       collects, a misspelt section (``trian``) is no longer ignored. A pipeline that acts in the
-       environment also has its split names and budgets compared with the environment's splits
-       (:func:`~resail_pipeline.pipelines.parameters.check_budgets`). A pipeline that generates
-       with vLLM has the longest prompt it can send, estimated, and its new tokens compared with
-       ``run.generation.vllm.max_model_len``
+       collects, a misspelt section (``trian``) is no longer ignored.
+    2. The initial policy the run asks for exists (``bootstrap.checkpoint``, or the shipped
+       ``bootstrap.reference``): a missing directory fails before the environment's data are
+       provided, which can take minutes.
+    3. The environment's data, before anything builds the environment: an ALFWorld run that
+       names none (no ``run.env_options.data_path``, ``ALFWORLD_DATA`` unset) gets the generated
+       set that mirrors the official split, with its ``dev`` and ``clone`` splits, in
+       ``data/01_raw/alfworld_games`` (written on the first run, resumed if cut short, extended
+       when it lacks a split), and ``ALFWORLD_DATA`` names it for this process and the workers it
+       starts (:func:`~resail_pipeline.envs.provide_env_data`, which the initial-policy builder
+       calls too).
+    4. A pipeline that acts in the environment has its split names and budgets compared with the
+       environment's splits (:func:`~resail_pipeline.pipelines.parameters.check_budgets`). A
+       pipeline that generates with vLLM has the longest prompt it can send, estimated, and its
+       new tokens compared with ``run.generation.vllm.max_model_len``
        (:func:`~resail_pipeline.pipelines.parameters.check_context_length`), and, on a GPU
        machine, the NVIDIA driver with what the vLLM CUDA wheel needs
        (:func:`~resail_pipeline.generation.cuda.check_vllm_cuda`). A pipeline that trains on GPUs
        has one rank's memory planned and compared with the smallest visible GPU
-       (:func:`~resail_pipeline.pipelines.parameters.check_training_memory`).
-    2. The initial policy the run asks for (``bootstrap.checkpoint``, the shipped reference,
-       which must exist) is the one already published for the data folder, weights included:
+       (:func:`~resail_pipeline.pipelines.parameters.check_training_memory`). The initial policy
+       the run asks for is the one already published for the data folder, weights included:
        under ``--only-missing-outputs`` the bootstrap node is skipped, and another policy would be
        ignored in silence.
-    3. Every collection the run would reuse was made with the run's settings. A cycle's ``tasks``
+    5. Every collection the run would reuse was made with the run's settings. A cycle's ``tasks``
        table records how it was collected. When it exists, a rerun (``make run`` uses
        ``--only-missing-outputs``) skips the collection and trains on what is there: the cycle-1
        corpus shared by every method of an environment (appendix A.2), or an experiment's own
        later cycles. A run whose collection settings differ (another budget, seed or decoding)
        fails here, naming each setting, instead of training on a corpus it did not ask for.
-    4. A pipeline that writes a cycle stages its models where the catalog publishes them from,
+    6. A pipeline that writes a cycle stages its models where the catalog publishes them from,
        and holds its experiment's lock in the data folder's staging area until it ends (a second
        run of the same experiment is refused; the kernel drops the lock of a killed run).
     """
@@ -167,6 +157,11 @@ class PreflightHook:
         check_parameters(params)
         run = RunConfig.from_params(params["run"])
         names = pipeline.datasets()
+        if INITIAL_POLICY in names:
+            fields = {k: v for k, v in params["bootstrap"].items() if k not in NODE_KEYS}
+            bootstrap = BootstrapConfig.from_dict({**fields, "env": run.env})
+            requested_policy(bootstrap)  # a reference that names no directory is an error
+        provide_env_data(run.env, run.env_options)
         if any(name.startswith("cycle_") for name in pipeline.all_outputs()):
             self._take_lock(run, names, catalog)
         if any(name.rsplit(".", 1)[-1] in _ACTS_IN_ENV for name in names):
@@ -190,12 +185,8 @@ class PreflightHook:
             prompts = estimate_run_prompts(params)
             check_context_length(params, prompts)
             check_training_memory(params, prompts, gpus)
-        if INITIAL_POLICY in names:
-            fields = {k: v for k, v in params["bootstrap"].items() if k not in NODE_KEYS}
-            bootstrap = BootstrapConfig.from_dict({**fields, "env": run.env})
-            requested_policy(bootstrap)  # a reference that names no directory is an error
-            if catalog.exists(INITIAL_POLICY):
-                check_published(policy_info(catalog.load(INITIAL_POLICY)), bootstrap)
+        if INITIAL_POLICY in names and catalog.exists(INITIAL_POLICY):
+            check_published(policy_info(catalog.load(INITIAL_POLICY)), bootstrap)
         cycles = sorted(
             int(name.split(".")[0].removeprefix("cycle_"))
             for name in names

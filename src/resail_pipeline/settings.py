@@ -3,7 +3,6 @@
 import warnings
 
 from resail_pipeline.hooks import (
-    AlfWorldGamesHook,
     DeviceMemoryHook,
     NodeTimingHook,
     PreflightHook,
@@ -15,7 +14,6 @@ HOOKS = (
     RunFolderHook(),
     NodeTimingHook(),
     DeviceMemoryHook(),
-    AlfWorldGamesHook(),
     PreflightHook(),
 )
 

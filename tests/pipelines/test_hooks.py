@@ -15,7 +15,6 @@ import pytest
 import torch
 
 from resail_pipeline.hooks import (
-    AlfWorldGamesHook,
     DeviceMemoryHook,
     NodeTimingHook,
     PreflightHook,
@@ -26,7 +25,6 @@ from resail_pipeline.settings import HOOKS
 
 def test_every_hook_is_registered():
     assert {type(hook) for hook in HOOKS} == {
-        AlfWorldGamesHook,
         RunFolderHook,
         NodeTimingHook,
         DeviceMemoryHook,
@@ -457,16 +455,14 @@ def test_staging_elsewhere_than_the_catalog_publishes_from_is_refused(cycle_1, t
         PreflightHook().before_pipeline_run({}, trainer, catalog)
 
 
-def test_an_alfworld_run_without_data_gets_the_generated_set_before_the_checks(
-    tmp_path, monkeypatch
-):
-    """Only an ALFWorld run that names no data: the set is made where the main job keeps it and
-    ALFWORLD_DATA names it; a run with data, or on TextCraft, is left alone."""
+def _fake_games(tmp_path, monkeypatch) -> list:
+    """A fake generator of ALFWorld's default set (its folder without its minutes of engine),
+    with ALFWORLD_DATA unset; returns the list each call appends to."""
     from resail_pipeline.envs import alfworld_games
 
     made = []
 
-    def fake_ensure_games():  # fake: the generator's folder without its ten minutes of engine
+    def fake_ensure_games():
         made.append(True)
         return tmp_path / "games"
 
@@ -474,25 +470,51 @@ def test_an_alfworld_run_without_data_gets_the_generated_set_before_the_checks(
     # set, then deleted, through monkeypatch: the hook's own setting is undone after the test too
     monkeypatch.setenv("ALFWORLD_DATA", "unset by the next line")
     monkeypatch.delenv("ALFWORLD_DATA")
-    hook, policy = AlfWorldGamesHook(), pd.DataFrame()
-    hook.before_pipeline_run({}, None, _catalog(None, policy))  # TextCraft
+    return made
+
+
+def test_an_alfworld_run_without_data_gets_the_generated_set_before_the_checks(
+    tmp_path, monkeypatch
+):
+    """Only an ALFWorld run that names no data: the set is made where the main job keeps it and
+    ALFWORLD_DATA names it; a run with data, or on TextCraft, is left alone."""
+    from kedro.pipeline import Pipeline
+
+    made = _fake_games(tmp_path, monkeypatch)
+    hook, policy, nothing = PreflightHook(), pd.DataFrame(), Pipeline([])
+    hook.before_pipeline_run({}, nothing, _catalog(None, policy))  # TextCraft
     assert made == [] and "ALFWORLD_DATA" not in os.environ
     with_data = {**RUN, "env": "alfworld", "env_options": {"data_path": str(tmp_path / "x")}}
-    hook.before_pipeline_run({}, None, _catalog(None, policy, run=with_data))
+    hook.before_pipeline_run({}, nothing, _catalog(None, policy, run=with_data))
     assert made == [] and "ALFWORLD_DATA" not in os.environ
     alfworld = {**RUN, "env": "alfworld"}
-    hook.before_pipeline_run({}, None, _catalog(None, policy, run=alfworld))
+    hook.before_pipeline_run({}, nothing, _catalog(None, policy, run=alfworld))
     assert made == [True] and os.environ["ALFWORLD_DATA"] == str((tmp_path / "games").resolve())
-    hook.before_pipeline_run({}, None, _catalog(None, policy, run=alfworld))  # now set: kept
+    hook.before_pipeline_run({}, nothing, _catalog(None, policy, run=alfworld))  # now set: kept
     assert made == [True]
 
 
-def test_the_games_hook_runs_before_the_pre_run_checks():
-    from kedro.framework.hooks.manager import _create_hook_manager
+def test_a_missing_initial_policy_is_refused_before_the_games_are_made(tmp_path, monkeypatch):
+    """Making ALFWorld's games takes minutes on a first run: a shipped policy that is not there
+    (`--params run.env=alfworld` before reference/alfworld-initial exists, or a typo) fails first,
+    naming the field."""
+    from kedro.pipeline import Pipeline, node
 
-    manager = _create_hook_manager()
-    for hook in HOOKS:
-        manager.register(hook)
-    order = [type(impl.plugin) for impl in manager.hook.before_pipeline_run.get_hookimpls()]
-    order.reverse()  # pluggy lists implementations in reverse call order
-    assert order.index(AlfWorldGamesHook) < order.index(PreflightHook)
+    from resail_pipeline.config import ConfigError
+
+    made = _fake_games(tmp_path, monkeypatch)
+    resolving = Pipeline([node(lambda x: x, "params:bootstrap", "cycle_0.checkpoint")])
+    catalog = _catalog(
+        None,
+        pd.DataFrame(),
+        run={**RUN, "env": "alfworld"},
+        bootstrap={"reference": str(tmp_path / "no-such-policy")},
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"^bootstrap\.reference: no policy directory .*"
+        r"no-such-policy; give the shipped policy's directory "
+        r"\(reference/alfworld-initial\)",
+    ):
+        PreflightHook().before_pipeline_run({}, resolving, catalog)
+    assert made == []
