@@ -2,7 +2,8 @@
 #   make run    install into .venv and run the main job on the embedded default
 #   make test   install into .venv (with the dev and alfworld extras) and run the tests
 # and for the method comparison: make study (hours; resumable).
-# and one for maintainers: make reference rebuilds the shipped initial policy (hours).
+# and one for maintainers: make reference rebuilds the shipped initial policy (hours;
+# REFERENCE_ENV=alfworld: ALFWorld's).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -51,26 +52,32 @@ study: $(VENV)/.installed-$(RUN_EXTRAS)
 study-budgets: $(VENV)/.installed-$(RUN_EXTRAS)
 	$(BIN)/python -m resail_pipeline.study --env study --plan conf/study/budgets.yml
 
-# The shipped reference initial policy, rebuilt from the recipes of reference/chain/ (overrides of
-# conf/base/parameters_bootstrap.yml), in order, each stage continuing the one before: the first
-# is kept in reference/ (the second continues it), the last evaluated (appendix D.2, recorded in
-# its manifest) and shipped with its stages' manifests. Each build is cached by its configuration
-# and code, and resumes from its training state when interrupted. About 7 hours on 2 CPU cores.
+# The shipped reference initial policy of an environment (REFERENCE_ENV: textcraft, the default,
+# or alfworld), rebuilt from the recipes of reference/<env>-chain/ (overrides of
+# conf/base/parameters_bootstrap.yml), in order, each stage continuing the one before: in a chain of
+# several the first is kept in reference/ (the second continues it), the last is evaluated
+# (appendix D.2, recorded in its manifest) and shipped with its stages' manifests to
+# reference/<env>-initial. Each build is cached by its configuration and code, and resumes from its
+# training state when interrupted. TextCraft's: about 7 hours on 2 CPU cores.
+REFERENCE_ENV ?= textcraft
+comma := ,
+REFERENCE_EXTRAS := $(RUN_EXTRAS)$(if $(filter alfworld,$(REFERENCE_ENV)),$(comma)alfworld)
 BOOTSTRAP := $(BIN)/python -m resail_pipeline.bootstrap
-CHAIN := $(sort $(wildcard reference/chain/*.yml))
-CHAIN_BUILDS := data/06_models/reference-chain
-reference: $(VENV)/.installed-$(RUN_EXTRAS)
+CHAIN := $(sort $(wildcard reference/$(REFERENCE_ENV)-chain/*.yml))
+CHAIN_BUILDS := data/06_models/$(REFERENCE_ENV)-chain
+LAST_STAGE := $(CHAIN_BUILDS)/$(basename $(notdir $(lastword $(CHAIN))))/policy
+reference: $(VENV)/.installed-$(REFERENCE_EXTRAS)
+	$(if $(CHAIN),,$(error REFERENCE_ENV=$(REFERENCE_ENV): no recipes in reference/$(REFERENCE_ENV)-chain/))
 	set -e; for recipe in $(CHAIN); do \
 		stage=$$(basename $$recipe .yml); \
 		$(BOOTSTRAP) build --params $$recipe --out $(CHAIN_BUILDS)/$$stage; \
-		if [ $$recipe = $(firstword $(CHAIN)) ]; then \
+		if [ $$recipe = $(firstword $(CHAIN)) ] && [ $(words $(CHAIN)) -gt 1 ]; then \
 			$(BOOTSTRAP) ship --policy $(CHAIN_BUILDS)/$$stage/policy \
-				--to reference/textcraft-initial-first-stage; \
+				--to reference/$(REFERENCE_ENV)-initial-first-stage; \
 		fi; \
 	done
-	$(BOOTSTRAP) evaluate --policy $(CHAIN_BUILDS)/$(basename $(notdir $(lastword $(CHAIN))))/policy
-	$(BOOTSTRAP) ship --policy $(CHAIN_BUILDS)/$(basename $(notdir $(lastword $(CHAIN))))/policy \
-		--to reference/textcraft-initial
+	$(BOOTSTRAP) evaluate --policy $(LAST_STAGE)
+	$(BOOTSTRAP) ship --policy $(LAST_STAGE) --to reference/$(REFERENCE_ENV)-initial
 
 # The GPU path rehearsed on CPU (conf/rehearsal: conf/paper-textcraft with only sizes changed):
 # its own virtual environment resolves the `gpu` extra as a GPU node would (transformers < 5.20,

@@ -489,7 +489,7 @@ def test_the_alfworld_first_stage_recipe():
     from resail_pipeline.bootstrap.__main__ import load_config
 
     config = load_config(ROOT / "reference" / "alfworld-chain" / "01-first-stage.yml", BASE)
-    textcraft = load_config(ROOT / "reference" / "chain" / "01-first-stage.yml", BASE)
+    textcraft = load_config(ROOT / "reference" / "textcraft-chain" / "01-first-stage.yml", BASE)
     assert (config.env, config.name, config.reference) == ("alfworld", "alfworld-initial", None)
     assert config.warm_start is None and config.checkpoint is None
     assert config.data.renamed_copies == config.data.copying_drills == 0

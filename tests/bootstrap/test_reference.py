@@ -375,14 +375,14 @@ def test_shipped_policy_acts_validly_on_a_test_task(shipped, tmp_path):
 
 
 def test_the_shipped_policy_rebuilds_from_the_chain_of_recipes():
-    """Its manifest and its stages' manifests hold the configurations of reference/chain/, in
+    """Its manifest and its stages' manifests hold the configurations of reference/textcraft-chain/, in
     order (each recipe laid over conf/base/parameters_bootstrap.yml), each stage continuing the
     weights of the one before; the kept first stage is the chain's first."""
     from resail_pipeline.bootstrap.__main__ import load_config
     from resail_pipeline.bootstrap.config import BootstrapConfig
 
     root = SHIPPED.parents[1]
-    recipes = sorted((root / "reference" / "chain").glob("*.yml"))
+    recipes = sorted((root / "reference" / "textcraft-chain").glob("*.yml"))
     assert [r.stem for r in recipes] == [
         "01-first-stage",
         "02-prompt-loss",

@@ -2,7 +2,7 @@
 
     # build (or resume, or reuse) the policy of a recipe (overrides of
     # conf/base/parameters_bootstrap.yml) into <out>/policy
-    python -m resail_pipeline.bootstrap build --params reference/chain/03-drills.yml \\
+    python -m resail_pipeline.bootstrap build --params reference/textcraft-chain/03-drills.yml \\
         --out data/06_models/reference-chain/03-drills
     # dual-view evaluation (appendix D.2) on the test tasks of the policy's environment (TextCraft:
     # the 100 of test; ALFWorld: 128 of id and 128 of ood) x 3 seeds, kept in its manifest
