@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -14,6 +15,8 @@ from resail_pipeline.bootstrap.demonstrations import (
     POLICY_MISTAKE,
     MistakeContext,
     collect_demonstrations,
+    demonstration_from_record,
+    demonstration_record,
     demonstration_response,
     draw_mistake,
     expert_env,
@@ -113,6 +116,52 @@ def test_collection_is_deterministic_and_per_task(env):
     alone = collect_demonstrations("textcraft", TASKS[1:2], **kwargs)
     assert [d.step_rows() for d in both] == [d.step_rows() for d in again]
     assert [d.step_rows() for d in both[2:]] == [d.step_rows() for d in alone]
+
+
+def test_a_demonstration_record_rebuilds_the_demonstration_equal(env):
+    import json
+
+    from resail_pipeline.prompts import Summary
+
+    demos = collect_demonstrations(
+        "textcraft",
+        TASKS,
+        episodes_per_task=2,
+        mistake_rate=0.3,
+        stalled_share=0.5,
+        seed=3,
+        progress=False,
+    )
+    assert any(d.stalled for d in demos) and any(s.mistake for d in demos for s in d.steps)
+    guided = dataclasses.replace(demos[0], guide=Summary("success", "Guidance summary: x"))
+    for demo in [*demos, guided]:
+        record = json.loads(json.dumps(demonstration_record(demo)))  # through JSON text
+        assert demonstration_from_record(record) == demo
+    # each step keeps only what it added: the record grows with the steps, not their square
+    longest = max(demos, key=lambda d: len(d.steps))
+    assert len(json.dumps(demonstration_record(longest))) < 700 * len(longest.steps)
+
+
+def test_a_collection_resumes_from_the_tasks_it_kept(env, tmp_path, monkeypatch):
+    """Tasks kept in the cache are read back, not played; the rest are played and kept; the
+    result equals a collection without a cache."""
+    from resail_pipeline.bootstrap import demonstrations
+
+    kwargs = dict(episodes_per_task=2, mistake_rate=0.3, stalled_share=0.5, seed=7, progress=False)
+    fresh = collect_demonstrations("textcraft", TASKS, **kwargs)
+    collect_demonstrations("textcraft", TASKS[:2], **kwargs, cache_dir=tmp_path)  # "interrupted"
+    assert sorted(f.name for f in tmp_path.iterdir()) == sorted(f"{t}.json" for t in TASKS[:2])
+    played = []
+    real_play = demonstrations.play
+    monkeypatch.setattr(
+        demonstrations,
+        "play",
+        lambda env, task_id, **kw: played.append(task_id) or real_play(env, task_id, **kw),
+    )
+    resumed = collect_demonstrations("textcraft", TASKS, **kwargs, cache_dir=tmp_path)
+    assert set(played) == {TASKS[2]}  # only the task not kept was played
+    assert resumed == fresh
+    assert not [f for f in tmp_path.iterdir() if f.name.startswith(".")]  # no temporaries left
 
 
 def test_drawing_mistakes_without_a_random_source_is_refused(env):
@@ -219,6 +268,17 @@ def test_a_stalled_alfworld_demonstration_takes_nothing_and_fails(alfworld):
         s.action.startswith(("take ", "put ", "use ")) for s in demo.steps[1:] if s.valid
     )
     assert demo.summary.outcome == "failure"
+
+
+@pytest.mark.alfworld
+def test_an_alfworld_demonstration_record_rebuilds_it_equal(alfworld):
+    import json
+
+    env, expert = alfworld
+    demo = play(env, 0, episode=1, mistake_rate=0.4, rng=random.Random(7), expert=expert)
+    assert demo.initial.admissible_actions and any(s.mistake for s in demo.steps)
+    record = json.loads(json.dumps(demonstration_record(demo)))
+    assert demonstration_from_record(record) == demo
 
 
 @pytest.mark.alfworld

@@ -464,6 +464,7 @@ def prepare_training_data(
     environment: BuildEnvironment | None = None,
     warm_start: WarmStart | None = None,
     progress: bool = True,
+    cache_dir: Path | None = None,
 ) -> CloningData:
     """Demonstrations (of the environment's demonstration splits), their summaries, the tokenizer
     and the packed rows.
@@ -471,7 +472,8 @@ def prepare_training_data(
     ``environment`` is the resolved ``config.env`` (:meth:`BuildEnvironment.resolve`, without
     options by default). ``warm_start`` is the loaded ``config.warm_start``: its tokenizer is used
     instead of training one (it must know every word of the data), and its model rolls out the
-    on-policy episodes.
+    on-policy episodes. ``cache_dir`` keeps the planner's demonstrations task by task, so that an
+    interrupted build does not play them again (:func:`collect_demonstrations`).
     """
     data = config.data
     environment = environment or BuildEnvironment.resolve(config.env)
@@ -485,6 +487,7 @@ def prepare_training_data(
         seed=config.seed,
         env_options=environment.options,
         progress=progress,
+        cache_dir=cache_dir,
     )
     on_policy = on_policy_demonstrations(
         config, task_ids, warm_start, env_options=environment.options, progress=progress
@@ -570,6 +573,10 @@ def build_initial_policy(
 
     started = time.perf_counter()
     start = None
+    work = out_dir / WORK_DIR / recipe_key[:16]  # the training state, replaced whole when saved
+    # the planner's demonstrations, kept per task until the build is published: keyed by the
+    # whole key (the code and the data too), so that a changed expert never reuses them
+    demonstrations = out_dir / WORK_DIR / f"demonstrations-{key[:16]}"
     if config.warm_start is not None:
         warm = WarmStart.load(config.warm_start)
         _check_shape(warm.model.config, config.model, config.warm_start)
@@ -577,15 +584,20 @@ def build_initial_policy(
         start = {"path": config.warm_start, "sha256": warm.info.sha256}
         logger.info("bootstrap: continuing %s (sha256 %s)", start["path"], start["sha256"][:12])
         data = prepare_training_data(
-            config, environment=environment, warm_start=warm, progress=progress
+            config,
+            environment=environment,
+            warm_start=warm,
+            progress=progress,
+            cache_dir=demonstrations,
         )
     else:
-        data = prepare_training_data(config, environment=environment, progress=progress)
+        data = prepare_training_data(
+            config, environment=environment, progress=progress, cache_dir=demonstrations
+        )
         tokenizer = data.tokenizer
         model = build_qwen3(qwen3_config(config.model, tokenizer), seed=config.seed)
     stats = data.stats()
     logger.info("bootstrap: training data %s (sha256 %s)", stats, data.sha256[:12])
-    work = out_dir / WORK_DIR / recipe_key[:16]
 
     def loadable(directory: Path) -> None:
         model.config.save_pretrained(str(directory))
@@ -626,5 +638,6 @@ def build_initial_policy(
         model, tokenizer, policy, name=config.name, method="bootstrap", cycle=0, extra=extra
     )
     shutil.rmtree(work, ignore_errors=True)
+    shutil.rmtree(demonstrations, ignore_errors=True)
     logger.info("bootstrap: published %s (%s)", info.policy_id, policy)
     return info

@@ -31,12 +31,14 @@ Each expert also draws the mistakes of its environment.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Protocol
 
 import pandas as pd
@@ -47,6 +49,7 @@ from resail_pipeline.envs.base import Observation, StepResult
 from resail_pipeline.envs.planner import CraftingProblem, parse_problem, plan
 from resail_pipeline.experience.evidence import Evidence, build_evidence
 from resail_pipeline.experience.rules import rules_summary
+from resail_pipeline.io import atomic_path
 from resail_pipeline.prompts import OUTCOME_FAILURE, OUTCOME_SUCCESS, EpisodeHistory, Summary
 
 logger = logging.getLogger(__name__)
@@ -629,6 +632,94 @@ def play(
             )
 
 
+def demonstration_record(demo: Demonstration) -> dict[str, Any]:
+    """``demo`` as plain JSON data, from which :func:`demonstration_from_record` rebuilds it
+    equal. Each step keeps what it added to the history (the history itself is rebuilt by
+    :meth:`EpisodeHistory.advance`, as :func:`play` built it), so a record grows with the steps,
+    not with their square."""
+    steps = []
+    for i, step in enumerate(demo.steps):
+        after = demo.steps[i + 1].history.admissible_actions if i + 1 < len(demo.steps) else None
+        steps.append(
+            {
+                "expert": step.expert,
+                "action": step.action,
+                "mistake": step.mistake,
+                "valid": step.valid,
+                "observation": step.observation,
+                "admissible_after": None if after is None else list(after),
+            }
+        )
+    initial = demo.initial
+    return {
+        "task_id": demo.task_id,
+        "episode": demo.episode,
+        "env": demo.env,
+        "initial": {
+            "text": initial.text,
+            "task": initial.task,
+            "admissible_actions": (
+                None if initial.admissible_actions is None else list(initial.admissible_actions)
+            ),
+            "commands": list(initial.commands),
+        },
+        "steps": steps,
+        "success": demo.success,
+        "end_reason": demo.end_reason,
+        "stalled": demo.stalled,
+        "guide": None
+        if demo.guide is None
+        else {"outcome": demo.guide.outcome, "text": demo.guide.text},
+    }
+
+
+def demonstration_from_record(record: Mapping[str, Any]) -> Demonstration:
+    """The demonstration :func:`demonstration_record` wrote."""
+    initial = record["initial"]
+    admissible = initial["admissible_actions"]
+    observation = Observation(
+        text=initial["text"],
+        task=initial["task"],
+        admissible_actions=None if admissible is None else tuple(admissible),
+        commands=tuple(initial["commands"]),
+    )
+    history = EpisodeHistory.start(record["env"], observation)
+    steps = []
+    for step in record["steps"]:
+        steps.append(
+            DemoStep(
+                history,
+                step["expert"],
+                step["action"],
+                step["mistake"],
+                step["valid"],
+                step["observation"],
+            )
+        )
+        after = step["admissible_after"]
+        result = StepResult(
+            observation=step["observation"],
+            reward=0.0,
+            done=False,
+            success=False,
+            action_valid=step["valid"],
+            admissible_actions=None if after is None else tuple(after),
+        )
+        history = history.advance(step["action"], result)
+    guide = record["guide"]
+    return Demonstration(
+        task_id=record["task_id"],
+        episode=record["episode"],
+        env=record["env"],
+        initial=observation,
+        steps=tuple(steps),
+        success=record["success"],
+        end_reason=record["end_reason"],
+        stalled=record["stalled"],
+        guide=None if guide is None else Summary(guide["outcome"], guide["text"]),
+    )
+
+
 def collect_demonstrations(
     env_name: str,
     task_ids: Sequence[int],
@@ -639,6 +730,7 @@ def collect_demonstrations(
     seed: int,
     env_options: Mapping[str, Any] | None = None,
     progress: bool = True,
+    cache_dir: Path | None = None,
 ) -> list[Demonstration]:
     """``episodes_per_task`` demonstrations of every task the planner solves, task-major.
 
@@ -646,6 +738,11 @@ def collect_demonstrations(
     positive) is stalled after a uniformly drawn number of planned steps. The demonstrations of a
     task depend only on ``seed``, the task id and the settings, not on the other tasks.
     ``env_options`` are the environment adapter's options (:func:`expert_env`).
+
+    With ``cache_dir``, each task's demonstrations are written there once played (one JSON file
+    per task, atomically) and read back instead of played again, so that an interrupted
+    collection resumes where it stopped (ALFWorld's expert plans at every step: about a second a
+    demonstration). The caller keys the folder by everything the demonstrations depend on.
     """
     env, expert = expert_env(env_name, env_options)
     stalled = round(stalled_share * episodes_per_task)
@@ -654,25 +751,40 @@ def collect_demonstrations(
     out: list[Demonstration] = []
     skipped = []
     for task_id in tqdm(task_ids, desc="demonstrations", unit="task", disable=not progress):
+        cached = None if cache_dir is None else Path(cache_dir) / f"{task_id}.json"
+        if cached is not None and cached.is_file():
+            records = json.loads(cached.read_text())["demonstrations"]
+            if records is None:
+                skipped.append(task_id)
+            else:
+                out += [demonstration_from_record(r) for r in records]
+            continue
         rng = random.Random(f"{seed}/{task_id}")
         clean = expert.start(task_id, env.reset(task_id))
+        demos: list[Demonstration] | None = None
         if clean is None:
             skipped.append(task_id)
-            continue
-        for episode in range(episodes_per_task):
-            stall_after = rng.randrange(len(clean)) if episode < stalled else None
-            rate = mistake_rate if stall_after is None else 0.0
-            demo = play(
-                env,
-                task_id,
-                episode=episode,
-                mistake_rate=rate,
-                rng=rng,
-                stall_after=stall_after,
-                expert=expert,
-            )
-            if demo is not None:
-                out.append(demo)
+        else:
+            demos = []
+            for episode in range(episodes_per_task):
+                stall_after = rng.randrange(len(clean)) if episode < stalled else None
+                rate = mistake_rate if stall_after is None else 0.0
+                demo = play(
+                    env,
+                    task_id,
+                    episode=episode,
+                    mistake_rate=rate,
+                    rng=rng,
+                    stall_after=stall_after,
+                    expert=expert,
+                )
+                if demo is not None:
+                    demos.append(demo)
+            out += demos
+        if cached is not None:
+            records = None if demos is None else [demonstration_record(d) for d in demos]
+            with atomic_path(cached) as tmp:
+                tmp.write_text(json.dumps({"task_id": task_id, "demonstrations": records}))
     if skipped:
         logger.info("demonstrations: the expert finds no plan for tasks %s; skipped", skipped)
     return out
