@@ -27,6 +27,16 @@ def test_registry_builds_the_adapter_and_names_unknown_envs():
         make_env("minecraft")
 
 
+def test_every_environment_names_its_evaluation_splits_and_textcrafts_exist(env):
+    from resail_pipeline.envs import ENV_REGISTRY, EVALUATION_SPLITS, evaluation_splits
+
+    assert set(EVALUATION_SPLITS) == set(ENV_REGISTRY)
+    assert evaluation_splits("textcraft") == ("test",)
+    assert len(env.task_ids(evaluation_splits("textcraft")[0])) == 100
+    with pytest.raises(ValueError, match="env: unknown environment 'minecraft'"):
+        evaluation_splits("minecraft")
+
+
 def test_splits_are_fixed_disjoint_and_cover_every_goal(env):
     test, dev, train = env.task_ids("test"), env.task_ids("dev"), env.task_ids("train")
     assert len(goal_ids()) == 419
