@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from resail_pipeline.bootstrap.config import BootstrapConfig
+from resail_pipeline.bootstrap.config import BootstrapConfig, shipped_policy
 from resail_pipeline.checkpoints import (
     MANIFEST_NAME,
     CheckpointError,
@@ -65,9 +65,15 @@ def requested_policy(config: BootstrapConfig) -> Path | None:
     elif config.reference is None:
         return None
     elif not Path(config.reference).is_dir():
+        shipped = shipped_policy(config.env)
+        remedy = (
+            f"`make reference REFERENCE_ENV={config.env}` builds it"
+            if Path(config.reference) == Path(shipped)
+            else f"give the shipped policy's directory ({shipped})"
+        )
         raise ConfigError(
-            f"bootstrap.reference: no policy directory {config.reference}; give the shipped "
-            f"policy's directory (reference/{config.env}-initial), or null to build one"
+            f"bootstrap.reference: no policy directory {config.reference}; {remedy}, or null to "
+            "build one in the run"
         )
     else:
         field, policy = "bootstrap.reference", Path(config.reference)

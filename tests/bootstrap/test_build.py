@@ -106,6 +106,19 @@ def test_resolution_order(built, tmp_path):
         resolve_initial_policy(absent, out)
 
 
+@pytest.mark.parametrize("env", ["textcraft", "alfworld"])
+def test_a_shipped_policy_not_there_says_how_to_build_it(env, tmp_path, monkeypatch):
+    from resail_pipeline.initial_policy import requested_policy
+
+    monkeypatch.chdir(tmp_path)  # a checkout without reference/<env>-initial
+    with pytest.raises(ConfigError) as error:
+        requested_policy(BootstrapConfig.from_dict({"env": env}))
+    assert str(error.value) == (
+        f"bootstrap.reference: no policy directory reference/{env}-initial; `make reference "
+        f"REFERENCE_ENV={env}` builds it, or null to build one in the run"
+    )
+
+
 def test_only_environments_the_builder_covers_are_built(tmp_path, monkeypatch):
     from resail_pipeline.bootstrap import environments
     from resail_pipeline.envs import alfworld_games
