@@ -9,7 +9,6 @@ from typing import Any, ClassVar
 
 from kedro.framework.hooks import hook_impl
 
-from resail_pipeline.bootstrap.config import BootstrapConfig
 from resail_pipeline.collection import check_collection_settings
 from resail_pipeline.config import ConfigError
 from resail_pipeline.devices import release_device_memory
@@ -17,7 +16,7 @@ from resail_pipeline.envs import provide_env_data
 from resail_pipeline.generation.cuda import check_vllm_cuda, visible_gpus
 from resail_pipeline.initial_policy import check_published, requested_policy
 from resail_pipeline.io import LockedError, ProcessLock
-from resail_pipeline.pipelines.bootstrap.nodes import NODE_KEYS
+from resail_pipeline.pipelines.bootstrap.nodes import bootstrap_config
 from resail_pipeline.pipelines.collect.nodes import collect_config, settings_of
 from resail_pipeline.pipelines.common import RunConfig, cycle_namespace, policy_info
 from resail_pipeline.pipelines.parameters import (
@@ -158,8 +157,7 @@ class PreflightHook:
         run = RunConfig.from_params(params["run"])
         names = pipeline.datasets()
         if INITIAL_POLICY in names:
-            fields = {k: v for k, v in params["bootstrap"].items() if k not in NODE_KEYS}
-            bootstrap = BootstrapConfig.from_dict({**fields, "env": run.env})
+            bootstrap = bootstrap_config(params["bootstrap"], run.env)
             requested_policy(bootstrap)  # a reference that names no directory is an error
         provide_env_data(run.env, run.env_options)
         if any(name.startswith("cycle_") for name in pipeline.all_outputs()):

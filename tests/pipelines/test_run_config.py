@@ -182,14 +182,12 @@ def test_the_initial_policy_and_the_evaluated_splits_follow_the_environment(
 ):
     """`--params run.env=alfworld` alone gives an ALFWorld run its own shipped policy and its
     `id` and `ood` evaluation, as a TextCraft run gets its own policy and `test`."""
-    from resail_pipeline.bootstrap.config import BootstrapConfig
+    from resail_pipeline.pipelines.bootstrap.nodes import bootstrap_config
     from resail_pipeline.pipelines.evaluate.nodes import eval_config
-    from resail_pipeline.pipelines.parameters import BOOTSTRAP_NODE_KEYS
 
     loader = OmegaConfigLoader(str(CONF), **CONFIG_LOADER_ARGS, runtime_params=runtime)
     params = loader["parameters"]
-    fields = {k: v for k, v in params["bootstrap"].items() if k not in BOOTSTRAP_NODE_KEYS}
-    bootstrap = BootstrapConfig.from_dict({**fields, "env": params["run"]["env"]})
+    bootstrap = bootstrap_config(params["bootstrap"], params["run"]["env"])
     assert (bootstrap.name, bootstrap.reference) == (policy, f"reference/{policy}")
     assert eval_config(dict(params["evaluate"]), params["run"]["env"]).splits == splits
     # a list given keeps its splits in either environment

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from resail_pipeline.bootstrap.config import BootstrapConfig
 from resail_pipeline.checkpoints import CheckpointError, load_tokenizer
 from resail_pipeline.config import ConfigError, build, check_folder_name, check_int
 from resail_pipeline.evaluation.evaluate import VIEW_PRIVILEGED
@@ -22,7 +21,7 @@ from resail_pipeline.experience.extraction import SOURCE_MODEL
 from resail_pipeline.generation.cuda import GpuInfo
 from resail_pipeline.gui.config import AitzConfig
 from resail_pipeline.initial_policy import requested_policy
-from resail_pipeline.pipelines.bootstrap.nodes import NODE_KEYS as BOOTSTRAP_NODE_KEYS
+from resail_pipeline.pipelines.bootstrap.nodes import bootstrap_config
 from resail_pipeline.pipelines.collect.nodes import collect_config
 from resail_pipeline.pipelines.common import RunConfig
 from resail_pipeline.pipelines.evaluate.nodes import eval_config
@@ -71,8 +70,7 @@ def check_parameters(params: Mapping[str, Any]) -> None:
     if "data_tag" in params:
         check_folder_name(params["data_tag"], "data_tag", empty=True)
     run = RunConfig.from_params(dict(params["run"]))
-    bootstrap = {k: v for k, v in params["bootstrap"].items() if k not in BOOTSTRAP_NODE_KEYS}
-    BootstrapConfig.from_dict({**bootstrap, "env": run.env})
+    bootstrap_config(params["bootstrap"], run.env)
     collect_config(dict(params["collect"]), dict(params["train"]), run)
     build(SummarizeConfig, dict(params["summarize"]), "summarize")
     build(ScoreParams, dict(params["score"]), "score")
@@ -160,8 +158,7 @@ def estimate_run_prompts(params: Mapping[str, Any]) -> RunPrompts | None:
         ConfigError: the policy's tokenizer cannot be loaded, naming the field.
     """
     run = RunConfig.from_params(dict(params["run"]))
-    fields = {k: v for k, v in params["bootstrap"].items() if k not in BOOTSTRAP_NODE_KEYS}
-    bootstrap = BootstrapConfig.from_dict({**fields, "env": run.env})
+    bootstrap = bootstrap_config(params["bootstrap"], run.env)
     policy = requested_policy(bootstrap)
     if policy is None:
         logger.info(
