@@ -19,7 +19,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TORCH_EXTENSIONS_DIR := $(CURDIR)/.cache/torch_extensions
 
-.PHONY: run smoke study study-budgets report reference rehearse rehearse-aitz kill-check test test-numerics test-slow lint viz
+.PHONY: run smoke study study-budgets study-rerun report reference rehearse rehearse-aitz kill-check test test-numerics test-slow lint viz
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,13 @@ study: $(VENV)/.installed-$(RUN_EXTRAS)
 
 study-budgets: $(VENV)/.installed-$(RUN_EXTRAS)
 	$(BIN)/python -m resail_pipeline.study --env study --plan conf/study/budgets.yml
+
+# One cell of the comparison evaluated again with decoding seeds the grid did not use, from the
+# checkpoints it keeps, e.g. `make study-rerun EXPERIMENT=oel_resail CYCLE=3 SEEDS="3 4 5"`: the
+# paired differences beside the grid's in data/08_reporting/textcraft-study-seeds3-4-5/rerun.md.
+study-rerun: $(VENV)/.installed-$(RUN_EXTRAS)
+	$(BIN)/python -m resail_pipeline.study --env study --rerun $(EXPERIMENT) --cycle $(CYCLE) \
+		--seeds $(SEEDS)
 
 # The shipped reference initial policy of an environment (REFERENCE_ENV: textcraft, the default,
 # or alfworld), rebuilt from the recipes of reference/<env>-chain/ (overrides of

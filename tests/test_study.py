@@ -213,17 +213,21 @@ def test_a_running_experiments_time_row_is_rewritten_in_place(tmp_path):
 
 
 def test_the_heartbeat_runs_while_the_command_runs(tmp_path):
+    """The command waits for a file that only the third heartbeat writes: it can end only if the
+    heartbeat runs while it runs (no timing is asserted; a loaded machine only adds beats)."""
     from resail_pipeline.study import _run
 
+    flag = tmp_path / "third-beat"
     beats = []
-    code = _run(
-        [sys.executable, "-c", "import time; time.sleep(0.5)"],
-        tmp_path,
-        dict(os.environ),
-        heartbeat=lambda: beats.append(1),
-        every=0.1,
-    )
-    assert code == 0 and 2 <= len(beats) <= 6
+
+    def heartbeat() -> None:
+        beats.append(1)
+        if len(beats) == 3:
+            flag.touch()
+
+    wait = f"import os, time\nwhile not os.path.exists({str(flag)!r}): time.sleep(0.01)"
+    code = _run([sys.executable, "-c", wait], tmp_path, dict(os.environ), heartbeat, every=0.05)
+    assert code == 0 and len(beats) >= 3
     assert _run([sys.executable, "-c", "raise SystemExit(3)"], tmp_path, dict(os.environ)) == 3
 
 
@@ -293,3 +297,101 @@ def test_the_rule_chooses_the_largest_harmless_rate_and_reports_every_candidate(
     assert apply_rule(plan, outputs)[1] is None
     assert write_rule(plan, outputs, tmp_path / "report") is None
     assert "the smallest, 1e-05, is harmful" in (tmp_path / "report" / "rule.md").read_text()
+
+
+def _cell_project(tmp_path: Path) -> tuple[Path, Path]:
+    """A project with a grid's cycle 2 of OEL and OEL + ReSAIL (dev split, seeds 0-1, 40 tasks):
+    the initial policy solves half the tasks, OEL one in four, OEL + ReSAIL every one."""
+    project = tmp_path / "project"
+    for layer, text in (("base", "env: textcraft\ndata_tag: ''\n"), ("study", "data_tag: -g\n")):
+        (project / "conf" / layer).mkdir(parents=True)
+        (project / "conf" / layer / "globals.yml").write_text(text)
+    data = project / "data"
+    tasks = 40
+    grid = data / "07_model_output" / "textcraft-g"
+    _eval_results(grid / "shared" / "cycle_0", [[t % 2 == 0 for t in range(tasks)]] * 2, cycle=0)
+    _eval_results(grid / "oel" / "cycle_2", [[t % 4 == 0 for t in range(tasks)]] * 2, cycle=2)
+    _eval_results(grid / "oel_resail" / "cycle_2", [[True] * tasks] * 2, cycle=2)
+    for folder in ("shared/cycle_0", "oel/cycle_2", "oel_resail/cycle_2"):
+        (data / "06_models" / "textcraft-g" / folder / "policy").mkdir(parents=True)
+        (data / "06_models" / "textcraft-g" / folder / "checkpoint.parquet").write_bytes(b"m")
+    (data / "03_primary" / "textcraft-g" / "shared" / "cycle_0").mkdir(parents=True)
+    (data / "03_primary" / "textcraft-g" / "shared" / "cycle_0" / "experience.parquet").write_bytes(
+        b"e"
+    )
+    return project, data
+
+
+def test_a_cell_reruns_with_other_seeds_beside_the_grids_differences(tmp_path, monkeypatch):
+    import resail_pipeline.study as study
+
+    project, data = _cell_project(tmp_path)
+    calls = []
+
+    def fake_kedro(args, project, params=None, cycles=None, heartbeat=None):
+        """A fake of the evaluation runs: OEL + ReSAIL solves half the tasks under other seeds,
+        so its lead over OEL shrinks from 75 to 25 points; the others behave as in the grid."""
+        nodes = args[args.index("--nodes") + 1].split(",")
+        calls.append((params["run"]["experiment"], nodes, cycles, params["data_tag"]))
+        seeds = params["evaluate"]["decoding_seeds"]
+        out = project / "data" / "07_model_output" / f"textcraft{params['data_tag']}"
+        for node in nodes:
+            cycle = int(node.split(".")[0].removeprefix("cycle_"))
+            folder = (
+                out / ("shared" if cycle == 0 else params["run"]["experiment"]) / f"cycle_{cycle}"
+            )
+            solved = {
+                "shared": lambda t: t % 2 == 0,
+                "oel": lambda t: t % 4 == 0,
+                "oel_resail": lambda t: t % 2 == 1,
+            }["shared" if cycle == 0 else params["run"]["experiment"]]
+            rows = [[solved(t) for t in range(40)] for _ in seeds]
+            _eval_results(folder, rows, cycle=cycle)
+            frame = pd.read_parquet(folder / "eval_results.parquet")
+            frame["decoding_seed"] = frame["decoding_seed"].map(dict(enumerate(seeds)))
+            frame.to_parquet(folder / "eval_results.parquet", index=False)
+        return 0
+
+    monkeypatch.setattr(study, "_kedro", fake_kedro)
+    plan = load_plan(ROOT / "conf" / "base" / "study.yml")
+    table = study.rerun_cell(plan, "study", project, name="oel_resail", cycle=2, seeds=[5, 6])
+
+    # the parent first (with the initial policy), then the variant, each at cycle 2, seeds 5-6
+    assert calls == [
+        ("oel", ["cycle_0.evaluate_node", "cycle_2.evaluate_node"], 2, "-g-seeds5-6"),
+        ("oel_resail", ["cycle_2.evaluate_node"], 2, "-g-seeds5-6"),
+    ]
+    copied = data / "06_models" / "textcraft-g-seeds5-6"
+    assert (copied / "oel_resail" / "cycle_2" / "checkpoint.parquet").read_bytes() == b"m"
+    assert (copied / "shared" / "cycle_0" / "policy").is_dir()
+    experience = data / "03_primary" / "textcraft-g-seeds5-6" / "shared" / "cycle_0"
+    assert (experience / "experience.parquet").read_bytes() == b"e"
+    rows = table.set_index("Comparison")
+    lead = rows.loc["OEL + ReSAIL - OEL"]
+    assert lead["grid: seeds 0, 1 (pp)"] == 75 and lead["rerun: seeds 5, 6 (pp)"] == 25
+    assert rows.loc["OEL - ReAct", "rerun: seeds 5, 6 (pp)"] == -25
+    written = (data / "08_reporting" / "textcraft-g-seeds5-6" / "rerun.md").read_text()
+    assert "| OEL + ReSAIL - OEL |" in written and "+75.0" in written and "+25.0" in written
+    assert len(pd.read_csv(data / "08_reporting" / "textcraft-g-seeds5-6" / "rerun.csv")) == 3
+
+
+@pytest.mark.parametrize(
+    ("name", "cycle", "seeds", "message"),
+    [
+        ("oel_resail", 3, [5], r"textcraft-g/oel/cycle_3: missing; the grid has not finished"),
+        ("nope", 2, [5], r"--rerun: no experiment 'nope' in the plan"),
+        ("oel", 0, [5], r"--cycle"),
+        ("oel", 2, [], r"--seeds"),
+    ],
+)
+def test_a_rerun_of_a_cell_the_grid_lacks_fails_before_anything_runs(
+    tmp_path, monkeypatch, name, cycle, seeds, message
+):
+    import resail_pipeline.study as study
+
+    project, data = _cell_project(tmp_path)
+    monkeypatch.setattr(study, "_kedro", lambda *a, **k: pytest.fail("nothing may run"))
+    plan = load_plan(ROOT / "conf" / "base" / "study.yml")
+    with pytest.raises(ValueError, match=message):
+        study.rerun_cell(plan, "study", project, name=name, cycle=cycle, seeds=seeds)
+    assert not (data / "06_models" / "textcraft-g-seeds5").exists()

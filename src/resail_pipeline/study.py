@@ -35,6 +35,7 @@ import json
 import logging
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -51,7 +52,17 @@ from resail_pipeline.config import ConfigError, build, check_folder_name, check_
 from resail_pipeline.io import atomic_path
 from resail_pipeline.training.config import METHODS, REACT
 
-__all__ = ["Experiment", "Rule", "StudyPlan", "apply_rule", "load_plan", "main", "run_study"]
+__all__ = [
+    "Experiment",
+    "Rule",
+    "StudyPlan",
+    "apply_rule",
+    "data_folder",
+    "load_plan",
+    "main",
+    "rerun_cell",
+    "run_study",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -250,6 +261,152 @@ def write_rule(plan: StudyPlan, outputs: Path, reporting: Path) -> float | None:
     return chosen
 
 
+def data_folder(plan: StudyPlan, env: str, project: Path) -> tuple[str, str]:
+    """The environment and the data tag of the plan's runs, whose data folder is their
+    concatenation (``textcraft`` + ``-study``): the configuration environment's ``globals.yml``
+    over the base one, then the plan's overrides."""
+    values: dict[str, Any] = {}
+    for layer in ("base", env):
+        path = project / "conf" / layer / "globals.yml"
+        if path.is_file():
+            values.update(yaml.safe_load(path.read_text()) or {})
+    if "env" not in values:
+        raise ConfigError(f"{project / 'conf' / 'base' / 'globals.yml'}: names no env")
+    return str(values["env"]), str(plan.params.get("data_tag", values.get("data_tag")) or "")
+
+
+#: what a cell's evaluation reads besides its checkpoints: the initial policy and the fixed
+#: Experience of cycle 0, per data layer
+_SHARED_INPUTS = (
+    ("06_models", "shared/cycle_0"),
+    ("03_primary", "shared/cycle_0/experience.parquet"),
+)
+
+
+def _cell_names(plan: StudyPlan, name: str) -> list[Experiment]:
+    """The plan's experiment ``name`` and, for a ReSAIL variant, its parent: the cell's
+    comparison."""
+    from resail_pipeline.evaluation.report import RESAIL_PARENTS
+
+    entries = {e.name: e for e in plan.experiments}  # the last entry: the most cycles
+    if name not in entries:
+        raise ConfigError(f"--rerun: no experiment {name!r} in the plan; it has {sorted(entries)}")
+    names = [RESAIL_PARENTS[name], name] if name in RESAIL_PARENTS else [name]
+    missing = [n for n in names if n not in entries]
+    if missing:
+        raise ConfigError(f"--rerun: {name!r} is compared with {missing[0]!r}, not in the plan")
+    return [entries[n] for n in names]
+
+
+def _cell_results(outputs: Path, names: Sequence[str], cycle: int) -> pd.DataFrame:
+    """The ``eval_results`` of the initial policy and of ``names`` at ``cycle`` in ``outputs``,
+    with their ``experiment``."""
+    frames = [pd.read_parquet(outputs / "shared" / "cycle_0" / "eval_results.parquet")]
+    frames[0]["experiment"] = "shared"
+    for name in names:
+        frame = pd.read_parquet(outputs / name / f"cycle_{cycle}" / "eval_results.parquet")
+        frames.append(frame.assign(experiment=name))
+    return pd.concat(frames, ignore_index=True)
+
+
+def compare_cells(grid: pd.DataFrame, rerun: pd.DataFrame) -> pd.DataFrame:
+    """The paired differences of a cell's comparisons in the grid and in its rerun, side by side.
+
+    Both are ``eval_results`` of the initial policy and the cell's experiments, with their
+    ``experiment``; each gives every comparison the report makes (each experiment against the
+    initial policy, the ReSAIL variant against its parent) per benchmark and view, with its 95%
+    interval over tasks and the decoding seeds it was measured over.
+    """
+    from resail_pipeline.evaluation.report import paired_differences_table
+
+    keys = ["Comparison", "Benchmark", "View", "Cycle"]
+    sides = []
+    for frame, side in ((grid, "grid"), (rerun, "rerun")):
+        table = paired_differences_table(frame, source=side).drop(columns="Tasks")
+        seeds = ", ".join(str(s) for s in sorted(frame["decoding_seed"].unique()))
+        sides.append(
+            table.rename(
+                columns={
+                    "Difference (pp)": f"{side}: seeds {seeds} (pp)",
+                    "95% CI (pp)": f"{side}: 95% CI (pp)",
+                }
+            )
+        )
+    return sides[0].merge(sides[1], on=keys, how="outer")
+
+
+def rerun_cell(
+    plan: StudyPlan, env: str, project: Path, *, name: str, cycle: int, seeds: Sequence[int]
+) -> pd.DataFrame:
+    """Evaluate one cell of the grid again with decoding ``seeds``, from the checkpoints it kept.
+
+    The initial policy, experiment ``name`` at ``cycle`` and, for a ReSAIL variant, its parent are
+    evaluated with the plan's settings and the grid's fixed Experience in the data folder
+    ``<grid folder>-seeds<s>`` (their checkpoints and the Experience copied there first; what
+    exists is kept, so an interrupted rerun resumes). Their paired differences go beside the
+    grid's to ``data/08_reporting/<that folder>/rerun.md`` and ``rerun.csv``.
+
+    Returns:
+        The side-by-side table (:func:`compare_cells`).
+    """
+    check_int("--cycle", cycle, low=1)
+    if not seeds or any(not isinstance(s, int) or s < 0 for s in seeds):
+        raise ConfigError(f"--seeds: one or more decoding seeds >= 0, got {list(seeds)}")
+    experiments = _cell_names(plan, name)
+    names = [e.name for e in experiments]
+    run_env, tag = data_folder(plan, env, project)
+    rerun_tag = f"{tag}-seeds{'-'.join(str(s) for s in seeds)}"
+    data = project / "data"
+    inputs = [*_SHARED_INPUTS, *(("06_models", f"{n}/cycle_{cycle}") for n in names)]
+    results = [("07_model_output", f"{n}/cycle_{cycle}/eval_results.parquet") for n in names]
+    for layer, part in (*inputs, *results):  # before anything is copied or run
+        if not (data / layer / f"{run_env}{tag}" / part).exists():
+            raise ConfigError(
+                f"{data / layer / f'{run_env}{tag}' / part}: missing; the grid has not finished "
+                f"cycle {cycle} of {names}"
+            )
+    for layer, part in inputs:
+        target = data / layer / f"{run_env}{rerun_tag}" / part
+        if not target.exists():
+            source = data / layer / f"{run_env}{tag}" / part
+            with atomic_path(target) as tmp:
+                (shutil.copytree if source.is_dir() else shutil.copy2)(source, tmp)
+    shared = {**plan.params, "data_tag": rerun_tag, "evaluate.decoding_seeds": list(seeds)}
+    for k, experiment in enumerate(experiments):
+        logger.info("rerun: %s, cycle %d, decoding seeds %s", experiment.name, cycle, list(seeds))
+        nodes = (["cycle_0.evaluate_node"] if k == 0 else []) + [f"cycle_{cycle}.evaluate_node"]
+        args = ["run", "--env", env, "--pipelines", "cycle", "--only-missing-outputs"]
+        args += ["--nodes", ",".join(nodes)]
+        if _kedro(args, project, params=experiment.run_params(shared), cycles=cycle) != 0:
+            raise RuntimeError(
+                f"rerun: the evaluation of {experiment.name!r} failed; what it finished is kept"
+            )
+    outputs = data / "07_model_output"
+    table = compare_cells(
+        _cell_results(outputs / f"{run_env}{tag}", names, cycle),
+        _cell_results(outputs / f"{run_env}{rerun_tag}", names, cycle),
+    )
+    _write_comparison(table, data / "08_reporting" / f"{run_env}{rerun_tag}", names, cycle)
+    return table
+
+
+def _write_comparison(table: pd.DataFrame, reporting: Path, names: list[str], cycle: int) -> None:
+    from resail_pipeline.evaluation.report import table_to_markdown
+
+    reporting.mkdir(parents=True, exist_ok=True)
+    with atomic_path(reporting / "rerun.csv") as tmp:
+        table.to_csv(tmp, index=False)
+    text = (
+        f"# Cycle {cycle} of {', '.join(names)}, evaluated again with other decoding seeds\n\n"
+        "Paired differences in success (percentage points), 95% percentile-bootstrap intervals "
+        "over tasks: the grid's beside the rerun's.\n\n"
+        f"{table_to_markdown(table, float_format='+.1f')}\n"
+    )
+    with atomic_path(reporting / "rerun.md") as tmp:
+        tmp.write_text(text)
+    logger.info("rerun: %s", reporting / "rerun.md")
+
+
 def plan_path(env: str, project: Path) -> Path:
     """The environment's own plan if it has one, else the base plan."""
     own = project / "conf" / env / PLAN_FILE
@@ -393,14 +550,9 @@ def run_study(
     if _kedro(report, project, params=nest(plan.params)) != 0:
         raise RuntimeError("study: the report failed")
     if plan.rule is not None:
-        tag = str(plan.params.get("data_tag", ""))
-        folders = sorted((project / "data" / "07_model_output").glob(f"*{tag}"))
-        folders = [f for f in folders if (f / "shared").is_dir() and f.name.endswith(tag)]
-        if len(folders) != 1:
-            raise RuntimeError(
-                f"study: expected one data folder ending in {tag!r}, found {folders}"
-            )
-        write_rule(plan, folders[0], project / "data" / "08_reporting" / folders[0].name)
+        folder = "".join(data_folder(plan, env, project))
+        outputs = project / "data" / "07_model_output" / folder
+        write_rule(plan, outputs, project / "data" / "08_reporting" / folder)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -413,11 +565,26 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--tier", type=int, default=None, help="run the experiments of tiers up to this one"
     )
+    parser.add_argument(
+        "--rerun",
+        metavar="EXPERIMENT",
+        help="evaluate one cell again instead (with --cycle, --seeds)",
+    )
+    parser.add_argument("--cycle", type=int, help="the cell's cycle (with --rerun)")
+    parser.add_argument("--seeds", type=int, nargs="+", help="decoding seeds (with --rerun)")
     args = parser.parse_args(argv)
+    if (args.rerun is None) != (args.cycle is None) or (args.rerun is None) != (args.seeds is None):
+        parser.error("--rerun, --cycle and --seeds go together")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     path = args.plan or plan_path(args.env, args.project)
+    plan = load_plan(path)
+    if args.rerun is not None:
+        rerun_cell(
+            plan, args.env, args.project, name=args.rerun, cycle=args.cycle, seeds=args.seeds
+        )
+        return
     log = args.project / "data" / "08_reporting" / f"{path.stem}-{args.env}.csv"
-    run_study(load_plan(path), args.env, args.project, log=log, tier=args.tier)
+    run_study(plan, args.env, args.project, log=log, tier=args.tier)
 
 
 if __name__ == "__main__":
