@@ -192,6 +192,19 @@ def test_the_smoke_study_runs_every_method_resumes_and_reports(tmp_path):
     assert second.returncode == 0, second.stderr[-4000:]
     assert "train_node finished" not in second.stdout + second.stderr  # nothing redone
 
+    # one cell again with a decoding seed the grid did not use: evaluated, not trained
+    rerun = [*command, "--rerun", "oel_resail", "--cycle", "2", "--seeds", "7"]
+    third = subprocess.run(rerun, cwd=project, env=env, capture_output=True, text=True)
+    assert third.returncode == 0, third.stderr[-4000:]
+    assert "train_node finished" not in third.stdout + third.stderr
+    again = project / "data" / "07_model_output" / "textcraft-smoke-seeds7"
+    for folder in ("shared/cycle_0", "oel/cycle_2", "oel_resail/cycle_2"):
+        assert set(pd.read_parquet(again / folder / "eval_results.parquet")["decoding_seed"]) == {7}
+    compared = (
+        project / "data" / "08_reporting" / "textcraft-smoke-seeds7" / "rerun.md"
+    ).read_text()
+    assert "| OEL + ReSAIL - OEL |" in compared and "rerun: seeds 7 (pp)" in compared
+
 
 def test_a_running_experiments_time_row_is_rewritten_in_place(tmp_path):
     from resail_pipeline.study import _Segment, _write_row

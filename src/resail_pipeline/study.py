@@ -332,7 +332,8 @@ def compare_cells(grid: pd.DataFrame, rerun: pd.DataFrame) -> pd.DataFrame:
                 }
             )
         )
-    return sides[0].merge(sides[1], on=keys, how="outer")
+    order = pd.concat([side[keys] for side in sides]).drop_duplicates()  # the report's order
+    return order.merge(sides[0], on=keys, how="left").merge(sides[1], on=keys, how="left")
 
 
 def rerun_cell(
