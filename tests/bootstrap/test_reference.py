@@ -404,6 +404,32 @@ def test_the_shipped_policy_rebuilds_from_the_chain_of_recipes():
     assert verify_reference(FIRST_STAGE).sha256 == stages[0]["sha256"]
 
 
+def test_each_stage_of_a_chain_continues_the_stage_make_reference_built_before_it():
+    """`make reference` builds stage ``s`` of reference/<env>-chain/ into
+    data/06_models/<env>-chain/<s>/ and ships the first to reference/<env>-initial-first-stage: a
+    later stage's warm start names the previous stage's policy there (the second may name the
+    shipped first stage), so the chain rebuilds from a fresh clone."""
+    import yaml
+
+    root = SHIPPED.parents[1]
+    makefile = (root / "Makefile").read_text()
+    assert "CHAIN_BUILDS := data/06_models/$(REFERENCE_ENV)-chain" in makefile
+    chains = sorted((root / "reference").glob("*-chain"))
+    assert [c.name for c in chains] == ["alfworld-chain", "textcraft-chain"]
+    for chain in chains:
+        env = chain.name.removesuffix("-chain")
+        recipes = sorted(chain.glob("*.yml"))
+        for k, recipe in enumerate(recipes):
+            warm_start = yaml.safe_load(recipe.read_text())["bootstrap"].get("warm_start")
+            if k == 0:
+                assert warm_start is None, recipe
+                continue
+            allowed = {f"data/06_models/{chain.name}/{recipes[k - 1].stem}/policy"}
+            if k == 1:
+                allowed.add(f"reference/{env}-initial-first-stage")
+            assert warm_start in allowed, (recipe, warm_start)
+
+
 def test_a_recipe_overrides_the_base_parameters(tmp_path):
     from resail_pipeline.bootstrap.__main__ import load_config
     from resail_pipeline.config import ConfigError

@@ -3,14 +3,14 @@
     # build (or resume, or reuse) the policy of a recipe (overrides of
     # conf/base/parameters_bootstrap.yml) into <out>/policy
     python -m resail_pipeline.bootstrap build --params reference/textcraft-chain/03-drills.yml \\
-        --out data/06_models/reference-chain/03-drills
+        --out data/06_models/textcraft-chain/03-drills
     # dual-view evaluation (appendix D.2) on the test tasks of the policy's environment (TextCraft:
     # the 100 of test; ALFWorld: 128 of id and 128 of ood) x 3 seeds, kept in its manifest
-    python -m resail_pipeline.bootstrap evaluate --policy data/06_models/reference-chain/03-drills/policy
+    python -m resail_pipeline.bootstrap evaluate --policy data/06_models/textcraft-chain/03-drills/policy
     # ... keeping every episode and the fixed Experience as Parquet in <dir>
     python -m resail_pipeline.bootstrap evaluate --policy <policy> --results <dir>
     # copy it into the repository, with the manifests of the stages it continues
-    python -m resail_pipeline.bootstrap ship --policy data/06_models/reference-chain/03-drills/policy \\
+    python -m resail_pipeline.bootstrap ship --policy data/06_models/textcraft-chain/03-drills/policy \\
         --to reference/textcraft-initial
     # teacher-forced: does the policy follow a summary's corrected plan? (about a minute)
     python -m resail_pipeline.bootstrap guidance --policy reference/textcraft-initial --split test
