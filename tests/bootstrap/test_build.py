@@ -137,12 +137,11 @@ def test_only_environments_the_builder_covers_are_built(tmp_path, monkeypatch):
 
 def test_demonstrations_are_drawn_from_each_environments_own_splits():
     from resail_pipeline.bootstrap.environments import BUILDABLE_ENVS
-    from resail_pipeline.envs import make_env
     from resail_pipeline.envs.textcraft import split_task_ids
 
     splits = {env: support.demonstration_splits for env, support in BUILDABLE_ENVS.items()}
     assert splits == {"textcraft": ("train", "dev"), "alfworld": ("clone",)}
-    ids = build._demonstration_tasks(make_env("textcraft"))
+    ids = build.BuildEnvironment.resolve("textcraft").demonstration_tasks()
     assert ids == sorted(split_task_ids("train") + split_task_ids("dev"))  # the shipped recipe's
     assert len(ids) == 319 and not set(ids) & set(split_task_ids("test"))
 
@@ -157,10 +156,32 @@ def test_demonstrations_are_drawn_from_each_environments_own_splits():
                 "clone": [400_001, 400_000],
             }[split]
 
-    assert build._demonstration_tasks(Games()) == [400_000, 400_001]  # clone's, and no other
-    Games.name = "gridworld"
+    games = build.BuildEnvironment("alfworld", {}, BUILDABLE_ENVS["alfworld"].splits({}))
+    assert games.demonstration_tasks(Games()) == [400_000, 400_001]  # clone's, and no other
     with pytest.raises(ConfigError, match=r"env: an initial policy can only be built for \["):
-        build._demonstration_tasks(Games())
+        build.BuildEnvironment.resolve("gridworld")
+
+
+def test_textcraft_clone_tasks_are_the_only_demonstrations_and_leave_train():
+    """With ``clone_tasks``, TextCraft's demonstrations are its ``clone`` tasks alone, which
+    neither the cycles' ``train`` nor ``dev`` nor ``test`` holds; the option is part of the cache
+    key and of the manifest's record."""
+    from resail_pipeline.envs import make_env
+    from resail_pipeline.envs.textcraft import split_task_ids
+
+    environment = build.BuildEnvironment.resolve("textcraft", {"clone_tasks": 110})
+    assert environment.splits == ("clone",)
+    ids = environment.demonstration_tasks()
+    adapter = make_env("textcraft", clone_tasks=110)
+    train, dev, test = (adapter.task_ids(s) for s in ("train", "dev", "test"))
+    assert (len(ids), len(train), len(dev), len(test)) == (110, 109, 100, 100)
+    assert sorted(ids + train) == split_task_ids("train")
+    assert not set(ids) & (set(train) | set(dev) | set(test))
+    full = split_task_ids("train")
+    assert ids == [full[k * 219 // 110] for k in range(110)]  # evenly spaced over train
+    assert environment.key()["options"] == {"clone_tasks": 110}
+    assert environment.record()["demonstration_splits"] == ["clone"]
+    assert build.BuildEnvironment.resolve("textcraft").key() != environment.key()
 
 
 def test_alfworld_demonstrations_need_the_generated_clone_split():
@@ -169,8 +190,9 @@ def test_alfworld_demonstrations_need_the_generated_clone_split():
     from resail_pipeline.envs.alfworld import AlfWorldEnv
 
     official = Path(__file__).parents[1] / "envs" / "alfworld_data"
+    environment = build.BuildEnvironment("alfworld", {"data_path": str(official)}, ("clone",))
     with pytest.raises(FileNotFoundError, match="ALFWorld split 'clone': no games under"):
-        build._demonstration_tasks(AlfWorldEnv(data_path=official))
+        environment.demonstration_tasks(AlfWorldEnv(data_path=official))
 
 
 def test_training_on_a_missing_gpu_is_refused_before_any_work(tmp_path, monkeypatch):
@@ -494,6 +516,30 @@ def test_an_alfworld_recipe_asking_for_textcraft_settings_is_one_line(tmp_path, 
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "bootstrap.data.copying_drills: must be 0 for alfworld (got 1)" in line
     assert not (tmp_path / "o").exists()
+
+
+def test_a_recipes_environment_options_are_checked_at_the_command_line(tmp_path, capsys):
+    """``run.env_options`` of a recipe are the adapter's: an unknown one is one line naming the
+    field, before anything is written; a known one is read as given."""
+    import yaml
+
+    from resail_pipeline.bootstrap.__main__ import load_env_options, main
+
+    recipe = tmp_path / "recipe.yml"
+    recipe.write_text(yaml.safe_dump({"bootstrap": {}, "run": {"env_options": {"clone": 3}}}))
+    with pytest.raises(SystemExit) as exited:
+        main(["build", "--params", str(recipe), "--base", str(BASE), "--out", str(tmp_path / "o")])
+    assert exited.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert (
+        "recipe.yml: run.env_options: the textcraft environment takes no option(s) ['clone']"
+        in line
+    )
+    assert not (tmp_path / "o").exists()
+    recipe.write_text(yaml.safe_dump({"bootstrap": {}, "run": {"env_options": {"clone_tasks": 3}}}))
+    assert load_env_options(recipe, "textcraft") == {"clone_tasks": 3}
+    recipe.write_text(yaml.safe_dump({"bootstrap": {}}))
+    assert load_env_options(recipe, "textcraft") == {}
 
 
 def test_the_alfworld_first_stage_recipe():

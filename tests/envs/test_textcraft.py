@@ -49,6 +49,20 @@ def test_splits_are_fixed_disjoint_and_cover_every_goal(env):
         env.task_ids("valid")
 
 
+def test_clone_tasks_set_a_clone_split_apart_from_train_and_nothing_else():
+    whole = {s: make_env("textcraft").task_ids(s) for s in ("train", "dev", "test")}
+    env = make_env("textcraft", clone_tasks=3)
+    clone, train = env.task_ids("clone"), env.task_ids("train")
+    assert clone == [whole["train"][k * 219 // 3] for k in range(3)]  # 0, 73, 146
+    assert sorted(clone + train) == whole["train"] and len(train) == 216
+    assert (env.task_ids("dev"), env.task_ids("test")) == (whole["dev"], whole["test"])
+    with pytest.raises(ValueError, match="split: clone is empty unless the option clone_tasks"):
+        make_env("textcraft").task_ids("clone")
+    for bad in (219, -1, True, 2.5):
+        with pytest.raises(ValueError, match="clone_tasks: must be"):
+            make_env("textcraft", clone_tasks=bad)
+
+
 def test_goals_are_sorted_by_depth_then_name():
     tree = _pristine()[0].crafting_tree
     keys = [(tree.get_min_depth(g), g) for g in goal_ids()]

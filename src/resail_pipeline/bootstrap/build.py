@@ -145,7 +145,7 @@ class BuildEnvironment:
     Attributes:
         name: the environment's registry name.
         options: the adapter's options (``run.env_options``), as given.
-        splits: its demonstration splits (:attr:`BuildableEnv.demonstration_splits`).
+        splits: its demonstration splits (:meth:`BuildableEnv.splits` of the options).
         data_sha256: :attr:`BuildableEnv.data_sha256` of those splits (ALFWorld's games), or
             ``None`` where the tasks ship with a package.
         data_root: where the data was read, for the manifest (``None`` as above).
@@ -163,16 +163,17 @@ class BuildEnvironment:
         (:func:`~resail_pipeline.envs.provide_env_data`), and its data fingerprinted."""
         support, options = buildable(env), dict(options or {})
         provide_env_data(env, options)
+        splits = support.splits(options)
         fingerprint = support.data_fingerprint()
         if fingerprint is None:
-            return cls(env, options, support.demonstration_splits)
+            return cls(env, options, splits)
         adapter = make_env(env, **options)
         root = getattr(adapter, "data_root", None)
         return cls(
             env,
             options,
-            support.demonstration_splits,
-            data_sha256=fingerprint(adapter, support.demonstration_splits),
+            splits,
+            data_sha256=fingerprint(adapter, splits),
             data_root=None if root is None else str(root),
         )
 
@@ -183,6 +184,12 @@ class BuildEnvironment:
     def make(self) -> Environment:
         """A fresh environment of this build."""
         return make_env(self.name, **self.options)
+
+    def demonstration_tasks(self, adapter: Environment | None = None) -> list[int]:
+        """The task ids of :attr:`splits`, sorted, as ``adapter`` (default: :meth:`make`) has
+        them."""
+        adapter = adapter or self.make()
+        return sorted(t for split in self.splits for t in adapter.task_ids(split))
 
     def key(self) -> dict[str, Any]:
         """What of the environment is part of the cache key: its options, the data by its
@@ -441,13 +448,6 @@ def _check_known_words(rows: Sequence[PackedRow], tokenizer, source: str) -> Non
                 )
 
 
-def _demonstration_tasks(env: Environment) -> list[int]:
-    """The task ids of ``env``'s demonstration splits (:attr:`BuildableEnv.demonstration_splits`),
-    sorted."""
-    splits = buildable(env.name).demonstration_splits
-    return sorted(t for split in splits for t in env.task_ids(split))
-
-
 def _check_length(rows: Sequence[PackedRow], shape: ModelShape) -> None:
     """Raise naming ``model.max_position_embeddings`` if a sequence of ``rows`` is longer."""
     longest = max((len(ids) for row in rows for ids, _, _ in row.sequences()), default=0)
@@ -477,7 +477,7 @@ def prepare_training_data(
     """
     data = config.data
     environment = environment or BuildEnvironment.resolve(config.env)
-    task_ids = _demonstration_tasks(environment.make())[: data.task_limit]
+    task_ids = environment.demonstration_tasks()[: data.task_limit]
     planner = collect_demonstrations(
         config.env,
         task_ids,

@@ -11,7 +11,7 @@ environment for a setting it cannot honour is refused when it is made
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +32,9 @@ class BuildableEnv:
             collect on and choose a rate on; the shipped TextCraft policy was cloned on the
             cycles' own ``train`` and ``dev`` tasks). A built policy is evaluated on the
             environment's :data:`~resail_pipeline.envs.EVALUATION_SPLITS`, as every policy is.
+        clone_option: the adapter option that sets a ``clone`` split apart from the cycles'
+            tasks (TextCraft's ``clone_tasks``); where a build's options set it, the
+            demonstrations are drawn from ``clone`` alone (:meth:`splits`).
         unsupported: ``data`` settings (:class:`~.config.DemonstrationSettings` fields) that
             must stay 0 here, each with the reason.
         sources: the environment's own modules under the package whose code shapes its policy.
@@ -42,10 +45,17 @@ class BuildableEnv:
     """
 
     demonstration_splits: tuple[str, ...]
+    clone_option: str | None = None
     unsupported: tuple[tuple[str, str], ...] = ()
     sources: tuple[str, ...] = ()
     packages: tuple[str, ...] = ()
     data_sha256: str | None = None
+
+    def splits(self, options: Mapping[str, Any]) -> tuple[str, ...]:
+        """The demonstration splits of the environment built with ``options``."""
+        if self.clone_option is not None and options.get(self.clone_option):
+            return ("clone",)
+        return self.demonstration_splits
 
     def data_fingerprint(self) -> DataFingerprint | None:
         """The function :attr:`data_sha256` names, or ``None``."""
@@ -63,12 +73,14 @@ _TEXTCRAFT_TEXT = (
 
 #: Environment -> what building its initial policy covers. TextCraft: demonstrations of every
 #: non-test task (its ``dev`` is carved from the cycles' collection tasks, not the initial policy's;
-#: the shipped policy's recipe was built on both). ALFWorld: the generated ``clone`` games, which
-#: no other split shares, so that cloning never sees a game the cycles collect on, choose a rate on
-#: or test.
+#: the shipped policy's recipe was built on both), or of its ``clone`` tasks alone where the
+#: adapter's ``clone_tasks`` sets them apart from ``train``. ALFWorld: the generated ``clone``
+#: games, which no other split shares, so that cloning never sees a game the cycles collect on,
+#: choose a rate on or test.
 BUILDABLE_ENVS: dict[str, BuildableEnv] = {
     "textcraft": BuildableEnv(
         demonstration_splits=("train", "dev"),
+        clone_option="clone_tasks",
         sources=("envs/textcraft.py",),
         packages=("textcraft",),
     ),

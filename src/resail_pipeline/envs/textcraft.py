@@ -19,7 +19,10 @@ Task ids index the sorted goal list (419 goals of recipe depth >= 2). Splits:
 ``test`` is the 100 ids ``floor(k * 419 / 100)`` for ``k = 0..99``, evenly spaced over the
 sorted list so that its depth mix matches the whole; ``dev`` is 100 ids taken the same way from
 the other 319 (for choosing budgets without looking at ``test``); ``train`` is the remaining 219,
-where the cycles collect.
+where the cycles collect. With the adapter option ``clone_tasks=n`` (0 by default), ``clone`` is
+``n`` ids taken the same way from those 219 and ``train`` the rest: an initial policy cloned on
+``clone`` alone meets the tasks the cycles collect on, and ``dev``'s, for the first time, as a
+deployed agent does (the shipped policy was cloned on ``train`` and ``dev``).
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ MAX_DISTRACTORS = 10
 #: Minimum recipe depth of a goal (as in the package's ``reset``).
 MIN_GOAL_DEPTH = 2
 
-SPLITS = ("train", "dev", "test")
+SPLITS = ("train", "dev", "test", "clone")
 _ACCEPTED_PREFIXES = ("Got ", "Crafted ", "Inventory:")
 
 
@@ -111,20 +114,39 @@ def item_name(item_id: str) -> str:
     return item_id_to_str(item_id)
 
 
-def split_task_ids(split: str) -> list[int]:
-    """The task ids of ``split`` (see the module docstring for the rule)."""
+def _spaced(ids: list[int], num: int) -> list[int]:
+    """``num`` of the sorted ``ids``, evenly spaced over them: ``ids[floor(k * len / num)]``."""
+    return sorted({ids[k * len(ids) // num] for k in range(num)})
+
+
+def split_task_ids(split: str, clone_tasks: int = 0) -> list[int]:
+    """The task ids of ``split``, ``clone_tasks`` of the 219 non-test, non-dev ids set apart as
+    ``clone`` (see the module docstring for the rule)."""
     n = len(goal_ids())
-    test = sorted({k * n // TEST_SIZE for k in range(TEST_SIZE)})
+    test = _spaced(list(range(n)), TEST_SIZE)
     if split == "test":
         return test
     held_out = set(test)
     rest = [i for i in range(n) if i not in held_out]
-    dev = sorted({rest[k * len(rest) // DEV_SIZE] for k in range(DEV_SIZE)})
+    dev = _spaced(rest, DEV_SIZE)
     if split == "dev":
         return dev
-    if split == "train":
-        return sorted(set(rest) - set(dev))
-    raise ValueError(f"split: unknown TextCraft split {split!r}; choose one of {SPLITS}")
+    if split not in SPLITS:
+        raise ValueError(f"split: unknown TextCraft split {split!r}; choose one of {SPLITS}")
+    train = sorted(set(rest) - set(dev))
+    if isinstance(clone_tasks, bool) or not isinstance(clone_tasks, int):
+        raise ValueError(f"clone_tasks: must be an integer, got {clone_tasks!r}")
+    if not 0 <= clone_tasks < len(train):
+        raise ValueError(
+            f"clone_tasks: must be in [0, {len(train)}) (the cycles collect on the rest of "
+            f"train), got {clone_tasks}"
+        )
+    clone = _spaced(train, clone_tasks) if clone_tasks else []
+    if split == "clone":
+        if not clone:
+            raise ValueError("split: clone is empty unless the option clone_tasks is set")
+        return clone
+    return sorted(set(train) - set(clone))
 
 
 def _episode_tree(tree: CraftingTree) -> CraftingTree:
@@ -162,10 +184,12 @@ class TextCraftEnv:
 
     name = "textcraft"
 
-    def __init__(self, max_steps: int = MAX_STEPS):
+    def __init__(self, max_steps: int = MAX_STEPS, clone_tasks: int = 0):
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
             raise ValueError(f"max_steps: must be a positive integer, got {max_steps!r}")
+        split_task_ids("train", clone_tasks)  # checks it
         self.max_steps = max_steps
+        self.clone_tasks = clone_tasks
         pristine, _ = _pristine()
         self._env = copy.copy(pristine)  # shares the read-only tree, owns its inventory
         self._env.inventory = {}
@@ -174,7 +198,7 @@ class TextCraftEnv:
         self.task_id: int | None = None
 
     def task_ids(self, split: str) -> list[int]:
-        return split_task_ids(split)
+        return split_task_ids(split, self.clone_tasks)
 
     def reset(self, task_id: int) -> Observation:
         goals = goal_ids()
