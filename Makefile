@@ -65,26 +65,31 @@ study-rerun: $(VENV)/.installed-$(RUN_EXTRAS)
 # several the first is kept in reference/ (the second continues it), the last is evaluated
 # (appendix D.2, recorded in its manifest) and shipped with its stages' manifests to
 # reference/<env>-initial. Each build is cached by its configuration and code, and resumes from its
-# training state when interrupted. TextCraft's: about 7 hours on 2 CPU cores.
+# training state when interrupted. TextCraft's: about 7 hours on 2 CPU cores. REFERENCE names
+# another chain of the same environment and REFERENCE_SPLITS the splits its policy is evaluated
+# on (default: the environment's evaluation splits), e.g. the regime question's lever (a),
+# evaluated on dev only: `make reference REFERENCE=textcraft-clone REFERENCE_SPLITS=dev`
+# (reference/textcraft-clone-chain/, shipped to reference/textcraft-clone-initial).
 REFERENCE_ENV ?= textcraft
+REFERENCE ?= $(REFERENCE_ENV)
 comma := ,
 REFERENCE_EXTRAS := $(RUN_EXTRAS)$(if $(filter alfworld,$(REFERENCE_ENV)),$(comma)alfworld)
 BOOTSTRAP := $(BIN)/python -m resail_pipeline.bootstrap
-CHAIN := $(sort $(wildcard reference/$(REFERENCE_ENV)-chain/*.yml))
-CHAIN_BUILDS := data/06_models/$(REFERENCE_ENV)-chain
+CHAIN := $(sort $(wildcard reference/$(REFERENCE)-chain/*.yml))
+CHAIN_BUILDS := data/06_models/$(REFERENCE)-chain
 LAST_STAGE := $(CHAIN_BUILDS)/$(basename $(notdir $(lastword $(CHAIN))))/policy
 reference: $(VENV)/.installed-$(REFERENCE_EXTRAS)
-	$(if $(CHAIN),,$(error REFERENCE_ENV=$(REFERENCE_ENV): no recipes in reference/$(REFERENCE_ENV)-chain/))
+	$(if $(CHAIN),,$(error REFERENCE=$(REFERENCE): no recipes in reference/$(REFERENCE)-chain/))
 	set -e; for recipe in $(CHAIN); do \
 		stage=$$(basename $$recipe .yml); \
 		$(BOOTSTRAP) build --params $$recipe --out $(CHAIN_BUILDS)/$$stage; \
 		if [ $$recipe = $(firstword $(CHAIN)) ] && [ $(words $(CHAIN)) -gt 1 ]; then \
 			$(BOOTSTRAP) ship --policy $(CHAIN_BUILDS)/$$stage/policy \
-				--to reference/$(REFERENCE_ENV)-initial-first-stage; \
+				--to reference/$(REFERENCE)-initial-first-stage; \
 		fi; \
 	done
-	$(BOOTSTRAP) evaluate --policy $(LAST_STAGE)
-	$(BOOTSTRAP) ship --policy $(LAST_STAGE) --to reference/$(REFERENCE_ENV)-initial
+	$(BOOTSTRAP) evaluate --policy $(LAST_STAGE) $(if $(REFERENCE_SPLITS),--splits $(REFERENCE_SPLITS))
+	$(BOOTSTRAP) ship --policy $(LAST_STAGE) --to reference/$(REFERENCE)-initial
 
 # The GPU path rehearsed on CPU (conf/rehearsal: conf/paper-textcraft with only sizes changed):
 # its own virtual environment resolves the `gpu` extra as a GPU node would (transformers < 5.20,

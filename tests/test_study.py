@@ -54,6 +54,24 @@ def test_the_shipped_plan_is_the_papers_comparison():
     assert plan_path("smoke", ROOT) == ROOT / "conf" / "base" / "study.yml"
 
 
+def test_the_clone_lever_runs_on_dev_with_the_policy_of_its_own_chain():
+    """conf/study/lever-clone.yml: evaluated on dev alone, in its own data folder, collecting on
+    the train tasks its initial policy (reference/textcraft-clone-chain/, shipped to
+    reference/textcraft-clone-initial) was not cloned on."""
+    from resail_pipeline.bootstrap.__main__ import load_env_options
+
+    plan = load_plan(ROOT / "conf" / "study" / "lever-clone.yml")
+    grid = load_plan(ROOT / "conf" / "base" / "study.yml")
+    assert plan.params["evaluate.splits"] == ["dev"] and plan.rule is None
+    assert plan.params["data_tag"] not in {grid.params.get("data_tag"), "-study", "-study-dev"}
+    assert plan.params["bootstrap.reference"] == "reference/textcraft-clone-initial"
+    for recipe in sorted((ROOT / "reference" / "textcraft-clone-chain").glob("*.yml")):
+        assert load_env_options(recipe, "textcraft") == plan.params["run.env_options"], recipe
+    assert {(e.method, e.cycles) for e in plan.experiments} == {
+        (m, c) for m in ("oel", "oel_resail") for c in range(1, 6)
+    }
+
+
 def test_an_experiment_becomes_nested_run_params():
     experiment = Experiment(
         method="oel_resail", cycles=3, name="x-1", params={"train.resail.retention": "none"}

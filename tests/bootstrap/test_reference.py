@@ -375,8 +375,8 @@ def test_shipped_policy_acts_validly_on_a_test_task(shipped, tmp_path):
 
 
 def test_the_shipped_policy_rebuilds_from_the_chain_of_recipes():
-    """Its manifest and its stages' manifests hold the configurations of reference/textcraft-chain/, in
-    order (each recipe laid over conf/base/parameters_bootstrap.yml), each stage continuing the
+    """Its manifest and its stages' manifests hold the configurations of
+    reference/textcraft-chain/, in order (each recipe laid over conf/base/parameters_bootstrap.yml), each stage continuing the
     weights of the one before; the kept first stage is the chain's first."""
     from resail_pipeline.bootstrap.__main__ import load_config
     from resail_pipeline.bootstrap.config import BootstrapConfig
@@ -405,29 +405,79 @@ def test_the_shipped_policy_rebuilds_from_the_chain_of_recipes():
 
 
 def test_each_stage_of_a_chain_continues_the_stage_make_reference_built_before_it():
-    """`make reference` builds stage ``s`` of reference/<env>-chain/ into
-    data/06_models/<env>-chain/<s>/ and ships the first to reference/<env>-initial-first-stage: a
-    later stage's warm start names the previous stage's policy there (the second may name the
-    shipped first stage), so the chain rebuilds from a fresh clone."""
-    import yaml
+    """`make reference REFERENCE=<name>` builds stage ``s`` of reference/<name>-chain/ into
+    data/06_models/<name>-chain/<s>/ and ships the first to reference/<name>-initial-first-stage:
+    a later stage's warm start names the previous stage's policy there (the second may name the
+    shipped first stage), so every chain rebuilds from a fresh clone."""
+    from resail_pipeline.bootstrap.__main__ import load_recipe
 
     root = SHIPPED.parents[1]
     makefile = (root / "Makefile").read_text()
-    assert "CHAIN_BUILDS := data/06_models/$(REFERENCE_ENV)-chain" in makefile
+    assert "CHAIN_BUILDS := data/06_models/$(REFERENCE)-chain" in makefile
+    assert "--to reference/$(REFERENCE)-initial-first-stage" in makefile
     chains = sorted((root / "reference").glob("*-chain"))
-    assert [c.name for c in chains] == ["alfworld-chain", "textcraft-chain"]
+    assert [c.name for c in chains] == [
+        "alfworld-chain",
+        "textcraft-chain",
+        "textcraft-clone-chain",
+    ]
     for chain in chains:
-        env = chain.name.removesuffix("-chain")
+        name = chain.name.removesuffix("-chain")
         recipes = sorted(chain.glob("*.yml"))
         for k, recipe in enumerate(recipes):
-            warm_start = yaml.safe_load(recipe.read_text())["bootstrap"].get("warm_start")
+            warm_start = load_recipe(recipe)["bootstrap"].get("warm_start")
             if k == 0:
                 assert warm_start is None, recipe
                 continue
             allowed = {f"data/06_models/{chain.name}/{recipes[k - 1].stem}/policy"}
             if k == 1:
-                allowed.add(f"reference/{env}-initial-first-stage")
+                allowed.add(f"reference/{name}-initial-first-stage")
             assert warm_start in allowed, (recipe, warm_start)
+
+
+def test_the_clone_chain_is_the_shipped_chain_on_the_clone_tasks():
+    """reference/textcraft-clone-chain/: stage by stage the shipped chain's recipe, with only its
+    name, its warm starts and the adapter's clone_tasks changed."""
+    from resail_pipeline.bootstrap.__main__ import load_config, load_env_options
+
+    root = SHIPPED.parents[1]
+    shipped = sorted((root / "reference" / "textcraft-chain").glob("*.yml"))
+    clone = sorted((root / "reference" / "textcraft-clone-chain").glob("*.yml"))
+    assert [r.name for r in clone] == [r.name for r in shipped]
+    base = root / "conf" / "base" / "parameters_bootstrap.yml"
+    for ours, theirs in zip(clone, shipped, strict=True):
+        a, b = load_config(ours, base), load_config(theirs, base)
+        assert a.name == "textcraft-clone-initial" and a.env == b.env == "textcraft"
+        same = {"name": None, "warm_start": None}
+        assert {**a.to_dict(), **same} == {**b.to_dict(), **same}
+        assert load_env_options(ours, "textcraft") == {"clone_tasks": 110}
+        assert load_env_options(theirs, "textcraft") == {}
+
+
+def test_a_recipe_extends_another_key_by_key(tmp_path):
+    from resail_pipeline.bootstrap.__main__ import load_config, load_recipe
+    from resail_pipeline.config import ConfigError
+
+    (tmp_path / "shared").mkdir()
+    parent = tmp_path / "shared" / "parent.yml"
+    parent.write_text("bootstrap:\n  seed: 3\n  data: {episodes_per_task: 5, mistake_rate: 0.2}\n")
+    child = tmp_path / "child.yml"
+    child.write_text(
+        "extends: shared/parent.yml\nrun: {env_options: {clone_tasks: 4}}\n"
+        "bootstrap:\n  data: {mistake_rate: 0.1}\n"
+    )
+    assert load_recipe(child) == {
+        "bootstrap": {"seed": 3, "data": {"episodes_per_task": 5, "mistake_rate": 0.1}},
+        "run": {"env_options": {"clone_tasks": 4}},
+    }
+    config = load_config(child, None)
+    assert (config.seed, config.data.episodes_per_task, config.data.mistake_rate) == (3, 5, 0.1)
+    parent.write_text("extends: ../child.yml\nbootstrap: {seed: 3}\n")
+    with pytest.raises(ConfigError, match=r"parent\.yml: extends: .*child\.yml extends it in turn"):
+        load_recipe(child)
+    child.write_text("extends: missing.yml\nbootstrap: {}\n")
+    with pytest.raises(ConfigError, match=r"params: .*missing\.yml does not exist"):
+        load_recipe(child)
 
 
 def test_a_recipe_overrides_the_base_parameters(tmp_path):

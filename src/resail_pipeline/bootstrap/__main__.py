@@ -16,11 +16,15 @@
     python -m resail_pipeline.bootstrap guidance --policy reference/textcraft-initial --split test
 
 ``make reference`` runs the whole chain of the shipped policy (docs/initial-policy.md).
-A recipe holds one top-level ``bootstrap:`` mapping, the keys it changes from ``--base``; its
-``env`` says where the policy acts (``reference/alfworld-chain/`` builds one for ALFWorld, whose
-games are those of ``ALFWORLD_DATA``, else the generated default set in
-``data/01_raw/alfworld_games``, written on first use; docs/environments.md). A configuration
-that cannot be used is one line on stderr and exit status 2.
+A recipe holds one top-level ``bootstrap:`` mapping, the keys it changes from ``--base``, and may
+hold ``run: {env_options: ...}``, the environment adapter's options as a run gives them (e.g.
+TextCraft's ``clone_tasks``, which clones on tasks set apart from the cycles'), and ``extends:``,
+another recipe (a path relative to it) whose keys it changes in turn
+(``reference/textcraft-clone-chain/``). Its ``env`` says where the policy acts
+(``reference/alfworld-chain/`` builds one for ALFWorld, whose games are those of
+``ALFWORLD_DATA``, else the generated default set in ``data/01_raw/alfworld_games``, written on
+first use; docs/environments.md). A configuration that cannot be used is one line on stderr and
+exit status 2.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from resail_pipeline.bootstrap.diagnostics import guidance_use
 from resail_pipeline.bootstrap.reference import evaluate_and_record, policy_env, ship
 from resail_pipeline.checkpoints import CheckpointError, load_policy
 from resail_pipeline.config import ConfigError
-from resail_pipeline.envs import evaluation_splits, make_env
+from resail_pipeline.envs import check_env_options, evaluation_splits, make_env
 from resail_pipeline.evaluation.evaluate import EvalConfig, spread
 from resail_pipeline.generation.transformers_backend import DTYPES
 
@@ -51,10 +55,26 @@ logger = logging.getLogger(__name__)
 BASE_PARAMS = Path("conf/base/parameters_bootstrap.yml")
 
 
-def _bootstrap_mapping(path: Path) -> dict:
+def load_recipe(path: str | Path, _from: tuple[Path, ...] = ()) -> dict:
+    """The YAML mapping of the recipe ``path``, laid over that of the recipe it ``extends`` (a
+    path relative to it; that one's own ``extends`` first), mappings merged key by key."""
+    path = Path(path)
     if not path.is_file():
         raise ConfigError(f"params: {path} does not exist")
     params = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(params, dict):
+        raise ConfigError(f"params: {path} is not a mapping")
+    parent = params.pop("extends", None)
+    if parent is None:
+        return params
+    parent = (path.parent / str(parent)).resolve()
+    if parent in _from or parent == path.resolve():
+        raise ConfigError(f"params: {path}: extends: {parent} extends it in turn")
+    return _overlay(load_recipe(parent, (*_from, path.resolve())), params)
+
+
+def _bootstrap_mapping(path: Path) -> dict:
+    params = load_recipe(path)
     if not isinstance(params.get("bootstrap"), dict):
         raise ConfigError(f"params: {path} has no top-level 'bootstrap' mapping")
     return params["bootstrap"]
@@ -68,6 +88,16 @@ def _overlay(base: dict, override: dict) -> dict:
             value = _overlay(out[key], value)
         out[key] = value
     return out
+
+
+def load_env_options(path: str | Path, env: str) -> dict:
+    """The recipe's ``run.env_options`` (the adapter's options, as a run's; none: ``{}``),
+    checked against ``env``'s adapter."""
+    options = (load_recipe(path).get("run") or {}).get("env_options") or {}
+    if not isinstance(options, dict):
+        raise ConfigError(f"{path}: run.env_options: expected a mapping, got {options!r}")
+    check_env_options(env, options, source=f"{path}: run.env_options")
+    return options
 
 
 def load_config(path: str | Path, base: str | Path | None = BASE_PARAMS) -> BootstrapConfig:
@@ -103,6 +133,12 @@ def _parser() -> argparse.ArgumentParser:
         "--env",
         default=None,
         help="the environment to evaluate in (default: the one the policy's manifest names)",
+    )
+    evaluate.add_argument(
+        "--splits",
+        nargs="+",
+        default=None,
+        help="the splits to evaluate on (default: the environment's evaluation splits)",
     )
     evaluate.add_argument(
         "--tasks",
@@ -169,7 +205,9 @@ def main(argv: list[str] | None = None) -> None:
 
 def _run(args: argparse.Namespace, command: str) -> None:
     if args.command == "build":
-        info = build_initial_policy(load_config(args.params, args.base), args.out, command=command)
+        config = load_config(args.params, args.base)
+        options = load_env_options(args.params, config.env)
+        info = build_initial_policy(config, args.out, env_options=options, command=command)
         logger.info("initial policy %s at %s", info.policy_id, info.path)
     elif args.command == "ship":
         ship(args.policy, args.to)
@@ -199,7 +237,7 @@ def _run(args: argparse.Namespace, command: str) -> None:
     else:
         env = args.env or policy_env(args.policy)
         config = EvalConfig(
-            splits=evaluation_splits(env),
+            splits=tuple(args.splits or evaluation_splits(env)),
             num_tasks=args.tasks,
             decoding_seeds=tuple(args.seeds),
             temperature=args.temperature,
