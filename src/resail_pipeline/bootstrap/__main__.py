@@ -67,10 +67,10 @@ def load_recipe(path: str | Path, _from: tuple[Path, ...] = ()) -> dict:
     parent = params.pop("extends", None)
     if parent is None:
         return params
-    parent = (path.parent / str(parent)).resolve()
-    if parent in _from or parent == path.resolve():
+    parent, chain = (path.parent / str(parent)).resolve(), (*_from, path.resolve())
+    if parent in chain:
         raise ConfigError(f"params: {path}: extends: {parent} extends it in turn")
-    return _overlay(load_recipe(parent, (*_from, path.resolve())), params)
+    return _overlay(load_recipe(parent, chain), params)
 
 
 def _bootstrap_mapping(path: Path) -> dict:
