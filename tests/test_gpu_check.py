@@ -37,6 +37,7 @@ SCRIPT = ROOT / "scripts" / "gpu_check.sh"
         ("max_new_tokens", True, "max_new_tokens: must be a positive integer"),
         ("skip", ("train",), "skip: unknown step"),
         ("budget_s", 0, "budget_s: must be positive"),
+        ("scale_response_tokens", 0, "scale_response_tokens: must be a positive integer"),
     ],
 )
 def test_bad_options_name_the_field(field, value, message):
@@ -55,6 +56,11 @@ def test_the_report_goes_under_08_reporting_by_default(tmp_path):
     options, out = gpu_check.parse_args(["--device", "cpu", "--project", str(tmp_path)])
     assert out == tmp_path / "data" / "08_reporting" / "gpu_check" / "cpu.json"
     assert options.policy_path == tmp_path / "reference" / "textcraft-initial"
+    # the scale step: Qwen3-4B's published shape on a GPU, the policy's own on the CPU
+    assert options.scale_shape_path == options.policy_path
+    on_gpu, _ = gpu_check.parse_args(["--project", str(tmp_path), "--scale-words", "7"])
+    assert on_gpu.scale_shape_path == tmp_path / "reference" / "shapes" / "Qwen3-4B"
+    assert on_gpu.scale_prompt_words == 7
 
 
 def test_where_the_trainer_ran_is_read_from_its_log():
@@ -118,6 +124,7 @@ def test_the_check_passes_on_the_cpu(tmp_path):
     out = tmp_path / "cpu.json"
     command = ["bash", str(SCRIPT), "--device", "cpu", "--out", str(out), "--work", str(tmp_path)]
     command += ["--tasks", "2", "--updates", "1", "--max-new-tokens", "24", "--prompts", "4"]
+    command += ["--scale-words", "300", "--scale-response", "48"]
     # what the steps do is under test, not how fast: a loaded machine must not fail them
     command += ["--budget-s", "3000"]
     done = subprocess.run(
@@ -134,13 +141,18 @@ def test_the_check_passes_on_the_cpu(tmp_path):
     assert done.returncode == 0, (failed, done.stderr[-3000:])
     assert report["passed"] and report["complete"] and report["device"] == "cpu"
     assert report["peak_gpu_memory_mib"] is None and report["versions"]["torch"]
-    for name in ("generation", "probe", "train_single", "aitz"):
+    for name in ("generation", "probe", "train_single", "aitz", "scale"):
         assert checks[name]["status"] == "passed", name
     assert checks["generation"]["details"]["fp32_equal"] == "4/4"
     assert checks["train_single"]["details"]["device"] == "cpu"
     aitz = checks["aitz"]["details"]
     assert aitz["fp32_equal"] == "4/4" and aitz["updates"] == 1 and aitz["device"] == "cpu"
     assert aitz["process_group"] == ("gloo" if aitz["engine"] == "deepspeed" else "none")
+    # the shipped policy's shape on the CPU: 8 prompts x 48 tokens decoded, 8 rows per update
+    scale = checks["scale"]["details"]
+    assert scale["parameters"] == 3_616_768 and scale["decoding"]["generated_tokens"] == 8 * 48
+    assert scale["training"]["rows_per_update"] == 8 and len(scale["training"]["losses"]) == 2
+    assert scale["memory"]["planned_gib"] >= scale["memory"]["measured_gib"]
     optional = {"train_deepspeed": ("deepspeed",), "smoke": ("kedro", "matplotlib")}
     for name, modules in optional.items():
         if all(importlib.util.find_spec(m) for m in modules):

