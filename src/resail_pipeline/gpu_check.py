@@ -1028,6 +1028,7 @@ class GpuCheck:
             ModelShape.from_config(model_config),
             prompt_tokens=max(len(s.privileged_ids) for s in steps),
             insert_tokens=max(len(s.privileged_ids) - len(s.ordinary_ids) for s in steps),
+            cuda=self.device.type == "cuda",
         )
         rows = [r.metrics_row() for r in records]
         engine = run.config.engine

@@ -74,25 +74,44 @@ def test_the_plan_counts_what_each_engine_keeps():
     shape = ModelShape.from_checkpoint(SHAPES / "Qwen3-4B")
     p = shape.parameters
 
-    def fixed(method: str, **engine) -> dict[str, int]:
+    slack = shape.tensors * 2**20  # up to 1 MiB per tensor of a per-tensor copy
+    assert shape.tensors == 36 * 11 + 2  # 11 per layer, the embeddings (tied) and final norm
+
+    def plan(method: str, **engine) -> MemoryPlan:
         config = TrainConfig.from_dict(
             {"method": method, "engine": {"micro_batch_steps": 1, **engine}}
         ).resolve(num_gpus=0, bf16_supported=False)
-        return dict(plan_memory(config, shape, prompt_tokens=100).fixed)
+        return plan_memory(config, shape, prompt_tokens=100)
 
-    single = fixed("rft", kind="single", precision="fp32")
-    assert single == {
+    single = plan("rft", kind="single", precision="fp32")
+    assert dict(single.fixed) == {
         "student weights": 4 * p,
         "frozen weights": 0,  # cross-entropy has no teacher
         "gradients": 4 * p,
         "optimiser": 8 * p,
-        "autocast copies": 0,
+        "allocator rounding": 4 * slack,  # weights, gradients, two moments
     }
-    ddp = fixed("oel", kind="ddp", world_size=2, precision="bf16")
-    assert ddp["frozen weights"] == 4 * p and ddp["gradients"] == 8 * p
-    assert ddp["autocast copies"] == 2 * p
-    zero3 = fixed("grpo", kind="deepspeed", world_size=4, zero_stage=3, precision="bf16")
-    assert zero3["student weights"] == 2 * p // 4 and zero3["frozen weights"] == 2 * p
+    # the multi-tensor AdamW step: one fp32 temporary of every moment, per tensor
+    assert single.stepping == (("optimiser step", 4 * p + slack),)
+    assert dict(single.training)["autocast copies"] == 0
+    assert single.peak == (
+        sum(b for _, b in single.fixed) + max(4 * p + slack, sum(b for _, b in single.training))
+    )
+    ddp = plan("oel", kind="ddp", world_size=2, precision="bf16")
+    assert dict(ddp.fixed)["frozen weights"] == 4 * p and dict(ddp.fixed)["gradients"] == 8 * p
+    assert dict(ddp.fixed)["allocator rounding"] == 5 * slack  # and the teacher's weights
+    assert dict(ddp.training)["autocast copies"] == 2 * p  # autocast's cache, per micro-batch
+    zero3 = plan("grpo", kind="deepspeed", world_size=4, zero_stage=3, precision="bf16")
+    fixed = dict(zero3.fixed)
+    assert fixed["student weights"] == 2 * p // 4 and fixed["frozen weights"] == 2 * p
+    assert fixed["allocator rounding"] == slack  # the partitions are flat: the reference only
+    assert zero3.stepping == (("optimiser step", 4 * (p // 4)),)
+    # a CPU trainer's allocator gives every tensor its size
+    cpu = TrainConfig.from_dict({"method": "rft", "engine": {"micro_batch_steps": 1}})
+    cpu = cpu.resolve(num_gpus=0, bf16_supported=False)
+    on_cpu = plan_memory(cpu, shape, prompt_tokens=100, cuda=False)
+    assert dict(on_cpu.fixed)["allocator rounding"] == 0
+    assert on_cpu.stepping == (("optimiser step", 4 * p),)
 
 
 def test_checkpointing_chunking_and_smaller_micro_batches_each_lower_the_training_phase():
@@ -214,6 +233,7 @@ def test_the_plan_is_within_a_quarter_of_the_trainers_measured_peak(
         ModelShape.from_config(model_config),
         prompt_tokens=prompt_tokens,
         insert_tokens=max(len(s.privileged_ids) - len(s.ordinary_ids) for s in steps),
+        cuda=False,
     )
     # within a quarter, and never below: a plan that errs must err high
     assert measured <= plan.peak <= 1.25 * measured, (plan.describe(), plan.peak / measured)
@@ -229,3 +249,14 @@ def test_the_plans_description_adds_up():
     assert plan.describe() == (
         "weights 2.0 + max(training (activations 1.0), sampling (sampling cache 3.0)) = 5.0 GiB"
     )
+    stepped = MemoryPlan(
+        fixed=(("weights", 2 * GIB),),
+        training=(("activations", GIB),),
+        stepping=(("optimiser step", 4 * GIB),),
+    )
+    assert stepped.peak == 6 * GIB and list(stepped.phases) == ["training", "step"]
+    assert stepped.describe() == (
+        "weights 2.0 + max(training (activations 1.0), step (optimiser step 4.0)) = 6.0 GiB"
+    )
+    alone = MemoryPlan(fixed=(("weights", 2 * GIB),), training=(("activations", GIB),))
+    assert alone.describe() == "weights 2.0 + training (activations 1.0) = 3.0 GiB"

@@ -11,8 +11,8 @@ rank of the trainer holds at its peak from the model's shape, the resolved engin
   and one reduce bucket, ZeRO-1 and the other engines the whole; DDP adds its bucket copies.
 - **optimiser**: AdamW's two fp32 moments, and under bf16 parameters the fp32 master weights;
   partitioned over the ranks by every ZeRO stage.
-- **autocast copies**: fp32 parameters computing in bf16 keep a bf16 copy of every weight for the
-  forward.
+- **autocast copies**: fp32 parameters computing in bf16 keep a bf16 copy of every weight while
+  a micro-batch runs (autocast's cache, emptied when its region ends).
 - **activations** of one micro-batch of ``micro_batch_steps`` rows of the longest row (the prompt,
   then one response branch per view the student trains): every layer's saved tensors, or with
   gradient checkpointing every layer's input and one layer's tensors, recomputed. The project's
@@ -26,7 +26,17 @@ rank of the trainer holds at its peak from the model's shape, the resolved engin
   the top-K reduction (``chunk_size`` positions, all of them when ``None``).
 - **sampling cache**: OEL and GRPO sample in the loop; their decode batch's key-value cache
   (``responses.max_batch_tokens``, or ``batch_size`` rows of prompt plus response) is live while
-  no activation is, so the plan counts the larger of the two phases.
+  no activation is.
+- **optimiser step**: torch's multi-tensor AdamW (the default on a GPU) takes one fp32 temporary
+  of every moment it steps (the second moments' square roots), live while nothing of a
+  micro-batch is; at Qwen3-4B's shape in one process this phase, not the micro-batch, is the
+  peak (measured on an H200: docs/gpu.md).
+- **allocator rounding**: CUDA's caching allocator gives a tensor a block up to 1 MiB larger than
+  it asks for (a large block's rest is not split off below that); counted per parameter tensor of
+  every per-tensor copy (weights, and outside DeepSpeed's flat partitions gradients and moments).
+
+The plan's peak is the fixed parts and the largest of the three phases (a micro-batch's
+training, sampling, the optimiser step).
 
 The per-token, per-layer count of saved activations is that of a Llama-family layer (Qwen3:
 normalised queries and keys, rotary embeddings, a gated MLP) run by the project's forward. The
@@ -69,6 +79,9 @@ T = TypeVar("T")
 
 #: elements DeepSpeed's ZeRO-2/3 reduce bucket holds (``reduce_bucket_size``'s default)
 ZERO_REDUCE_BUCKET = 500_000_000
+#: the most bytes the CUDA caching allocator adds to one tensor's block (``kSmallSize``: the rest of
+#: a large block is split off only when larger than this)
+ALLOCATOR_SLACK = 2**20
 
 
 @dataclass(frozen=True)
@@ -77,6 +90,7 @@ class ModelShape:
 
     Attributes:
         parameters: trainable parameters (tied embeddings counted once).
+        tensors: parameter tensors (tied embeddings counted once).
         layers: decoder layers.
         hidden: hidden size.
         intermediate: the MLP's inner size.
@@ -87,6 +101,7 @@ class ModelShape:
     """
 
     parameters: int
+    tensors: int
     layers: int
     hidden: int
     intermediate: int
@@ -104,8 +119,10 @@ class ModelShape:
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
         heads = int(config.num_attention_heads)
+        tensors = list(model.parameters())
         return cls(
-            parameters=sum(p.numel() for p in model.parameters()),
+            parameters=sum(p.numel() for p in tensors),
+            tensors=len(tensors),
             layers=int(config.num_hidden_layers),
             hidden=int(config.hidden_size),
             intermediate=int(config.intermediate_size),
@@ -151,31 +168,39 @@ class MemoryPlan:
     Attributes:
         fixed: ``(name, bytes)`` held for the whole run.
         training: ``(name, bytes)`` live during a micro-batch's forward and backward.
-        sampling: ``(name, bytes)`` live while the trainer samples (not with ``training``).
+        sampling: ``(name, bytes)`` live while the trainer samples.
+        stepping: ``(name, bytes)`` live while the optimiser steps.
     """
 
     fixed: tuple[tuple[str, int], ...]
     training: tuple[tuple[str, int], ...]
     sampling: tuple[tuple[str, int], ...] = ()
+    stepping: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def phases(self) -> dict[str, tuple[tuple[str, int], ...]]:
+        """The phases that hold memory, by name; one at a time is live."""
+        named = {"training": self.training, "sampling": self.sampling, "step": self.stepping}
+        return {name: parts for name, parts in named.items() if any(b for _, b in parts)}
 
     @property
     def peak(self) -> int:
-        """Bytes at the peak: the fixed parts and the larger phase."""
-        phase = max(sum(b for _, b in self.training), sum(b for _, b in self.sampling))
+        """Bytes at the peak: the fixed parts and the largest phase."""
+        phase = max((sum(b for _, b in parts) for parts in self.phases.values()), default=0)
         return sum(b for _, b in self.fixed) + phase
 
     def describe(self) -> str:
-        """``"weights 16.4 GiB + ... = 78.0 GiB"``, the parts in plan order."""
+        """``"weights 16.4 + ... + max(training (...), step (...)) = 78.0 GiB"``, in plan order."""
 
         def parts(items: tuple[tuple[str, int], ...]) -> str:
             return " + ".join(f"{name} {b / GIB:.1f}" for name, b in items if b)
 
         text = parts(self.fixed)
-        training, sampling = parts(self.training), parts(self.sampling)
-        phases = f"training ({training})" if training else ""
-        if sampling:
-            phases = f"max(training ({training}), sampling ({sampling}))"
-        return f"{text} + {phases} = {self.peak / GIB:.1f} GiB" if phases else text
+        phases = [f"{name} ({parts(items)})" for name, items in self.phases.items()]
+        if not phases:
+            return text
+        live = phases[0] if len(phases) == 1 else f"max({', '.join(phases)})"
+        return f"{text} + {live} = {self.peak / GIB:.1f} GiB"
 
 
 def plan_memory(
@@ -185,6 +210,7 @@ def plan_memory(
     prompt_tokens: int,
     insert_tokens: int | None = None,
     steps_per_update: int = 0,
+    cuda: bool = True,
 ) -> MemoryPlan:
     """The peak memory of one rank of ``config``'s trainer.
 
@@ -196,6 +222,8 @@ def plan_memory(
             summary and its frame); ``None``: the whole prompt, an upper bound.
         steps_per_update: the steps of an update, where ``engine.micro_batch_steps`` is ``None``
             (a rank's share of them is one micro-batch); ignored otherwise.
+        cuda: a GPU rank, whose caching allocator rounds blocks up (:data:`ALLOCATOR_SLACK`);
+            ``False``: a CPU trainer's, whose allocator gives every tensor its size.
 
     Raises:
         ConfigError: an unresolved engine, or no way to size the micro-batch.
@@ -226,15 +254,24 @@ def plan_memory(
     if deepspeed:
         optimiser //= world
     casts = 2 * p if engine.precision == "bf16" and not engine.bf16_parameters else 0
+    # per-tensor copies: the student's weights (ZeRO-3: flat partitions), the frozen model's; out
+    # of DeepSpeed (flat partitions) the gradients and both moments too
+    copies = (0 if deepspeed and engine.zero_stage == 3 else 1) + (1 if frozen else 0)
+    copies += 0 if deepspeed else 3
+    slack = ALLOCATOR_SLACK if cuda else 0
     fixed = (
         ("student weights", student),
         ("frozen weights", frozen),
         ("gradients", gradients),
         ("optimiser", optimiser),
-        ("autocast copies", casts),
+        ("allocator rounding", copies * shape.tensors * slack),
     )
     if not config.trains:
         return MemoryPlan(fixed=(), training=())
+    # the multi-tensor step's fp32 temporary of the moments it steps (DeepSpeed: the partition)
+    stepped = p // world if deepspeed else p
+    temporaries = 4 * stepped + (0 if deepspeed else shape.tensors * slack)
+    stepping = (("optimiser step", temporaries),)
 
     rows = engine.micro_batch_steps
     if rows is None:
@@ -283,6 +320,7 @@ def plan_memory(
         + 4 * block * shape.vocab  # the top-K reduction's fp32 block
     )
     training = (
+        ("autocast copies", casts),
         ("activations", saved),
         ("layer working set", working),
         ("attention mask", mask),
@@ -295,7 +333,7 @@ def plan_memory(
         if cached is None:
             cached = config.responses.batch_size * (prompt_tokens + response)
         sampling = (("sampling cache", cached * shape.cache_per_token * compute_bytes),)
-    return MemoryPlan(fixed=fixed, training=training, sampling=sampling)
+    return MemoryPlan(fixed=fixed, training=training, sampling=sampling, stepping=stepping)
 
 
 #: the share of a GPU's memory a plan may fill: the rest is the CUDA context, NCCL's buffers and
