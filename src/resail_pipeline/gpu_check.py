@@ -1059,7 +1059,7 @@ class GpuCheck:
                 "plan": plan.describe(),
                 "plan_mib": {
                     name: round(b / 2**20, 1)
-                    for name, b in (*plan.fixed, *plan.training, *plan.sampling)
+                    for name, b in (*plan.fixed, *plan.training, *plan.sampling, *plan.stepping)
                 },
             },
         }
