@@ -173,6 +173,10 @@ class CheckOptions:
     # the scale step's model shape: a folder with a config.json (relative paths: under project);
     # None: SCALE_SHAPE on a GPU, the policy's own on the CPU
     scale_shape: Path | None = None
+    # the aitz step's initial policy: None, the small Qwen3-VL warm-started there; else a folder
+    # with a Qwen3-VL config.json (relative paths: under project) whose shape is built with random
+    # weights over the GUI tokenizer (reference/shapes/Qwen3-VL-4B-Instruct: the paper's model)
+    aitz_shape: Path | None = None
     # the scale step's prompts (words of the tokenizer, one token each) and responses (tokens)
     scale_prompt_words: int = 1500
     scale_response_tokens: int = 512
@@ -196,6 +200,14 @@ class CheckOptions:
     @property
     def policy_path(self) -> Path:
         return self.policy if self.policy.is_absolute() else self.project / self.policy
+
+    @property
+    def aitz_shape_path(self) -> Path | None:
+        """The ``aitz`` step's shape folder, or ``None`` (see :attr:`aitz_shape`)."""
+        shape = self.aitz_shape
+        if shape is None:
+            return None
+        return shape if shape.is_absolute() else self.project / shape
 
     @property
     def scale_shape_path(self) -> Path:
@@ -669,9 +681,9 @@ class GpuCheck:
 
     # -- aitz ---------------------------------------------------------------------------------
 
-    def _aitz_config(self, engine: str) -> Any:
+    def _aitz_config(self, engine: str, initial: Path | None = None) -> Any:
         """conf/base's ``aitz`` at ``make rehearse-aitz``'s sizes, on this device, in the work
-        folder, with the check's updates and seed."""
+        folder, with the check's updates and seed; ``initial``: a given initial policy."""
         import yaml
 
         from resail_pipeline.config import build
@@ -684,7 +696,11 @@ class GpuCheck:
         folder = self.work / "aitz"
         here = {
             "data": {"root": str(folder / "episodes")},
-            "initial": {"device": self.device.type, "dtype": "auto"},
+            "initial": {
+                "device": self.device.type,
+                "dtype": "auto",
+                "path": None if initial is None else str(initial),
+            },
             "offline": {
                 "schedule": {"updates": self.options.updates, "seed": self.options.seed},
                 "engine": {
@@ -718,12 +734,17 @@ class GpuCheck:
         details: dict[str, Any] = {"engine": engine}
         start = time.perf_counter()
         train, test = experiment.read_splits(config)
+        shape = self.options.aitz_shape_path
+        if shape is not None:  # a given initial policy of that shape, random weights
+            config = self._aitz_config(engine, self._shaped_vision_policy(shape, train))
+            details.update(shape=str(shape), build_and_save_s=round(time.perf_counter() - start, 2))
         pool = offline.training_pool(train, config.offline.pool_size, config.offline.schedule.seed)
         initial, losses = experiment.build_initial_policy(config, train, pool)
-        details.update(
-            warm_start_s=round(time.perf_counter() - start, 2),
-            warm_start_loss=[round(float(losses["loss"].iloc[i]), 4) for i in (0, -1)],
-        )
+        if len(losses):
+            details.update(
+                warm_start_s=round(time.perf_counter() - start, 2),
+                warm_start_loss=[round(float(losses["loss"].iloc[i]), 4) for i in (0, -1)],
+            )
 
         # fp32 greedy tokens of the action prompts, against transformers' own generate
         policy = VisionPolicy.load(initial.path, self.device, torch.float32)
@@ -782,6 +803,43 @@ class GpuCheck:
         if problems:
             raise CheckFailed("; ".join(problems), details)
         return details
+
+    def _shaped_vision_policy(self, shape: Path, train: Any) -> Path:
+        """A Qwen3-VL of ``shape``'s config.json with random weights (bf16 on a GPU), over the GUI
+        tokenizer of ``train`` and the small image processor, saved in the work folder."""
+        import torch
+        from transformers import AutoConfig, Qwen3VLForConditionalGeneration
+
+        from resail_pipeline.gui.experiment import gui_tokenizer
+        from resail_pipeline.gui.policy import VisionPolicy
+        from resail_pipeline.modeling.vision import small_image_processor, with_vision_tokens
+
+        if not (shape / "config.json").is_file():
+            raise FileNotFoundError(f"aitz_shape {shape}: no config.json")
+        tokenizer = gui_tokenizer(train)
+        model_config = AutoConfig.from_pretrained(shape, trust_remote_code=False)
+        if model_config.model_type != "qwen3_vl":
+            raise CheckFailed(
+                f"aitz_shape {shape}: a {model_config.model_type!r} model, not qwen3_vl"
+            )
+        try:
+            model_config = with_vision_tokens(model_config, tokenizer)
+        except ValueError as error:
+            raise CheckFailed(f"aitz_shape {shape}: {error}") from None
+        torch.manual_seed(self.options.seed)
+        with torch.device(self.device):  # initialised where it runs
+            model = Qwen3VLForConditionalGeneration(model_config)
+        if self.device.type == "cuda":
+            model = model.to(torch.bfloat16)
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+        model.generation_config.eos_token_id = tokenizer.eos_token_id
+        path = self.work / "aitz" / "shaped-initial"
+        VisionPolicy(model, tokenizer, small_image_processor()).save(
+            path, name="gpu-check-aitz-shaped", method="react"
+        )
+        del model
+        self._release()
+        return path
 
     # -- smoke --------------------------------------------------------------------------------
 
@@ -1365,6 +1423,7 @@ def build_report(
             "seed": options.seed,
             "budget_s": options.budget_s,
             "skip": list(options.skip),
+            "aitz_shape": None if options.aitz_shape is None else str(options.aitz_shape_path),
             "scale_shape": str(options.scale_shape_path),
             "scale_prompt_words": options.scale_prompt_words,
             "scale_response_tokens": options.scale_response_tokens,
@@ -1432,6 +1491,12 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[CheckOptions, Path]:
         "--work", type=Path, help="keep the scratch files under WORK/<device> (default: temporary)"
     )
     parser.add_argument(
+        "--aitz-shape",
+        type=Path,
+        help="the aitz step's initial policy: a Qwen3-VL of this folder's config.json with random "
+        "weights (default: the small model, warm-started)",
+    )
+    parser.add_argument(
         "--scale-shape",
         type=Path,
         help=f"the scale step's model shape, a folder with config.json (default: {SCALE_SHAPE} "
@@ -1464,6 +1529,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[CheckOptions, Path]:
             budget_s=args.budget_s,
             work=args.work.resolve() if args.work else None,
             skip=tuple(args.skip),
+            aitz_shape=args.aitz_shape,
             scale_shape=args.scale_shape,
             scale_prompt_words=args.scale_words,
             scale_response_tokens=args.scale_response,

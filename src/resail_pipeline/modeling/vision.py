@@ -34,6 +34,7 @@ __all__ = [
     "small_image_processor",
     "small_qwen3_vl_config",
     "tools_block",
+    "with_vision_tokens",
 ]
 
 VISION_START = "<|vision_start|>"
@@ -126,7 +127,6 @@ def small_qwen3_vl_config(
 ) -> Qwen3VLConfig:
     """A small Qwen3-VL config over ``tokenizer``'s vocabulary: head size 64, interleaved M-RoPE,
     DeepStack features from every vision block, tied embeddings."""
-    ids = tokenizer.convert_tokens_to_ids([IMAGE_PAD, VIDEO_PAD, VISION_START, VISION_END])
     head_dim = hidden_size // num_attention_heads
     quarter = head_dim // 2 // 4
     text = {
@@ -162,15 +162,35 @@ def small_qwen3_vl_config(
         "deepstack_visual_indexes": list(range(vision_depth)),
         "num_position_embeddings": 576,
     }
-    return Qwen3VLConfig(
-        text_config=text,
-        vision_config=vision,
-        image_token_id=ids[0],
-        video_token_id=ids[1],
-        vision_start_token_id=ids[2],
-        vision_end_token_id=ids[3],
-        tie_word_embeddings=True,
+    config = Qwen3VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=True)
+    return with_vision_tokens(config, tokenizer)
+
+
+def with_vision_tokens(config: Qwen3VLConfig, tokenizer: PreTrainedTokenizerFast) -> Qwen3VLConfig:
+    """``config`` reading ``tokenizer``'s vision tokens (image and video pads, vision start and end)
+    and its padding and end tokens; its vocabulary stays (it must hold the tokenizer's).
+
+    Raises:
+        ValueError: a vocabulary smaller than the tokenizer, or a tokenizer without vision tokens.
+    """
+    text = config.text_config
+    if text.vocab_size < len(tokenizer):
+        raise ValueError(
+            f"vocab_size: {text.vocab_size} is smaller than the tokenizer's {len(tokenizer)} tokens"
+        )
+    names = [IMAGE_PAD, VIDEO_PAD, VISION_START, VISION_END]
+    ids = tokenizer.convert_tokens_to_ids(names)
+    missing = [n for n, i in zip(names, ids, strict=True) if i in (None, tokenizer.unk_token_id)]
+    if missing:
+        raise ValueError(f"tokenizer: no vision token {', '.join(missing)}")
+    config.image_token_id, config.video_token_id = ids[0], ids[1]
+    config.vision_start_token_id, config.vision_end_token_id = ids[2], ids[3]
+    text.pad_token_id, text.eos_token_id, text.bos_token_id = (
+        tokenizer.pad_token_id,
+        tokenizer.eos_token_id,
+        None,
     )
+    return config
 
 
 def build_qwen3_vl(config: Qwen3VLConfig, seed: int = 0) -> Qwen3VLForConditionalGeneration:
