@@ -23,6 +23,8 @@ seconds, the device memory it took and what it measured, in one JSON file (``--o
    attempts and summaries, and one short OEL run in the GUI trainer's own process under the text
    trainer's engines (DeepSpeed ZeRO-2 in one torchrun rank where ``deepspeed`` imports, else one
    process): finite losses, weights that moved, the trainer on the device.
+   With ``--aitz-shape`` its initial policy is instead a Qwen3-VL of a published shape
+   (``reference/shapes/Qwen3-VL-4B-Instruct``) with random weights over the GUI tokenizer.
 5. ``smoke``: ``python -m kedro run --env smoke --pipelines=cycle`` for one cycle in a scratch
    copy of the project with generation on the device, where ``kedro`` imports.
 6. ``scale``: a policy of a published shape (Qwen3-4B's on a GPU, :data:`SCALE_SHAPE`; the shipped

@@ -277,3 +277,36 @@ def test_vllm_serves_the_vision_checkpoint_as_transformers_does(vllm_vision, ait
     assert served.generate(prompts, sampled) == first
     alone = served.generate(prompts[2:3], sampled, seeds=[derive_seed(sampled.seed, 2)])
     assert alone[0].token_ids == first[2].token_ids
+
+
+def test_a_published_qwen3_vl_shape_reads_the_gui_tokenizers_tokens(aitz_train):
+    """reference/shapes' Qwen3-VL-4B (the paper's GUI model) over the GUI tokenizer: its
+    parameters as published, its vision, padding and end tokens the tokenizer's, its vocabulary
+    kept; a vocabulary smaller than the tokenizer, or a tokenizer without vision tokens, is named."""
+    from pathlib import Path
+
+    from transformers import AutoConfig, AutoTokenizer, Qwen3VLForConditionalGeneration
+
+    from resail_pipeline.gui.experiment import gui_tokenizer
+    from resail_pipeline.modeling.vision import IMAGE_PAD, VISION_END, with_vision_tokens
+
+    shape = Path(__file__).resolve().parents[2] / "reference" / "shapes" / "Qwen3-VL-4B-Instruct"
+    tokenizer = gui_tokenizer(aitz_train)
+    config = with_vision_tokens(AutoConfig.from_pretrained(shape), tokenizer)
+    assert config.image_token_id == tokenizer.convert_tokens_to_ids(IMAGE_PAD) != 151655
+    assert config.vision_end_token_id == tokenizer.convert_tokens_to_ids(VISION_END)
+    assert config.text_config.eos_token_id == tokenizer.eos_token_id
+    assert config.text_config.vocab_size == 151936
+    with torch.device("meta"):
+        model = Qwen3VLForConditionalGeneration(config)
+    assert sum(p.numel() for p in model.parameters()) == 4_437_815_808
+
+    small = AutoConfig.from_pretrained(shape)
+    small.text_config.vocab_size = len(tokenizer) - 1
+    with pytest.raises(ValueError, match=r"vocab_size: .* smaller than the tokenizer"):
+        with_vision_tokens(small, tokenizer)
+    text_only = AutoTokenizer.from_pretrained(
+        Path(__file__).resolve().parents[2] / "reference" / "textcraft-initial"
+    )
+    with pytest.raises(ValueError, match=r"tokenizer: no vision token <\|image_pad\|>"):
+        with_vision_tokens(AutoConfig.from_pretrained(shape), text_only)
