@@ -6,8 +6,10 @@ import datetime
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -116,6 +118,32 @@ def test_the_script_refuses_a_missing_wheels_folder(tmp_path):
     )
     assert done.returncode == 2
     assert "--wheels: " in done.stderr and "is not a folder" in done.stderr
+
+
+def test_a_check_stopped_by_sigterm_keeps_what_the_running_step_measured(tmp_path):
+    """The scale step stopped once its policy is built: recorded as failed, with its figures."""
+    out = tmp_path / "cpu.json"
+    command = ["bash", str(SCRIPT), "--device", "cpu", "--out", str(out), "--work", str(tmp_path)]
+    command += [f"--skip={name}" for name in CHECKS if name != "scale"]
+    command += ["--scale-words", "300", "--scale-response", "400"]
+    process = subprocess.Popen(
+        command,
+        env={**os.environ, "PYTHON": sys.executable},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    inputs = tmp_path / "cpu" / "scale" / "inputs"
+    deadline = time.monotonic() + 300
+    while not inputs.is_dir() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 128 + signal.SIGTERM
+    report = json.loads(out.read_text())
+    scale = report["checks"]["scale"]
+    assert not report["passed"] and scale["status"] == "failed"
+    assert scale["reason"] == "stopped by SIGTERM"
+    assert scale["details"]["parameters"] == 3_616_768  # the shipped policy's shape on the CPU
+    assert "training" not in scale["details"]  # stopped before it trained
 
 
 @pytest.mark.slow

