@@ -120,6 +120,21 @@ def test_the_script_refuses_a_missing_wheels_folder(tmp_path):
     assert "--wheels: " in done.stderr and "is not a folder" in done.stderr
 
 
+def test_a_step_that_errs_keeps_what_it_measured_before(tmp_path):
+    """Prompts longer than the policy's positions: the scale step fails at decoding, with the
+    error and the figures of the policy it built."""
+    options = CheckOptions(
+        device="cpu",
+        project=ROOT,
+        skip=tuple(name for name in CHECKS if name != "scale"),
+        scale_prompt_words=5000,
+        scale_response_tokens=8,
+    )
+    scale = run_checks(options, tmp_path)["scale"]
+    assert scale.status == "failed" and "exceed the model's 4096 positions" in scale.reason
+    assert scale.details["parameters"] == 3_616_768 and "decoding" not in scale.details
+
+
 def test_a_check_stopped_by_sigterm_keeps_what_the_running_step_measured(tmp_path):
     """The scale step stopped once its policy is built: recorded as failed, with its figures."""
     out = tmp_path / "cpu.json"

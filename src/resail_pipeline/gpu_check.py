@@ -1364,7 +1364,7 @@ def run_checks(
         else:
             check.partial = {}
             progress(results, name)
-            results[name] = _run_one(name, steps[name], check.device)
+            results[name] = _run_one(name, steps[name], check.device, check.partial)
         progress(results, None)
         result = results[name]
         logger.info(
@@ -1377,8 +1377,11 @@ def run_checks(
     return results
 
 
-def _run_one(name: str, step: Callable[[], dict[str, Any]], device: Any) -> CheckResult:
-    """One step, timed, its device memory measured; an error fails it with its message."""
+def _run_one(
+    name: str, step: Callable[[], dict[str, Any]], device: Any, partial: dict[str, Any]
+) -> CheckResult:
+    """One step, timed, its device memory measured; an error fails it with its message and what
+    the step had recorded in ``partial``."""
     logger.info("%s: starting", name)
     with DeviceMemory(device) as memory:
         start = time.perf_counter()
@@ -1389,7 +1392,7 @@ def _run_one(name: str, step: Callable[[], dict[str, Any]], device: Any) -> Chec
             status, reason, details = "failed", str(failure), failure.details
         except Exception as error:  # every step is reported, whatever fails
             lines = traceback.format_exception(type(error), error, error.__traceback__)
-            status, reason, details = "failed", "".join(lines[-6:]).strip(), {}
+            status, reason, details = "failed", "".join(lines[-6:]).strip(), dict(partial)
         seconds = time.perf_counter() - start
     return CheckResult(status, seconds, reason, details, memory.figures())
 
