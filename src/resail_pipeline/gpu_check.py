@@ -1090,12 +1090,13 @@ class GpuCheck:
         seconds = time.perf_counter() - start
         run = runs[0]
         steps = [s for traj in run.data.trajectories for s in run.data.steps[traj]]
+        lengths = [len(s.privileged_ids) for s in steps]
         plan = plan_memory(
             run.config,
             ModelShape.from_config(model_config),
-            prompt_tokens=max(len(s.privileged_ids) for s in steps),
+            prompt_tokens=max(lengths),
             insert_tokens=max(len(s.privileged_ids) - len(s.ordinary_ids) for s in steps),
-            cuda=self.device.type == "cuda",
+            cuda=cuda,
         )
         rows = [r.metrics_row() for r in records]
         engine = run.config.engine
@@ -1108,8 +1109,8 @@ class GpuCheck:
                 "gradient_checkpointing": engine.gradient_checkpointing,
                 "rows_per_update": sum(len(run.data.steps[t]) for t in run.schedule[0]),
                 "row_tokens": [
-                    min(len(s.privileged_ids) for s in steps) + 2 * options.scale_response_tokens,
-                    max(len(s.privileged_ids) for s in steps) + 2 * options.scale_response_tokens,
+                    min(lengths) + 2 * options.scale_response_tokens,
+                    max(lengths) + 2 * options.scale_response_tokens,
                 ],
                 "losses": [round(float(r["loss"]), 6) for r in rows],
                 "seconds": round(seconds, 2),

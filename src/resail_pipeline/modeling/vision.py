@@ -145,9 +145,6 @@ def small_qwen3_vl_config(
             "mrope_interleaved": True,
         },
         "tie_word_embeddings": True,
-        "pad_token_id": tokenizer.pad_token_id,
-        "eos_token_id": tokenizer.eos_token_id,
-        "bos_token_id": None,
         **text_overrides,
     }
     vision = {
