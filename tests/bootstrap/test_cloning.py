@@ -16,6 +16,7 @@ from resail_pipeline.bootstrap.cloning import (
 )
 from resail_pipeline.bootstrap.config import TrainingSettings
 from resail_pipeline.bootstrap.packing import Branch, PackedRow, collate
+from resail_pipeline.config import ConfigError
 
 
 def _rows(vocab: int, n: int = 12) -> list[PackedRow]:
@@ -168,6 +169,27 @@ def test_the_time_budget_stops_training(tiny_model):
         tiny_model, rows, settings, pad_id=0, data_sha256="d", seed=0, progress=False
     )
     assert state.finished and state.step == 1
+
+
+def test_without_a_time_budget_the_epochs_alone_set_the_steps(tiny_model, monkeypatch):
+    rows = _rows(tiny_model.config.vocab_size)
+    settings = TrainingSettings(**{**SETTINGS.__dict__, "time_budget_s": None})
+    progress_at = {}
+    real = cloning.learning_rate
+
+    def recording(settings, step, progress):
+        progress_at[step] = progress
+        return real(settings, step, progress)
+
+    monkeypatch.setattr(cloning, "learning_rate", recording)
+    state = behaviour_cloning(
+        tiny_model, rows, settings, pad_id=0, data_sha256="d", seed=0, progress=False
+    )
+    assert state.finished and state.step == math.ceil(2.0 * state.batches_per_epoch)
+    # the schedule's progress is the steps' alone: k / total at step k
+    assert list(progress_at.values()) == pytest.approx([k / state.step for k in range(state.step)])
+    with pytest.raises(ConfigError, match="time_budget_s: must be in"):
+        TrainingSettings(time_budget_s=0.0)
 
 
 @pytest.mark.parametrize(("native", "auto"), [(True, "bf16"), (False, "fp32")])

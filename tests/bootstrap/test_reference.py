@@ -437,19 +437,30 @@ def test_each_stage_of_a_chain_continues_the_stage_make_reference_built_before_i
 
 def test_the_clone_chain_is_the_shipped_chain_on_the_clone_tasks():
     """reference/textcraft-clone-chain/: stage by stage the shipped chain's recipe, with only its
-    name, its warm starts and the adapter's clone_tasks changed."""
+    name, its warm starts, the adapter's clone_tasks and its training budget changed: the epochs
+    the shipped stage trained before its time budget stopped it (its manifest), with no time
+    budget, bf16 only where the processor computes it natively."""
     from resail_pipeline.bootstrap.__main__ import load_config, load_env_options
 
     root = SHIPPED.parents[1]
     shipped = sorted((root / "reference" / "textcraft-chain").glob("*.yml"))
     clone = sorted((root / "reference" / "textcraft-clone-chain").glob("*.yml"))
     assert [r.name for r in clone] == [r.name for r in shipped]
+    manifest = json.loads((root / "reference" / "textcraft-initial" / MANIFEST_NAME).read_text())
+    built = [*reversed(manifest["lineage"]), manifest]  # stage 1 first
     base = root / "conf" / "base" / "parameters_bootstrap.yml"
-    for ours, theirs in zip(clone, shipped, strict=True):
+    for ours, theirs, stage in zip(clone, shipped, built, strict=True):
         a, b = load_config(ours, base), load_config(theirs, base)
         assert a.name == "textcraft-clone-initial" and a.env == b.env == "textcraft"
+        assert b.training.learning_rate == stage["configuration"]["training"]["learning_rate"]
+        assert a.training.epochs == stage["training"]["epochs"] < b.training.epochs
+        assert (a.training.time_budget_s, a.training.precision) == (None, "auto")
         same = {"name": None, "warm_start": None}
-        assert {**a.to_dict(), **same} == {**b.to_dict(), **same}
+        budget = {"epochs": None, "time_budget_s": None, "precision": None}
+        ours_dict, theirs_dict = a.to_dict(), b.to_dict()
+        ours_dict["training"].update(budget)
+        theirs_dict["training"].update(budget)
+        assert {**ours_dict, **same} == {**theirs_dict, **same}
         assert load_env_options(ours, "textcraft") == {"clone_tasks": 110}
         assert load_env_options(theirs, "textcraft") == {}
 

@@ -138,6 +138,11 @@ def batch_loss(model: PreTrainedModel, batch: Batch, prompt_weight: float = 0.0)
     return objective(*batch_losses(model, batch), prompt_weight)
 
 
+def _time_fraction(seconds: float, settings: TrainingSettings) -> float:
+    """The share of the time budget spent (0 without one)."""
+    return 0.0 if settings.time_budget_s is None else seconds / settings.time_budget_s
+
+
 def _running_mean(mean: float, value: float) -> float:
     return value if math.isnan(mean) else 0.98 * mean + 0.02 * value
 
@@ -264,7 +269,7 @@ def behaviour_cloning(
             pad_id,
             prompt_targets=prompt_targets,
         ).to(device)
-        fraction = max(state.step / total_steps, state.seconds / settings.time_budget_s)
+        fraction = max(state.step / total_steps, _time_fraction(state.seconds, settings))
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(settings, state.step, fraction)
         with autocast(device, precision):
@@ -283,7 +288,7 @@ def behaviour_cloning(
         state.batch += 1
         state.tokens += batch.tokens
         state.seconds = spent_before + (now - started)
-        state.finished = state.step >= total_steps or state.seconds >= settings.time_budget_s
+        state.finished = state.step >= total_steps or _time_fraction(state.seconds, settings) >= 1
         bar.update()
         bar.set_postfix(
             loss=f"{state.loss:.3f}", tok_s=f"{state.tokens / max(state.seconds, 1e-9):.0f}"

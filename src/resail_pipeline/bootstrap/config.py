@@ -175,7 +175,8 @@ class TrainingSettings:
 
     The schedule's progress is the larger of the steps done over the steps of ``epochs`` and
     the seconds spent over ``time_budget_s``, so the learning rate reaches its floor whichever
-    limit binds first (when the time budget binds, the result depends on the machine's speed).
+    limit binds first (when the time budget binds, the result depends on the machine's speed;
+    without one, ``epochs`` alone sets how much is trained, on any machine).
     """
 
     #: peak learning rate
@@ -196,8 +197,9 @@ class TrainingSettings:
     batch_tokens: int = 8192
     #: passes over the packed data
     epochs: float = 3.0
-    #: wall-clock seconds of training before it stops (the schedule ends there too)
-    time_budget_s: float = 3600.0
+    #: wall-clock seconds of training before it stops (the schedule ends there too); ``None``:
+    #: no time limit
+    time_budget_s: float | None = 3600.0
     #: seconds between resumable checkpoints of the training state
     checkpoint_every_s: float = 600.0
     #: ``bf16`` autocast, ``fp32``, or ``auto``: bf16 where the device computes it natively, else
@@ -224,7 +226,9 @@ class TrainingSettings:
         check_int("batch_tokens", self.batch_tokens, low=1)
         check_number("prompt_loss_weight", self.prompt_loss_weight, low=0.0, high=100.0)
         check_number("epochs", self.epochs, low=0.0, high=1e4, low_open=True)
-        check_number("time_budget_s", self.time_budget_s, low=0.0, high=1e7, low_open=True)
+        check_number(
+            "time_budget_s", self.time_budget_s, low=0.0, high=1e7, low_open=True, optional=True
+        )
         check_number(
             "checkpoint_every_s", self.checkpoint_every_s, low=0.0, high=1e7, low_open=True
         )
