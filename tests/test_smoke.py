@@ -133,3 +133,35 @@ def test_smoke_run_resumes_reports_and_explores(project, execute_notebook):
         {**_env(), "KEDRO_ENV": "smoke"},
     )
     assert notebook.returncode == 0, notebook.stderr[-3000:]
+
+
+@pytest.mark.alfworld
+def test_an_alfworld_smoke_run_builds_its_policy_and_evaluates_id_and_ood(project, tmp_path):
+    """ALFWorld through the whole cycle pipeline: a tiny generated game set (the run's
+    data_path), an initial policy built in the run, every checkpoint evaluated on the ID and OOD
+    splits in both views, and the report's ALFWorld columns."""
+    pytest.importorskip("alfworld")
+    from resail_pipeline.envs.alfworld_games import GameGenConfig, write_games
+
+    games = tmp_path / "games"
+    write_games(games, GameGenConfig(train=4, id=4, ood=4, dev=1, clone=4))
+    params = f"run.env=alfworld,bootstrap.reference=null,run.env_options.data_path={games}"
+    run = _kedro(project, "run", "--env", "smoke", "--pipelines", "cycle", "--params", params)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    data = project / "data" / "07_model_output" / "alfworld-smoke"
+    for r in range(4):
+        folder = "shared" if r == 0 else "oel_resail"
+        summary = pd.read_parquet(data / folder / f"cycle_{r}" / "eval_summary.parquet")
+        assert sorted(zip(summary["split"], summary["view"], strict=True)) == [
+            ("id", "ordinary"),
+            ("id", "privileged"),
+            ("ood", "ordinary"),
+            ("ood", "privileged"),
+        ]
+        assert set(summary["env"]) == {"alfworld"} and set(summary["cycle"]) == {r}
+        assert all(len(per_seed) == 2 for per_seed in summary["success_per_seed"])
+
+    report = _kedro(project, "run", "--env", "smoke", "--pipelines", "report", "--params", params)
+    assert report.returncode == 0, report.stderr[-3000:]
+    table = (project / "data" / "08_reporting" / "alfworld-smoke" / "main_results.md").read_text()
+    assert "ALFWorld (ID)" in table and "ALFWorld (OOD)" in table and "Cycle 3" in table
