@@ -13,6 +13,7 @@ from resail_pipeline.datasets import FigureDataset
 from resail_pipeline.evaluation.report import (
     COST_COMPONENTS,
     ablation_table,
+    collection_table,
     cost_figure,
     cost_table,
     dual_view_figure,
@@ -457,6 +458,63 @@ def test_paired_differences_compare_each_resail_variant_with_its_parent():
     low, high = (float(x) for x in table["95% CI (pp)"].iloc[-2].strip("[]").split(", "))
     assert 0.0 <= low < 37.5 < high <= 100.0
     assert paired_differences_table(results.iloc[:0]).empty
+
+
+def _collected(experiment: str, method: str, cycle: int, success: list[int]) -> list[dict]:
+    """``trajectories`` rows of one cycle's corpus on ``train``: task ``i`` succeeds iff
+    ``success[i]``, task 0 drawn a second time (failing) as a budget above the split's size does."""
+    tasks = [*range(len(success)), 0]
+    return [
+        {
+            "traj_id": f"cycle_{cycle}/textcraft/train/{task}/{k}",
+            "cycle": cycle,
+            "method": method,
+            "env": "textcraft",
+            "split": "train",
+            "task_id": task,
+            "decoding_seed": 100 * cycle + k,
+            "policy_id": f"{experiment}@{cycle}",
+            "task": "craft x",
+            "success": bool(ok),
+            "num_steps": 5,
+            "end_reason": "done",
+            "experiment": experiment,
+            "namespace": f"cycle_{cycle}",
+        }
+        for k, (task, ok) in enumerate(zip(tasks, [*success, 0], strict=True))
+    ]
+
+
+def test_collection_table_compares_each_cycles_corpus_with_the_initial_policys():
+    frame = pd.DataFrame(
+        _collected("shared", "bootstrap", 1, [1, 1, 0, 0])  # the initial policy: 2 of 5
+        + _collected("rft", "rft", 2, [0, 1, 0, 0])  # after RFT's cycle 1: 1 of 5
+        + _collected("oel", "oel", 2, [1, 1, 1, 0])
+        + _collected("oel", "oel", 3, [1, 1, 0, 0])[1:]  # task 0 once only: still the same tasks
+    )
+    table = collection_table(frame)
+    assert table[["Method", "Policy of cycle", "Trajectories"]].values.tolist() == [
+        ["ReAct", 0, 5],
+        ["RFT", 1, 5],
+        ["OEL", 1, 5],
+        ["OEL", 2, 4],
+    ]
+    assert table["Success (%)"].tolist() == pytest.approx([40.0, 20.0, 60.0, 25.0])
+    # per task, each task's trajectories averaged (initial: 0.5, 1, 0, 0): RFT 0, 1, 0, 0 -> -12.5;
+    # OEL after cycle 1: 0.5, 1, 1, 0 -> +25; after cycle 2: 0, 1, 0, 0 -> -12.5
+    assert table["Difference (pp)"].iloc[1:].tolist() == pytest.approx([-12.5, 25.0, -12.5])
+    assert np.isnan(table["Difference (pp)"].iloc[0]) and table["95% CI (pp)"].iloc[0] == "--"
+    low, high = (float(x) for x in table["95% CI (pp)"].iloc[1].strip("[]").split(", "))
+    assert -50.0 <= low < -12.5 < high <= 0.0
+    markdown = table_to_markdown(table)
+    assert "| ReAct | textcraft (train) | 0 | 5 | 40.0 | -- | -- |" in markdown
+    # a corpus of other tasks (a budget that samples the split) has no difference
+    other = _collected("oel", "oel", 4, [1, 1, 1, 1, 1])
+    extra = collection_table(pd.concat([frame, pd.DataFrame(other)], ignore_index=True))
+    assert extra["Policy of cycle"].iloc[-1] == 3 and extra["95% CI (pp)"].iloc[-1] == "--"
+    assert collection_table(frame.iloc[:0]).empty
+    with pytest.raises(SchemaError, match=r"trajectories: missing column\(s\) \['success'\]"):
+        collection_table(frame.drop(columns="success"))
 
 
 def test_ablation_table_has_one_row_per_variant_and_both_views():

@@ -112,3 +112,28 @@ def test_paired_difference_is_the_mean_task_difference_with_a_bootstrap_interval
     assert (same["difference"], same["low"], same["high"]) == (0.0, 0.0, 0.0)
     with pytest.raises(ValueError, match="not paired"):
         paired_difference(better, base.iloc[1:], resamples=10)
+
+
+def test_task_difference_pairs_tasks_whatever_their_seeds_and_episode_counts():
+    from resail_pipeline.evaluation.stats import task_difference
+
+    # two collections of tasks 0-2: task 0 twice in the first, task 2 twice in the second
+    first = pd.DataFrame(
+        {"task_id": [0, 0, 1, 2], "decoding_seed": [11, 12, 13, 14], "success": [1, 0, 1, 0]}
+    )
+    second = pd.DataFrame(
+        {"task_id": [0, 1, 2, 2], "decoding_seed": [21, 22, 23, 24], "success": [1, 0, 1, 1]}
+    )
+    # per task: 0.5 - 1, 1 - 0, 0 - 1 -> mean -1/6 (the difference of the rates would be -1/4)
+    out = task_difference(first, second, resamples=2000, seed=3)
+    assert out["difference"] == pytest.approx(-1 / 6) and out["tasks"] == 3
+    assert -1.0 <= out["low"] < -1 / 6 < out["high"] <= 1.0
+    assert out == task_difference(first, second, resamples=2000, seed=3)  # seeded
+    same = task_difference(first, first.assign(decoding_seed=[1, 2, 3, 4]), resamples=50)
+    assert (same["difference"], same["low"], same["high"]) == (0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="not the same tasks"):
+        task_difference(first, second[second["task_id"] != 1], resamples=10)
+    with pytest.raises(ValueError, match=r"baseline: missing column\(s\) \['success'\]"):
+        task_difference(first, second.drop(columns="success"), resamples=10)
+    with pytest.raises(ValueError, match="level"):
+        task_difference(first, second, level=1.0)

@@ -103,8 +103,6 @@ def paired_difference(
         check_columns(frame, "eval_results", source=name)
         if frame.empty:
             raise ValueError(f"{name}: no episodes")
-    if not 0 < level < 1:
-        raise ValueError(f"level: must be in (0, 1), got {level}")
     keys = ["task_id", "decoding_seed"]
     a = results.set_index(keys)["success"].astype(float).sort_index()
     b = baseline.set_index(keys)["success"].astype(float).sort_index()
@@ -116,6 +114,54 @@ def paired_difference(
             f"episodes ({len(a)} vs {len(b)}, {len(a.index.symmetric_difference(b.index))} unmatched)"
         )
     per_task = (a - b).groupby(level="task_id").mean().to_numpy()  # (tasks,)
+    return _over_tasks(per_task, resamples=resamples, level=level, seed=seed)
+
+
+def task_difference(
+    results: pd.DataFrame,
+    baseline: pd.DataFrame,
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    level: float = 0.95,
+    seed: int = 0,
+) -> dict[str, float]:
+    """The difference in success of ``results`` over ``baseline`` over the same tasks, whatever
+    the decoding seeds, and its bootstrap interval.
+
+    For two samples of one task set whose episodes were not decoded with the same seeds, e.g.
+    the trajectories two cycles collect on ``train`` (each task once or twice, each trajectory
+    with a seed of its own). Each task's episodes are averaged first; the difference is the mean
+    over tasks of (task success in ``results`` - in ``baseline``), its interval the percentile
+    bootstrap over tasks as in :func:`paired_difference`. Where a task has more episodes in one
+    sample than another, this weights tasks equally, unlike the difference of the two rates.
+
+    Returns:
+        ``difference``, ``low``, ``high`` (fractions) and ``tasks`` (the number of tasks).
+    """
+    per_task = []
+    for frame, name in ((results, "results"), (baseline, "baseline")):
+        missing = sorted({"task_id", "success"} - set(frame.columns))
+        if missing:
+            raise ValueError(f"{name}: missing column(s) {missing}")
+        if frame.empty:
+            raise ValueError(f"{name}: no episodes")
+        per_task.append(frame.groupby("task_id")["success"].mean().astype(float).sort_index())
+    a, b = per_task
+    if not a.index.equals(b.index):
+        raise ValueError(
+            "results, baseline: not the same tasks "
+            f"({len(a)} vs {len(b)}, {len(a.index.symmetric_difference(b.index))} unmatched)"
+        )
+    return _over_tasks((a - b).to_numpy(), resamples=resamples, level=level, seed=seed)
+
+
+def _over_tasks(
+    per_task: np.ndarray, *, resamples: int, level: float, seed: int
+) -> dict[str, float]:
+    """The mean of the per-task differences ``per_task`` (tasks,) and its percentile-bootstrap
+    interval at ``level`` (tasks resampled with replacement, seeded)."""
+    if not 0 < level < 1:
+        raise ValueError(f"level: must be in (0, 1), got {level}")
     rng = np.random.default_rng(seed)
     draws = rng.integers(0, per_task.size, size=(resamples, per_task.size))
     means = per_task[draws].mean(axis=1)  # (resamples,)

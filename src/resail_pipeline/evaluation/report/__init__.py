@@ -10,6 +10,8 @@ Built from whatever experiments and cycles the catalog holds:
   variant against its parent, at every cycle and view: the paired difference on the same tasks
   and seeds with a 95% bootstrap interval over tasks.
 - :func:`ablation_table`: table 3 style, named experiments as rows (e.g. the retention views).
+- :func:`collection_table`: the success of the trajectories each cycle collects (by the policy of
+  the cycle before) on the tasks the cycles learn from, against the initial policy's.
 - :func:`success_figure`: figure 1a, success without PI per cycle, ±1 SD error bars; ReAct, the
   initial model, as a flat dashed line.
 - :func:`dual_view_figure`: figure 3 (appendix D.2, table 7), success without and with PI per
@@ -30,6 +32,8 @@ Inputs are the catalog's tables concatenated over experiments, every row tagged 
   paired differences).
 - ``train_metrics``: the report relies only on :data:`COST_COLUMNS` (``experiment``, ``cycle`` and
   the four ``seconds_*`` columns of the ``train_metrics`` contract), one row per update.
+- ``trajectories``: the ``trajectories`` contract plus ``experiment``; cycle 1's corpus, collected
+  by the initial policy, is every experiment's.
 - ``probe``: the ``probe`` contract, one row per (update, probe step); update 0 is the cycle start.
 
 A table without rows is an error naming the dataset; a figure built from partial data shows what
@@ -61,6 +65,7 @@ from resail_pipeline.evaluation.report.frames import (
 )
 from resail_pipeline.evaluation.report.tables import (
     ablation_table,
+    collection_table,
     cost_table,
     main_results_table,
     paired_differences_table,
@@ -81,6 +86,7 @@ __all__ = [
     "ablation_table",
     "benchmark_label",
     "check_episode_counts",
+    "collection_table",
     "cost_figure",
     "cost_table",
     "dual_view_figure",

@@ -1,5 +1,5 @@
-"""The report's tables: table 1, the paired differences, ablations, the rejected-summaries note,
-the cost table (table 6), and their Markdown."""
+"""The report's tables: table 1, the paired differences, ablations, the success of each cycle's
+collection, the rejected-summaries note, the cost table (table 6), and their Markdown."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from resail_pipeline.evaluation.report.frames import (
     require,
     rows_where,
 )
-from resail_pipeline.evaluation.stats import paired_difference
+from resail_pipeline.evaluation.stats import paired_difference, task_difference
 from resail_pipeline.schemas import check_columns
 
 
@@ -154,9 +154,7 @@ def paired_differences_table(
                     "View": view,
                     "Cycle": int(cycle),
                     "Difference (pp)": 100 * d["difference"],
-                    "95% CI (pp)": (
-                        f"[{_number(100 * d['low'], '.1f')}, {_number(100 * d['high'], '.1f')}]"
-                    ),
+                    "95% CI (pp)": _interval(d),
                     "Tasks": d["tasks"],
                 }
             )
@@ -195,6 +193,64 @@ def ablation_table(
         }
         table.append({"Variant": label} | {n: cells.get(k, MISSING) for k, n in columns.items()})
     return pd.DataFrame(table, columns=["Variant", *columns.values()])
+
+
+#: the columns of the trajectories the collection table reads
+COLLECTION_COLUMNS = ("experiment", "method", "cycle", "env", "split", "task_id", "success")
+
+
+def collection_table(trajectories: pd.DataFrame, *, source: str = "trajectories") -> pd.DataFrame:
+    """The success of the trajectories each cycle collects, on the tasks the cycles learn from.
+
+    Cycle r's corpus is collected by the policy cycle r - 1 trained; cycle 1's (shared by every
+    experiment) by the initial policy. So this is each policy's success where it is deployed,
+    one trajectory per task with a decoding seed of its own, where table 1 measures it on held-out
+    tasks. Each policy is compared with the initial one by :func:`task_difference`: tasks paired,
+    decoding seeds not; ``--`` where the two corpora are not of the same tasks (a budget that draws
+    a sample of the split each cycle).
+
+    Returns:
+        One row per (experiment, benchmark, collecting policy), the initial policy's first, in
+        method order: ``Method``, ``Benchmark``, ``Policy of cycle``, ``Trajectories``,
+        ``Success (%)``, ``Difference (pp)``, ``95% CI (pp)``; no rows where nothing was collected.
+    """
+    columns = [
+        "Method",
+        "Benchmark",
+        "Policy of cycle",
+        "Trajectories",
+        "Success (%)",
+        "Difference (pp)",
+        "95% CI (pp)",
+    ]
+    if trajectories.empty:
+        return pd.DataFrame(columns=columns)
+    require(trajectories, COLLECTION_COLUMNS, source)
+    initial = trajectories[trajectories["cycle"] == 1]
+    later = trajectories[trajectories["cycle"] > 1]
+    groups = [(METHOD_LABELS[INITIAL_METHOD], initial)] + [
+        (method_label(e), later[later["experiment"] == e])
+        for e in ordered_experiments(experiment_methods(later, source))
+    ]
+    rows = []
+    for env, split in ordered_benchmarks(trajectories):
+        base = rows_where(initial, env=env, split=split)
+        for label, frame in groups:
+            for cycle, corpus in rows_where(frame, env=env, split=split).groupby("cycle"):
+                same_tasks = not base.empty and set(corpus["task_id"]) == set(base["task_id"])
+                d = task_difference(corpus, base) if same_tasks and cycle > 1 else None
+                rows.append(
+                    {
+                        "Method": label,
+                        "Benchmark": benchmark_label(env, split),
+                        "Policy of cycle": int(cycle) - 1,
+                        "Trajectories": len(corpus),
+                        "Success (%)": 100 * corpus["success"].astype(float).mean(),
+                        "Difference (pp)": np.nan if d is None else 100 * d["difference"],
+                        "95% CI (pp)": MISSING if d is None else _interval(d),
+                    }
+                )
+    return pd.DataFrame(rows, columns=columns)
 
 
 def rejected_summaries_note(train_metrics: pd.DataFrame) -> str:
@@ -272,6 +328,13 @@ def _markdown_line(cells: Iterable[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def _interval(difference: Mapping[str, float]) -> str:
+    """A difference's 95% interval (fractions) in percentage points: ``"[-4.7, 2.7]"``."""
+    return (
+        f"[{_number(100 * difference['low'], '.1f')}, {_number(100 * difference['high'], '.1f')}]"
+    )
+
+
 def _number(value: float, spec: str) -> str:
     """``value`` formatted by ``spec``, without the sign of a value that rounds to zero (a
     difference of -1e-16 from float summation is printed 0.0, not -0.0)."""
@@ -281,5 +344,5 @@ def _number(value: float, spec: str) -> str:
 
 def _markdown_cell(value: object, float_format: str) -> str:
     if isinstance(value, float | np.floating):
-        return _number(value, float_format)
+        return MISSING if np.isnan(value) else _number(value, float_format)
     return str(value).replace("|", "\\|")

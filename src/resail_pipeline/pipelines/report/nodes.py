@@ -28,11 +28,13 @@ def report_node(
     eval_results: pd.DataFrame,
     train_metrics: pd.DataFrame,
     probe: pd.DataFrame,
+    trajectories: pd.DataFrame,
     report_params: dict[str, Any],
-) -> tuple[str, str, str, str, str, str, str, Figure, Figure, Figure, Figure]:
+) -> tuple[str, str, str, str, str, str, str, str, Figure, Figure, Figure, Figure]:
     """Every experiment and cycle in the catalog, as table 1 (Markdown, CSV), the paired
     differences of each ReSAIL variant and its parent (Markdown, CSV), the ablation tables of
-    ``report.ablations`` (Markdown), the cost table (Markdown, CSV) and figures 1a, 3, 5a and 6."""
+    ``report.ablations`` (Markdown), the success of every cycle's collection (Markdown), the cost
+    table (Markdown, CSV) and figures 1a, 3, 5a and 6."""
     unknown = sorted(set(report_params) - set(REPORT_KEYS))
     if unknown:
         raise ValueError(f"report: unknown parameter(s) {unknown}; known: {list(REPORT_KEYS)}")
@@ -50,6 +52,7 @@ def report_node(
         + "\n"
         for title, rows in (report_params.get("ablations") or {}).items()
     )
+    collection = report.collection_table(trajectories, source="trajectories files")
     metrics = _with_cycle(train_metrics)
     if metrics.empty:
         logger.warning("report: no train_metrics files yet; the cost table is empty")
@@ -66,6 +69,7 @@ def report_node(
         else "No ReSAIL variant and parent pair.\n",
         paired.to_csv(index=False),
         ablations or "No ablation configured.\n",
+        report.table_to_markdown(collection) if not collection.empty else "Nothing collected.\n",
         cost_md,
         cost_csv,
         report.success_figure(eval_summaries),

@@ -1,4 +1,5 @@
-"""``report``: every evaluation, training metric and probe row of the environment -> the report."""
+"""``report``: every evaluation, training metric, probe row and collected trajectory of the
+environment -> the report."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "report.eval_results",
                     "report.train_metrics",
                     "report.probe",
+                    "report.trajectories",
                     "params:report",
                 ],
                 outputs=[
@@ -25,6 +27,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "report.paired_differences_md",
                     "report.paired_differences_csv",
                     "report.ablations_md",
+                    "report.collection_md",
                     "report.cost_breakdown_md",
                     "report.cost_breakdown_csv",
                     "report.fig1a_success",
