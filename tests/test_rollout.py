@@ -32,9 +32,12 @@ class FakeEnv:
 
     name = "textcraft"
 
-    def __init__(self, max_steps: int = 30, admissible: bool = False) -> None:
+    def __init__(
+        self, max_steps: int = 30, admissible: bool = False, live_limit: int | None = None
+    ) -> None:
         self.max_steps = max_steps
         self.admissible = admissible
+        self.live_limit = live_limit
         self.actions: list[str | None] = []
 
     def task_ids(self, split: str) -> list[int]:
@@ -76,10 +79,11 @@ class EnvFactory:
 
     max_steps: int = 30
     admissible: bool = False
+    live_limit: int | None = None
     made: list[FakeEnv] = field(default_factory=list)
 
     def __call__(self) -> FakeEnv:
-        self.made.append(FakeEnv(self.max_steps, self.admissible))
+        self.made.append(FakeEnv(self.max_steps, self.admissible, self.live_limit))
         return self.made[-1]
 
 
@@ -257,6 +261,23 @@ def test_a_cap_on_live_episodes_changes_nothing_but_the_calls(generator):
     assert len(factory.made) == 4
     with pytest.raises(ValueError, match="max_live"):
         run_episodes(EnvFactory(), batch, generator, PARAMS, max_live=0, progress=False)
+
+
+def test_an_environment_s_own_limit_caps_a_rollout_that_names_none(generator):
+    batch = specs([3, 1, 4, 2], seed=5)
+    together = run_episodes(EnvFactory(), batch, generator, PARAMS, progress=False)
+    generator.calls.clear()
+    limited = EnvFactory(live_limit=2)
+    assert run_episodes(limited, batch, generator, PARAMS, progress=False) == together
+    # as max_live=2 above: task 4 starts when task 1 ends, task 2 when task 3 ends
+    assert [len(prompts) for prompts, _ in generator.calls] == [2, 2, 2, 2, 2]
+    assert len(limited.made) == 4
+    generator.calls.clear()
+    # a cap the settings name wins over the environment's: three at once (task 2 takes task 1's
+    # place after one step; tasks 3 and 2 end after turn three, task 4 alone after turn four)
+    named = EnvFactory(live_limit=2)
+    assert run_episodes(named, batch, generator, PARAMS, max_live=3, progress=False) == together
+    assert [len(prompts) for prompts, _ in generator.calls] == [3, 3, 3, 1]
 
 
 def test_rollout_settings_roll_out_with_their_decoding_and_their_cap(generator):

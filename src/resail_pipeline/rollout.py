@@ -116,7 +116,7 @@ class RolloutSettings:
     top_k: int = -1
     max_new_tokens: int = 1024
     # episodes alive at once (each holds an environment; a turn's generate call has one prompt
-    # per live episode); None = all of them
+    # per live episode); None = the environment's own limit (``live_limit``), else all of them
     max_live: int | None = None
 
     def __post_init__(self) -> None:
@@ -252,7 +252,8 @@ def run_episodes(
         params: decoding settings; ``params.seed`` is unused (each episode has its own seed) and
             ``params.n`` must be 1.
         max_live: at most this many episodes run at once, started in order as others end;
-            ``None`` starts them all. The results do not depend on it.
+            ``None``: the environment's own limit (its ``live_limit``, read from the first
+            environment built), all of them where it has none. The results do not depend on it.
         progress: show a progress bar over finished episodes, with the turn and the episodes
             live (most episodes end together near the step limit, so the count alone stalls).
     """
@@ -271,7 +272,11 @@ def run_episodes(
 
     start = time.perf_counter()
     waiting = iter(episodes)
-    live = [begin(spec) for spec in itertools.islice(waiting, max_live)]
+    live = [begin(spec) for spec in itertools.islice(waiting, 1)]
+    if max_live is None and live:
+        max_live = live[0].env.live_limit
+    rest = None if max_live is None else max_live - 1
+    live += [begin(spec) for spec in itertools.islice(waiting, rest)]
     finished: dict[str, Episode] = {}
     turn = 0
     with tqdm(total=len(episodes), desc="episodes", unit="ep", disable=not progress) as bar:

@@ -35,7 +35,11 @@ What the adapter works around:
 - Each engine loads a private copy of ``libdownward.so`` that cannot be unloaded safely
   (``close_lib`` followed by interpreter exit crashes the process). Engines are therefore pooled:
   an episode takes an idle engine at ``reset`` and hands it back when it ends, so a process holds
-  as many engines as it ever ran episodes at once, and adapters are cheap to create.
+  as many engines as it ever ran episodes at once, and adapters are cheap to create. Each copy
+  takes 34 MB of the temporary directory (memory where that is a tmpfs) until the process ends,
+  so a rollout keeps at most :data:`LIVE_LIMIT` episodes alive unless its settings say otherwise
+  (:attr:`AlfWorldEnv.live_limit`): an evaluation of 1,536 episodes started all at once would
+  otherwise hold 52 GB of copies.
 - Importing ``alfworld`` sets ``ALFWORLD_DATA`` to ``~/.cache/alfworld`` when it is unset; the
   variable is restored after the import, so a missing data set is reported the same way whatever
   was imported first.
@@ -97,6 +101,9 @@ TASK_ID_STRIDE = 100_000
 MAX_STEPS = 30
 #: Test episodes per evaluation split (paper appendix A.1: 128 ID and 128 OOD episodes).
 TEST_SIZE = 128
+#: Episodes alive at once in a rollout that names no cap (``max_live: null``): engines, each with
+#: its own copy of Fast Downward's library, held until the process ends (see the module docstring).
+LIVE_LIMIT = 64
 #: Seed of the draw that fixes each evaluation split's test set.
 TEST_SAMPLE_SEED = 0
 #: The command removed from the admissible actions (paper appendix G).
@@ -365,6 +372,7 @@ class AlfWorldEnv:
     """
 
     name = "alfworld"
+    live_limit = LIVE_LIMIT
 
     def __init__(
         self,

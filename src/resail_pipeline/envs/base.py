@@ -71,6 +71,10 @@ class Environment(Protocol):
     name: str
     #: steps before the episode is cut (invalid actions consume a step).
     max_steps: int
+    #: the most episodes of this environment a rollout keeps alive at once where its settings
+    #: name no cap (``max_live: null``); ``None``: no limit. An environment whose instances hold
+    #: heavy resources sets one.
+    live_limit: int | None
 
     def task_ids(self, split: str) -> list[int]:
         """The task ids of ``split`` in a fixed order; unknown splits raise ``ValueError``."""

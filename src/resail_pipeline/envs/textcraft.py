@@ -183,6 +183,7 @@ class TextCraftEnv:
     """One TextCraft episode at a time (see the module docstring)."""
 
     name = "textcraft"
+    live_limit = None  # an episode's environment is a few recipes in memory
 
     def __init__(self, max_steps: int = MAX_STEPS, clone_tasks: int = 0):
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
