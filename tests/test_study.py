@@ -128,6 +128,7 @@ def test_a_tier_runs_the_experiments_up_to_it_then_the_report(tmp_path, monkeypa
         return 0
 
     monkeypatch.setattr(study, "_kedro", fake_kedro)
+    (tmp_path / "conf").symlink_to(ROOT / "conf")
     plan = load_plan(ROOT / "conf" / "base" / "study.yml")
     study.run_study(plan, "study", tmp_path, log=tmp_path / "times.csv", tier=1)
     # tier 1 cycle by cycle, the parent and its ReSAIL version in turn, to cycle 5
@@ -208,6 +209,7 @@ def test_the_smoke_study_runs_every_method_resumes_and_reports(tmp_path):
     second = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
     assert second.returncode == 0, second.stderr[-4000:]
     assert "train_node finished" not in second.stdout + second.stderr  # nothing redone
+    assert len(pd.read_csv(project / "data" / "08_reporting" / "study-smoke.csv")) == len(times)
 
     # one cell again with a decoding seed the grid did not use: evaluated, not trained
     rerun = [*command, "--rerun", "oel_resail", "--cycle", "2", "--seeds", "7"]
@@ -221,6 +223,34 @@ def test_the_smoke_study_runs_every_method_resumes_and_reports(tmp_path):
         project / "data" / "08_reporting" / "textcraft-smoke-seeds7" / "rerun.md"
     ).read_text()
     assert "| OEL + ReSAIL - OEL |" in compared and "rerun: seeds 7 (pp)" in compared
+
+
+def test_an_evaluated_experiment_is_passed_over_without_a_time_row(tmp_path, monkeypatch):
+    import resail_pipeline.study as study
+
+    calls = []
+
+    def fake_kedro(args, project, params=None, cycles=None, heartbeat=None):
+        """A fake of the Kedro call: records the experiments it would run."""
+        calls.append((params or {}).get("run", {}).get("experiment"))
+        return 0
+
+    monkeypatch.setattr(study, "_kedro", fake_kedro)
+    (tmp_path / "conf").symlink_to(ROOT / "conf")
+    plan = load_plan(ROOT / "conf" / "base" / "study.yml")
+    cycle = tmp_path / "data" / "07_model_output" / "textcraft-study" / "oel" / "cycle_1"
+    cycle.mkdir(parents=True)
+    for name in study.EVALUATION_FILES[:-1]:  # one file short: not finished
+        (cycle / name).touch()
+    log = tmp_path / "times.csv"
+    study.run_study(plan, "study", tmp_path, log=log, tier=1)
+    assert calls[:2] == ["oel", "oel_resail"]
+    (cycle / study.EVALUATION_FILES[-1]).touch()
+    calls.clear()
+    study.run_study(plan, "study", tmp_path, log=log, tier=1)
+    assert calls[:2] == ["oel_resail", "oel"]  # oel's first entry passed over, its second run
+    rows = pd.read_csv(log)["experiment"].tolist()
+    assert rows.count("oel") == 5 + 4 and rows.count("oel_resail") == 5 + 5
 
 
 def test_a_running_experiments_time_row_is_rewritten_in_place(tmp_path):

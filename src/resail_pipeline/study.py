@@ -13,7 +13,8 @@ invocation (``started``), with the largest resident memory of any process the st
 far (Linux keeps one maximum over all finished children). A running experiment's row is
 rewritten every minute, so a study killed anywhere (``SIGKILL`` included) keeps the time it spent,
 to the minute: such a row has an empty ``exit_code``. The time of a study interrupted and resumed
-is the sum of its rows.
+is the sum of its rows. An experiment whose last cycle is already evaluated is passed over without
+starting Kedro, and without a row.
 
     python -m resail_pipeline.study --env study             # the comparison (make study)
     python -m resail_pipeline.study --env study --tier 1    # its first tier (make study TIER=1)
@@ -53,11 +54,13 @@ from resail_pipeline.io import atomic_path
 from resail_pipeline.training.config import METHODS, REACT
 
 __all__ = [
+    "EVALUATION_FILES",
     "Experiment",
     "Rule",
     "StudyPlan",
     "apply_rule",
     "data_folder",
+    "finished",
     "load_plan",
     "main",
     "rerun_cell",
@@ -273,6 +276,18 @@ def data_folder(plan: StudyPlan, env: str, project: Path) -> tuple[str, str]:
     if "env" not in values:
         raise ConfigError(f"{project / 'conf' / 'base' / 'globals.yml'}: names no env")
     return str(values["env"]), str(plan.params.get("data_tag", values.get("data_tag")) or "")
+
+
+#: what the evaluation of a cycle writes, under ``07_model_output/<folder>/<experiment>/cycle_<r>``
+#: (the catalog's ``eval_*`` datasets): the last node of the cycle pipeline
+EVALUATION_FILES = ("eval_results.parquet", "eval_summary.parquet", "eval_steps.parquet")
+
+
+def finished(experiment: Experiment, outputs: Path) -> bool:
+    """Whether every evaluation file of ``experiment``'s last cycle is under ``outputs`` (the data
+    folder of ``07_model_output``): its run would have nothing left to do."""
+    cycle = outputs / experiment.name / f"cycle_{experiment.cycles}"
+    return all((cycle / name).is_file() for name in EVALUATION_FILES)
 
 
 #: what a cell's evaluation reads besides its checkpoints: the initial policy and the fixed
@@ -521,7 +536,17 @@ def run_study(
             len(experiments),
             len(plan.experiments),
         )
+    outputs = project / "data" / "07_model_output" / "".join(data_folder(plan, env, project))
     for k, experiment in enumerate(experiments, start=1):
+        if finished(experiment, outputs):
+            logger.info(
+                "study: experiment %d/%d %s, %d cycles: evaluated already",
+                k,
+                len(experiments),
+                experiment.name,
+                experiment.cycles,
+            )
+            continue
         logger.info(
             "study: experiment %d/%d %s (%s, %d cycles, tier %d)",
             k,
@@ -551,9 +576,7 @@ def run_study(
     if _kedro(report, project, params=nest(plan.params)) != 0:
         raise RuntimeError("study: the report failed")
     if plan.rule is not None:
-        folder = "".join(data_folder(plan, env, project))
-        outputs = project / "data" / "07_model_output" / folder
-        write_rule(plan, outputs, project / "data" / "08_reporting" / folder)
+        write_rule(plan, outputs, project / "data" / "08_reporting" / outputs.name)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
