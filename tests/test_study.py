@@ -291,13 +291,15 @@ def test_the_heartbeat_runs_while_the_command_runs(tmp_path):
     assert _run([sys.executable, "-c", "raise SystemExit(3)"], tmp_path, dict(os.environ)) == 3
 
 
-def _eval_results(folder: Path, successes: list[list[bool]], cycle: int) -> None:
+def _eval_results(
+    folder: Path, successes: list[list[bool]], cycle: int, method: str = "oel"
+) -> None:
     """An eval_results file: ``successes[seed][task]`` on the dev split, ordinary view."""
     rows = [
         {
             "policy_id": f"p@{cycle}",
             "cycle": cycle,
-            "method": "oel",
+            "method": method,
             "env": "textcraft",
             "split": "dev",
             "view": "ordinary",
@@ -369,9 +371,10 @@ def _cell_project(tmp_path: Path) -> tuple[Path, Path]:
     data = project / "data"
     tasks = 40
     grid = data / "07_model_output" / "textcraft-g"
-    _eval_results(grid / "shared" / "cycle_0", [[t % 2 == 0 for t in range(tasks)]] * 2, cycle=0)
+    initial = [[t % 2 == 0 for t in range(tasks)]] * 2
+    _eval_results(grid / "shared" / "cycle_0", initial, cycle=0, method="react")
     _eval_results(grid / "oel" / "cycle_2", [[t % 4 == 0 for t in range(tasks)]] * 2, cycle=2)
-    _eval_results(grid / "oel_resail" / "cycle_2", [[True] * tasks] * 2, cycle=2)
+    _eval_results(grid / "oel_resail" / "cycle_2", [[True] * tasks] * 2, 2, "oel_resail")
     for folder in ("shared/cycle_0", "oel/cycle_2", "oel_resail/cycle_2"):
         (data / "06_models" / "textcraft-g" / folder / "policy").mkdir(parents=True)
         (data / "06_models" / "textcraft-g" / folder / "checkpoint.parquet").write_bytes(b"m")
@@ -406,7 +409,8 @@ def test_a_cell_reruns_with_other_seeds_beside_the_grids_differences(tmp_path, m
                 "oel_resail": lambda t: t % 2 == 1,
             }["shared" if cycle == 0 else params["run"]["experiment"]]
             rows = [[solved(t) for t in range(40)] for _ in seeds]
-            _eval_results(folder, rows, cycle=cycle)
+            method = params["run"]["method"] if cycle else "react"
+            _eval_results(folder, rows, cycle=cycle, method=method)
             frame = pd.read_parquet(folder / "eval_results.parquet")
             frame["decoding_seed"] = frame["decoding_seed"].map(dict(enumerate(seeds)))
             frame.to_parquet(folder / "eval_results.parquet", index=False)

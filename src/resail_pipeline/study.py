@@ -329,8 +329,8 @@ def compare_cells(grid: pd.DataFrame, rerun: pd.DataFrame) -> pd.DataFrame:
 
     Both are ``eval_results`` of the initial policy and the cell's experiments, with their
     ``experiment``; each gives every comparison the report makes (each experiment against the
-    initial policy, the ReSAIL variant against its parent) per benchmark and view, with its 95%
-    interval over tasks and the decoding seeds it was measured over.
+    initial policy, the ReSAIL variant against its parent, an ablation against its full method) per
+    benchmark and view, with its 95% interval over tasks and the decoding seeds it was measured over.
     """
     from resail_pipeline.evaluation.report import paired_differences_table
 

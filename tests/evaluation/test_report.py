@@ -409,8 +409,14 @@ def test_report_reads_its_inputs_after_a_parquet_round_trip(eval_summary, tmp_pa
     )
 
 
-def _episode_rows(experiment: str, cycle: int, view: str, success: dict[int, list[bool]]) -> list:
-    method = experiment if cycle else "react"
+def _episode_rows(
+    experiment: str,
+    cycle: int,
+    view: str,
+    success: dict[int, list[bool]],
+    method: str | None = None,
+) -> list:
+    method = (method or experiment) if cycle else "react"
     return [
         {
             "policy_id": f"{experiment}-{cycle}@0",
@@ -442,20 +448,28 @@ def test_paired_differences_compare_each_resail_variant_with_its_parent():
         + _episode_rows("oel", 1, "privileged", variant)
         + _episode_rows("oel_resail", 1, "privileged", variant)
         + _episode_rows("sdpo_resail", 1, "ordinary", variant)  # no sdpo run: no row
+        + _episode_rows("oel_resail-retention_none", 2, "ordinary", parent, "oel_resail")
+        + _episode_rows("oel_resail-retention_none", 3, "ordinary", parent, "oel_resail")
     )
     table = paired_differences_table(results)
-    # against the initial model (only its ordinary view was evaluated), then variant - parent
+    # against the initial model (only its ordinary view was evaluated), then variant - parent,
+    # then the ablation against the full method (at cycle 2 only: the full method has no cycle 3)
     assert table[["Comparison", "View", "Cycle"]].values.tolist() == [
         ["SDPO + ReSAIL - ReAct", "ordinary", 1],
         ["OEL - ReAct", "ordinary", 1],
         ["OEL + ReSAIL - ReAct", "ordinary", 1],
         ["OEL + ReSAIL - ReAct", "ordinary", 2],
+        ["oel_resail-retention_none - ReAct", "ordinary", 2],
+        ["oel_resail-retention_none - ReAct", "ordinary", 3],
         ["OEL + ReSAIL - OEL", "ordinary", 1],
         ["OEL + ReSAIL - OEL", "privileged", 1],
+        ["oel_resail-retention_none - OEL + ReSAIL", "ordinary", 2],
     ]
-    assert table["Difference (pp)"].tolist() == pytest.approx([50.0, 12.5, 50.0, 50.0, 37.5, 0.0])
-    assert table["95% CI (pp)"].iloc[-1] == "[0.0, 0.0]" and (table["Tasks"] == 4).all()
-    low, high = (float(x) for x in table["95% CI (pp)"].iloc[-2].strip("[]").split(", "))
+    assert table["Difference (pp)"].tolist() == pytest.approx(
+        [50.0, 12.5, 50.0, 50.0, 12.5, 12.5, 37.5, 0.0, -37.5]
+    )
+    assert table["95% CI (pp)"].iloc[-2] == "[0.0, 0.0]" and (table["Tasks"] == 4).all()
+    low, high = (float(x) for x in table["95% CI (pp)"].iloc[-3].strip("[]").split(", "))
     assert 0.0 <= low < 37.5 < high <= 100.0
     assert paired_differences_table(results.iloc[:0]).empty
 

@@ -6,9 +6,9 @@ Built from whatever experiments and cycles the catalog holds:
   OEL, + ReSAIL, then any others), columns are benchmark x cycle, cells are success without PI as
   ``"mean (SD)"`` in percent with one decimal, ``--`` where nothing was evaluated. ReAct is the
   shared initial model, never updated: its row repeats cycle 0 under every cycle.
-- :func:`paired_differences_table`: every experiment against the initial model, and each ReSAIL
-  variant against its parent, at every cycle and view: the paired difference on the same tasks
-  and seeds with a 95% bootstrap interval over tasks.
+- :func:`paired_differences_table`: every experiment against the initial model, each ReSAIL
+  variant against its parent and each ablation against its full method, at every cycle and view:
+  the paired difference on the same tasks and seeds with a 95% bootstrap interval over tasks.
 - :func:`ablation_table`: table 3 style, named experiments as rows (e.g. the retention views).
 - :func:`collection_table`: the success of the trajectories each cycle collects (by the policy of
   the cycle before) on the tasks the cycles learn from, against the initial policy's.

@@ -99,7 +99,9 @@ def paired_differences_table(
     :func:`~resail_pipeline.evaluation.stats.paired_difference`) in percentage points, with 95%
     bootstrap intervals over tasks: first every experiment at every cycle against the initial
     model (ReAct, cycle 0), then each ReSAIL variant against its parent (the experiments named
-    after the two methods) at every cycle both reached; per benchmark and view.
+    after the two methods), then each other experiment of a method against the one named after it
+    (an ablation against the full method, e.g. ``oel_resail-retention_none - OEL + ReSAIL``), each
+    at every cycle both reached; per benchmark and view.
 
     Returns:
         Columns ``Comparison``, ``Benchmark``, ``View``, ``Cycle``, ``Difference (pp)``,
@@ -121,9 +123,11 @@ def paired_differences_table(
     trained = eval_results[eval_results["cycle"] > 0]
     initial = eval_results[eval_results["cycle"] == 0]
     label = METHOD_LABELS[INITIAL_METHOD]
+    methods = experiment_methods(trained, source)
+    experiments = ordered_experiments(methods)
     pairs = [  # (label, rows, baseline rows, whether the baseline is the initial model)
         (f"{method_label(e)} - {label}", trained[trained["experiment"] == e], initial, True)
-        for e in ordered_experiments(experiment_methods(trained, source))
+        for e in experiments
     ]
     pairs += [
         (
@@ -133,6 +137,16 @@ def paired_differences_table(
             False,
         )
         for variant, parent in RESAIL_PARENTS.items()
+    ]
+    pairs += [
+        (
+            f"{method_label(e)} - {method_label(methods[e])}",
+            trained[trained["experiment"] == e],
+            trained[trained["experiment"] == methods[e]],
+            False,
+        )
+        for e in experiments
+        if e != methods[e]
     ]
     rows = []
     for name, ours, theirs, from_initial in pairs:
