@@ -374,7 +374,8 @@ def _cell_project(tmp_path: Path) -> tuple[Path, Path]:
     initial = [[t % 2 == 0 for t in range(tasks)]] * 2
     _eval_results(grid / "shared" / "cycle_0", initial, cycle=0, method="react")
     _eval_results(grid / "oel" / "cycle_2", [[t % 4 == 0 for t in range(tasks)]] * 2, cycle=2)
-    _eval_results(grid / "oel_resail" / "cycle_2", [[True] * tasks] * 2, 2, "oel_resail")
+    solved_all = [[True] * tasks] * 2
+    _eval_results(grid / "oel_resail" / "cycle_2", solved_all, cycle=2, method="oel_resail")
     for folder in ("shared/cycle_0", "oel/cycle_2", "oel_resail/cycle_2"):
         (data / "06_models" / "textcraft-g" / folder / "policy").mkdir(parents=True)
         (data / "06_models" / "textcraft-g" / folder / "checkpoint.parquet").write_bytes(b"m")

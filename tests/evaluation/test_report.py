@@ -436,7 +436,7 @@ def _episode_rows(
     ]
 
 
-def test_paired_differences_compare_each_resail_variant_with_its_parent():
+def test_paired_differences_compare_each_variant_with_its_parent_or_full_method():
     parent = {0: [False, False], 1: [True, False], 2: [False, False], 3: [True, True]}
     variant = {0: [True, True], 1: [True, False], 2: [True, False], 3: [True, True]}
     initial = {0: [False, False], 1: [False, False], 2: [False, False], 3: [True, True]}

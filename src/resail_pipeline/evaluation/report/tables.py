@@ -129,24 +129,17 @@ def paired_differences_table(
         (f"{method_label(e)} - {label}", trained[trained["experiment"] == e], initial, True)
         for e in experiments
     ]
+    # experiment -> the experiment it is compared with at the same cycle: each ReSAIL variant's
+    # parent, then each ablation's full method
+    against = [*RESAIL_PARENTS.items(), *((e, methods[e]) for e in experiments if e != methods[e])]
     pairs += [
         (
-            f"{method_label(variant)} - {method_label(parent)}",
-            trained[trained["experiment"] == variant],
-            trained[trained["experiment"] == parent],
+            f"{method_label(ours)} - {method_label(theirs)}",
+            trained[trained["experiment"] == ours],
+            trained[trained["experiment"] == theirs],
             False,
         )
-        for variant, parent in RESAIL_PARENTS.items()
-    ]
-    pairs += [
-        (
-            f"{method_label(e)} - {method_label(methods[e])}",
-            trained[trained["experiment"] == e],
-            trained[trained["experiment"] == methods[e]],
-            False,
-        )
-        for e in experiments
-        if e != methods[e]
+        for ours, theirs in against
     ]
     rows = []
     for name, ours, theirs, from_initial in pairs:
