@@ -52,9 +52,11 @@ study: $(VENV)/.installed-$(RUN_EXTRAS)
 study-budgets: $(VENV)/.installed-$(RUN_EXTRAS)
 	$(BIN)/python -m resail_pipeline.study --env study --plan conf/study/budgets.yml
 
-# One cell of the comparison evaluated again with decoding seeds the grid did not use, from the
-# checkpoints it keeps, e.g. `make study-rerun EXPERIMENT=oel_resail CYCLE=3 SEEDS="3 4 5"`: the
-# paired differences beside the grid's in data/08_reporting/textcraft-study-seeds3-4-5/rerun.md.
+# One cell of the comparison evaluated again from the checkpoints it keeps, with decoding seeds the
+# grid did not use or with its own on another processor, e.g. `make study-rerun
+# EXPERIMENT=oel_resail CYCLE=3 SEEDS="3 4 5"`: the paired differences beside the grid's in
+# data/08_reporting/textcraft-study-seeds3-4-5/rerun-oel_resail-cycle_3.md. A ReSAIL variant is
+# evaluated beside its parent, an ablation beside its full method.
 study-rerun: $(VENV)/.installed-$(RUN_EXTRAS)
 	$(BIN)/python -m resail_pipeline.study --env study --rerun $(EXPERIMENT) --cycle $(CYCLE) \
 		--seeds $(SEEDS)

@@ -220,7 +220,7 @@ def test_the_smoke_study_runs_every_method_resumes_and_reports(tmp_path):
     for folder in ("shared/cycle_0", "oel/cycle_2", "oel_resail/cycle_2"):
         assert set(pd.read_parquet(again / folder / "eval_results.parquet")["decoding_seed"]) == {7}
     compared = (
-        project / "data" / "08_reporting" / "textcraft-smoke-seeds7" / "rerun.md"
+        project / "data" / "08_reporting" / "textcraft-smoke-seeds7" / "rerun-oel_resail-cycle_2.md"
     ).read_text()
     assert "| OEL + ReSAIL - OEL |" in compared and "rerun: seeds 7 (pp)" in compared
 
@@ -435,9 +435,69 @@ def test_a_cell_reruns_with_other_seeds_beside_the_grids_differences(tmp_path, m
     lead = rows.loc["OEL + ReSAIL - OEL"]
     assert lead["grid: seeds 0, 1 (pp)"] == 75 and lead["rerun: seeds 5, 6 (pp)"] == 25
     assert rows.loc["OEL - ReAct", "rerun: seeds 5, 6 (pp)"] == -25
-    written = (data / "08_reporting" / "textcraft-g-seeds5-6" / "rerun.md").read_text()
+    reporting = data / "08_reporting" / "textcraft-g-seeds5-6"
+    written = (reporting / "rerun-oel_resail-cycle_2.md").read_text()
     assert "| OEL + ReSAIL - OEL |" in written and "+75.0" in written and "+25.0" in written
-    assert len(pd.read_csv(data / "08_reporting" / "textcraft-g-seeds5-6" / "rerun.csv")) == 3
+    assert len(pd.read_csv(reporting / "rerun-oel_resail-cycle_2.csv")) == 3
+
+
+def test_an_ablations_cell_reruns_beside_its_full_method_which_is_evaluated_once(
+    tmp_path, monkeypatch
+):
+    import resail_pipeline.study as study
+
+    project, data = _cell_project(tmp_path)
+    grid = data / "07_model_output" / "textcraft-g"
+    # the ablation solves the tasks OEL + ReSAIL solves but one in four
+    _eval_results(
+        grid / "oel_resail-selection_bottom" / "cycle_2",
+        [[t % 4 != 0 for t in range(40)]] * 2,
+        cycle=2,
+        method="oel_resail",
+    )
+    models = data / "06_models" / "textcraft-g" / "oel_resail-selection_bottom" / "cycle_2"
+    (models / "policy").mkdir(parents=True)
+    calls = []
+
+    def fake_kedro(args, project, params=None, cycles=None, heartbeat=None):
+        """A fake of the evaluation runs: each cell as in the grid, under the rerun's seeds."""
+        nodes = args[args.index("--nodes") + 1].split(",")
+        name = params["run"]["experiment"]
+        out = project / "data" / "07_model_output" / f"textcraft{params['data_tag']}"
+        for node in nodes:
+            cycle = int(node.split(".")[0].removeprefix("cycle_"))
+            folder = f"{'shared' if cycle == 0 else name}/cycle_{cycle}"
+            if (out / folder).exists():  # --only-missing-outputs
+                continue
+            calls.append((name, node))
+            frame = pd.read_parquet(grid / folder / "eval_results.parquet")
+            frame["decoding_seed"] += 5
+            (out / folder).mkdir(parents=True)
+            frame.to_parquet(out / folder / "eval_results.parquet", index=False)
+        return 0
+
+    monkeypatch.setattr(study, "_kedro", fake_kedro)
+    plan = load_plan(ROOT / "conf" / "base" / "study.yml")
+    study.rerun_cell(plan, "study", project, name="oel_resail", cycle=2, seeds=[5, 6])
+    table = study.rerun_cell(
+        plan, "study", project, name="oel_resail-selection_bottom", cycle=2, seeds=[5, 6]
+    )
+
+    # OEL + ReSAIL, evaluated for its own cell, is not evaluated again for the ablation's
+    assert calls == [
+        ("oel", "cycle_0.evaluate_node"),
+        ("oel", "cycle_2.evaluate_node"),
+        ("oel_resail", "cycle_2.evaluate_node"),
+        ("oel_resail-selection_bottom", "cycle_2.evaluate_node"),
+    ]
+    rows = table.set_index("Comparison")
+    against = rows.loc["oel_resail-selection_bottom - OEL + ReSAIL"]
+    assert against["grid: seeds 0, 1 (pp)"] == -25 and against["rerun: seeds 5, 6 (pp)"] == -25
+    reporting = data / "08_reporting" / "textcraft-g-seeds5-6"
+    assert sorted(p.name for p in reporting.glob("*.md")) == [
+        "rerun-oel_resail-cycle_2.md",
+        "rerun-oel_resail-selection_bottom-cycle_2.md",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -299,14 +299,17 @@ _SHARED_INPUTS = (
 
 
 def _cell_names(plan: StudyPlan, name: str) -> list[Experiment]:
-    """The plan's experiment ``name`` and, for a ReSAIL variant, its parent: the cell's
-    comparison."""
+    """The plan's experiment ``name`` after the one the report compares it with at the same
+    cycle, where there is one: a ReSAIL variant's parent, an ablation's full method (the
+    experiment named after its method)."""
     from resail_pipeline.evaluation.report import RESAIL_PARENTS
 
     entries = {e.name: e for e in plan.experiments}  # the last entry: the most cycles
     if name not in entries:
         raise ConfigError(f"--rerun: no experiment {name!r} in the plan; it has {sorted(entries)}")
-    names = [RESAIL_PARENTS[name], name] if name in RESAIL_PARENTS else [name]
+    method = entries[name].method
+    against = RESAIL_PARENTS.get(name, method if method != name else None)
+    names = [name] if against is None else [against, name]
     missing = [n for n in names if n not in entries]
     if missing:
         raise ConfigError(f"--rerun: {name!r} is compared with {missing[0]!r}, not in the plan")
@@ -356,11 +359,12 @@ def rerun_cell(
 ) -> pd.DataFrame:
     """Evaluate one cell of the grid again with decoding ``seeds``, from the checkpoints it kept.
 
-    The initial policy, experiment ``name`` at ``cycle`` and, for a ReSAIL variant, its parent are
-    evaluated with the plan's settings and the grid's fixed Experience in the data folder
-    ``<grid folder>-seeds<s>`` (their checkpoints and the Experience copied there first; what
-    exists is kept, so an interrupted rerun resumes). Their paired differences go beside the
-    grid's to ``data/08_reporting/<that folder>/rerun.md`` and ``rerun.csv``.
+    The initial policy, experiment ``name`` at ``cycle`` and the experiment it is compared with (a
+    ReSAIL variant's parent, an ablation's full method) are evaluated with the plan's settings and
+    the grid's fixed Experience in the data folder ``<grid folder>-seeds<s>`` (their checkpoints
+    and the Experience copied there first; what exists is kept, so an interrupted rerun resumes,
+    and cells sharing an experiment evaluate it once). Their paired differences go beside the
+    grid's to ``data/08_reporting/<that folder>/rerun-<name>-cycle_<cycle>.md`` and ``.csv``.
 
     Returns:
         The side-by-side table (:func:`compare_cells`).
@@ -410,17 +414,18 @@ def _write_comparison(table: pd.DataFrame, reporting: Path, names: list[str], cy
     from resail_pipeline.evaluation.report import table_to_markdown
 
     reporting.mkdir(parents=True, exist_ok=True)
-    with atomic_path(reporting / "rerun.csv") as tmp:
+    stem = f"rerun-{names[-1]}-cycle_{cycle}"  # one pair per cell: cells of one folder keep theirs
+    with atomic_path(reporting / f"{stem}.csv") as tmp:
         table.to_csv(tmp, index=False)
     text = (
-        f"# Cycle {cycle} of {', '.join(names)}, evaluated again with other decoding seeds\n\n"
+        f"# Cycle {cycle} of {', '.join(names)}, evaluated again\n\n"
         "Paired differences in success (percentage points), 95% percentile-bootstrap intervals "
-        "over tasks: the grid's beside the rerun's.\n\n"
+        "over tasks: the grid's beside the rerun's, each column naming its decoding seeds.\n\n"
         f"{table_to_markdown(table, float_format='+.1f')}\n"
     )
-    with atomic_path(reporting / "rerun.md") as tmp:
+    with atomic_path(reporting / f"{stem}.md") as tmp:
         tmp.write_text(text)
-    logger.info("rerun: %s", reporting / "rerun.md")
+    logger.info("rerun: %s", reporting / f"{stem}.md")
 
 
 def plan_path(env: str, project: Path) -> Path:
