@@ -302,13 +302,12 @@ def _cell_names(plan: StudyPlan, name: str) -> list[Experiment]:
     """The plan's experiment ``name`` after the one the report compares it with at the same
     cycle, where there is one: a ReSAIL variant's parent, an ablation's full method (the
     experiment named after its method)."""
-    from resail_pipeline.evaluation.report import RESAIL_PARENTS
+    from resail_pipeline.evaluation.report import comparisons
 
     entries = {e.name: e for e in plan.experiments}  # the last entry: the most cycles
     if name not in entries:
         raise ConfigError(f"--rerun: no experiment {name!r} in the plan; it has {sorted(entries)}")
-    method = entries[name].method
-    against = RESAIL_PARENTS.get(name, method if method != name else None)
+    against = dict(comparisons({name: entries[name].method})).get(name)
     names = [name] if against is None else [against, name]
     missing = [n for n in names if n not in entries]
     if missing:

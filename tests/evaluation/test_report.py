@@ -14,6 +14,7 @@ from resail_pipeline.evaluation.report import (
     COST_COMPONENTS,
     ablation_table,
     collection_table,
+    comparisons,
     cost_figure,
     cost_table,
     dual_view_figure,
@@ -434,6 +435,24 @@ def _episode_rows(
         for task, per_seed in success.items()
         for seed, ok in enumerate(per_seed)
     ]
+
+
+def test_comparisons_pair_each_variant_with_its_parent_first_then_each_ablation():
+    methods = {
+        "oel_resail-selection_bottom": "oel_resail",
+        "oel": "oel",
+        "rft": "rft",
+        "oel_resail": "oel_resail",
+        "sdpo-x": "sdpo",
+    }
+    # variant -> parent first, then ablations in the given order; the one compared with need
+    # not be present (no "sdpo" run here)
+    assert comparisons(methods) == [
+        ("oel_resail", "oel"),
+        ("oel_resail-selection_bottom", "oel_resail"),
+        ("sdpo-x", "sdpo"),
+    ]
+    assert comparisons({"rft": "rft", "oel": "oel"}) == []
 
 
 def test_paired_differences_compare_each_variant_with_its_parent_or_full_method():

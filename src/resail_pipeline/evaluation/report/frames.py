@@ -94,6 +94,16 @@ def ordered_experiments(methods: Mapping[str, str]) -> list[str]:
     return sorted(methods, key=lambda e: (_method_rank(methods[e]), e != methods[e], e))
 
 
+def comparisons(methods: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(experiment, the experiment it is compared with at the same cycle) for ``methods``
+    (experiment -> method), in the report's order: each ReSAIL variant with its parent (the
+    experiments named after the two methods), then, in the order of ``methods``, each other
+    experiment of a method with the one named after it (an ablation with its full method). The
+    experiment compared with need not be in ``methods``."""
+    parents = [(e, parent) for e, parent in RESAIL_PARENTS.items() if e in methods]
+    return parents + [(e, method) for e, method in methods.items() if e != method]
+
+
 def experiment_methods(frame: pd.DataFrame, source: str) -> dict[str, str]:
     """experiment -> method of ``frame``'s rows; one experiment must be one method."""
     methods: dict[str, str] = {}

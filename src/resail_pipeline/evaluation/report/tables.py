@@ -17,6 +17,7 @@ from resail_pipeline.evaluation.report.frames import (
     VIEWS,
     benchmark_label,
     checked_eval_summary,
+    comparisons,
     cycle_costs,
     experiment_methods,
     format_cell,
@@ -129,9 +130,6 @@ def paired_differences_table(
         (f"{method_label(e)} - {label}", trained[trained["experiment"] == e], initial, True)
         for e in experiments
     ]
-    # experiment -> the experiment it is compared with at the same cycle: each ReSAIL variant's
-    # parent, then each ablation's full method
-    against = [*RESAIL_PARENTS.items(), *((e, methods[e]) for e in experiments if e != methods[e])]
     pairs += [
         (
             f"{method_label(ours)} - {method_label(theirs)}",
@@ -139,7 +137,7 @@ def paired_differences_table(
             trained[trained["experiment"] == theirs],
             False,
         )
-        for ours, theirs in against
+        for ours, theirs in comparisons({e: methods[e] for e in experiments})
     ]
     rows = []
     for name, ours, theirs, from_initial in pairs:
