@@ -225,6 +225,25 @@ def test_success_figure_has_one_error_bar_line_per_method_from_c0(eval_summary):
     assert np.allclose(react.lines[0].get_ydata(), [62.0] * 3)
 
 
+def test_a_full_grid_gets_a_colour_each_and_a_legend_that_leaves_the_panel_its_width():
+    # the study's eleven experiments (seven methods, four ablations) and ReAct, in one panel
+    names = ["rft", "grpo", "epd", "sdpo", "sdpo_resail", "oel", "oel_resail"]
+    ablations = [f"oel_resail-{v}" for v in ("a_none", "b_ordinary", "c_bottom", "d_random")]
+    rows = [summary_row("oel", "react", 0, [0.60, 0.62])]
+    rows += [summary_row(n, n, 1, [0.50, 0.55]) for n in names]
+    rows += [summary_row(n, "oel_resail", 1, [0.50, 0.55]) for n in ablations]
+    figure = success_figure(pd.DataFrame(rows))
+    figure.canvas.draw()
+    lines = _errorbars(figure.axes[0])
+    assert len(lines) == 12
+    colours = {tuple(line.lines[0].get_color()) for line in lines[:-1]}
+    assert len(colours) == 11  # no two experiments share a colour
+    (legend,) = figure.legends
+    width = figure.bbox.width
+    assert legend.get_window_extent().width <= width  # the legend fits the figure
+    assert figure.axes[0].get_window_extent().width >= 0.6 * width  # and the panel keeps its size
+
+
 def test_dual_view_figure_has_both_views_and_says_when_one_is_missing(eval_summary):
     figure = dual_view_figure(eval_summary)
     titles = [ax.get_title() for ax in figure.axes]

@@ -7,6 +7,7 @@ there is, one without data says so in its title.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 
 import matplotlib as mpl
@@ -32,9 +33,15 @@ from resail_pipeline.evaluation.report.frames import (
     sensitivity_per_update,
 )
 
+_LEGEND_COLUMN_INCHES = 2.4  # the widest label, "ReAct (initial model, no update)", in "small"
+_LEGEND_ROW_INCHES = 0.25
+
 
 def _colors(experiments: Iterable[str]) -> dict[str, tuple[float, ...]]:
-    palette = mpl.colormaps["tab10"].colors
+    """A colour per experiment: tab20's ten strong colours (tab10's), then its ten light ones (a
+    full grid, ablations included, has eleven experiments), repeating only beyond twenty."""
+    tab20 = mpl.colormaps["tab20"].colors
+    palette = [*tab20[0::2], *tab20[1::2]]
     return {e: palette[i % len(palette)] for i, e in enumerate(experiments)}
 
 
@@ -102,7 +109,11 @@ def _plot_success_curves(
 
 
 def _shared_legend(figure: Figure, experiments: list[str]) -> None:
-    """One legend for all panels in a row below them: each experiment once, in order, then C0."""
+    """One legend for all panels, below them: each experiment once, in order, then C0.
+
+    As many columns as fit the figure's width (about 2.4 inches each), and the figure taller by
+    the legend's rows, so that a grid of eleven experiments leaves the panels their size.
+    """
     found: dict[str, object] = {}
     for ax in figure.axes:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
@@ -110,11 +121,14 @@ def _shared_legend(figure: Figure, experiments: list[str]) -> None:
     order = [*map(method_label, experiments), INITIAL_LABEL]
     handles = {label: found[label] for label in order if label in found}
     if handles:
+        columns = max(1, min(len(handles), int(figure.get_figwidth() // _LEGEND_COLUMN_INCHES)))
+        rows = math.ceil(len(handles) / columns)
+        figure.set_figheight(figure.get_figheight() + _LEGEND_ROW_INCHES * rows)
         figure.legend(
             handles.values(),
             handles.keys(),
             loc="outside lower center",
-            ncols=len(handles),
+            ncols=columns,
             fontsize="small",
         )
 
