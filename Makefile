@@ -13,6 +13,7 @@ RUN_EXTRAS ?= notebooks
 TEST_EXTRAS ?= dev,notebooks,alfworld
 PYTEST_ARGS ?= -m "not slow and not gpu"
 KEDRO_ENV ?= local
+comma := ,
 export KEDRO_DISABLE_TELEMETRY := true
 export PYTHONHASHSEED := 0
 export HF_HUB_OFFLINE := 1
@@ -45,12 +46,15 @@ smoke: run
 # The method comparison on the embedded default (conf/study, docs/results-textcraft-cpu.md): every
 # method of table 1 and the retention-view ablation, each resumed from what exists, then the
 # report in data/08_reporting/textcraft-study/; `make study TIER=1` runs the plan's first tier
-# only. study-budgets is the check on the dev split that fixed its budgets.
-study: $(VENV)/.installed-$(RUN_EXTRAS)
-	$(BIN)/python -m resail_pipeline.study --env study $(if $(TIER),--tier $(TIER))
+# only. study-budgets is the check on the dev split that fixed its budgets. STUDY_ENV=study-alfworld
+# runs ALFWorld's comparison (conf/study-alfworld, docs/results-alfworld-cpu.md) the same way.
+STUDY_ENV ?= study
+STUDY_EXTRAS := $(RUN_EXTRAS)$(if $(findstring alfworld,$(STUDY_ENV)),$(comma)alfworld)
+study: $(VENV)/.installed-$(STUDY_EXTRAS)
+	$(BIN)/python -m resail_pipeline.study --env $(STUDY_ENV) $(if $(TIER),--tier $(TIER))
 
-study-budgets: $(VENV)/.installed-$(RUN_EXTRAS)
-	$(BIN)/python -m resail_pipeline.study --env study --plan conf/study/budgets.yml
+study-budgets: $(VENV)/.installed-$(STUDY_EXTRAS)
+	$(BIN)/python -m resail_pipeline.study --env $(STUDY_ENV) --plan conf/$(STUDY_ENV)/budgets.yml
 
 # One cell of the comparison evaluated again from the checkpoints it keeps, with decoding seeds the
 # grid did not use or with its own on another processor, e.g. `make study-rerun
@@ -72,9 +76,11 @@ study-rerun: $(VENV)/.installed-$(RUN_EXTRAS)
 # on (default: the environment's evaluation splits), e.g. the regime question's lever (a),
 # evaluated on dev only: `make reference REFERENCE=textcraft-clone REFERENCE_SPLITS=dev`
 # (reference/textcraft-clone-chain/, shipped to reference/textcraft-clone-initial).
+# REFERENCE_TASKS evaluates that many tasks of each split (default: all), e.g. ALFWorld's policy,
+# on 100 of each split's 128 games as its comparison evaluates (conf/study-alfworld):
+# `make reference REFERENCE_ENV=alfworld REFERENCE_TASKS=100`.
 REFERENCE_ENV ?= textcraft
 REFERENCE ?= $(REFERENCE_ENV)
-comma := ,
 REFERENCE_EXTRAS := $(RUN_EXTRAS)$(if $(filter alfworld,$(REFERENCE_ENV)),$(comma)alfworld)
 BOOTSTRAP := $(BIN)/python -m resail_pipeline.bootstrap
 CHAIN := $(sort $(wildcard reference/$(REFERENCE)-chain/*.yml))
@@ -90,7 +96,9 @@ reference: $(VENV)/.installed-$(REFERENCE_EXTRAS)
 				--to reference/$(REFERENCE)-initial-first-stage; \
 		fi; \
 	done
-	$(BOOTSTRAP) evaluate --policy $(LAST_STAGE) $(if $(REFERENCE_SPLITS),--splits $(REFERENCE_SPLITS))
+	$(BOOTSTRAP) evaluate --policy $(LAST_STAGE) \
+		$(if $(REFERENCE_SPLITS),--splits $(REFERENCE_SPLITS)) \
+		$(if $(REFERENCE_TASKS),--tasks $(REFERENCE_TASKS))
 	$(BOOTSTRAP) ship --policy $(LAST_STAGE) --to reference/$(REFERENCE)-initial
 
 # The GPU path rehearsed on CPU (conf/rehearsal: conf/paper-textcraft with only sizes changed):

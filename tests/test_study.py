@@ -72,6 +72,47 @@ def test_the_clone_lever_runs_on_dev_with_the_policy_of_its_own_chain():
     }
 
 
+def test_the_alfworld_plans_fix_the_rate_on_dev_below_the_policys_last_rate():
+    """conf/study-alfworld: the budget check runs OEL's cycle 1 on ALFWorld's dev games alone, in
+    a data folder of its own, at rates below the one its initial policy's recipe ended behaviour
+    cloning at; the grid is the OEL pair to five cycles (with the probe), then the SDPO pair to
+    three, at table 4's ALFWorld row."""
+    from kedro.config import OmegaConfigLoader
+
+    from resail_pipeline.bootstrap.__main__ import load_config
+    from resail_pipeline.settings import CONFIG_LOADER_ARGS
+    from resail_pipeline.study import data_folder
+
+    conf = ROOT / "conf" / "study-alfworld"
+    check, grid = load_plan(conf / "budgets.yml"), load_plan(conf / "study.yml")
+    assert plan_path("study-alfworld", ROOT) == conf / "study.yml"
+    assert data_folder(grid, "study-alfworld", ROOT) == ("alfworld", "-study")
+    assert data_folder(check, "study-alfworld", ROOT) == ("alfworld", "-study-dev")
+    assert check.params["evaluate.splits"] == ["dev"] and check.rule.method == "oel"
+    (recipe,) = sorted((ROOT / "reference" / "alfworld-chain").glob("*.yml"))
+    training = load_config(recipe, ROOT / "conf" / "base" / "parameters_bootstrap.yml").training
+    last_rate = training.learning_rate * training.min_lr_ratio
+    rates = [e.params["train.optimizer.lr"] for e in check.experiments]
+    assert rates == sorted(rates) and len(rates) == 4 and max(rates) < last_rate
+    assert {(e.method, e.cycles) for e in check.experiments} == {("oel", 1)}
+    cycles: dict[str, int] = {}
+    for experiment in grid.experiments:
+        cycles[experiment.method] = max(cycles.get(experiment.method, 0), experiment.cycles)
+    assert cycles == {
+        "oel": 5,
+        "oel_resail": 5,
+        "sdpo": 3,
+        "sdpo_resail": 3,
+    }
+    assert all(e.params.get("train.probe.enabled") for e in grid.experiments if e.tier == 1)
+    loader = OmegaConfigLoader(
+        str(ROOT / "conf"), **{**CONFIG_LOADER_ARGS, "default_run_env": "study-alfworld"}
+    )
+    train = loader["parameters"]["train"]
+    assert (train["resail"]["rho"], train["resail"]["lambda"]) == (0.05, 0.5)
+    assert train["schedule"]["updates"] == 30
+
+
 def test_an_experiment_becomes_nested_run_params():
     experiment = Experiment(
         method="oel_resail", cycles=3, name="x-1", params={"train.resail.retention": "none"}

@@ -28,7 +28,7 @@ def test_the_paper_environment_hands_vllm_only_its_own_options():
     assert run.generation_options == {"gpu_memory_utilization": 0.9, "max_model_len": 16384}
 
 
-@pytest.mark.parametrize("env", ["base", "smoke", "study"])
+@pytest.mark.parametrize("env", ["base", "smoke", "study", "study-alfworld"])
 def test_every_cpu_environment_gives_transformers_options_it_takes(env):
     run = RunConfig.from_params(_run_params(env))
     assert run.backend == "transformers" and run.generation_options["batch_size"] in (32, 64)
@@ -46,7 +46,7 @@ def test_an_option_the_backend_does_not_take_fails_naming_it():
         RunConfig.from_params(flat)
 
 
-@pytest.mark.parametrize("env", ["base", "smoke", "study", "paper"])
+@pytest.mark.parametrize("env", ["base", "smoke", "study", "study-alfworld", "paper"])
 def test_every_environment_passes_the_parameter_check(env):
     from resail_pipeline.pipelines.parameters import check_parameters
 
