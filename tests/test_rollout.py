@@ -11,6 +11,7 @@ import pytest
 from resail_pipeline.envs import END_ENV_DONE, END_STEP_LIMIT, END_SUCCESS, Observation, StepResult
 from resail_pipeline.generation import Generation, SamplingParams
 from resail_pipeline.generation.transformers_backend import TransformersGenerator
+from resail_pipeline.journal import EpisodeJournal, episode_from_json, episode_to_json
 from resail_pipeline.prompts import Summary
 from resail_pipeline.rollout import (
     EpisodeSpec,
@@ -400,3 +401,92 @@ def test_run_configs_share_the_rollout_settings(config):
     assert cls(max_live=8).max_live == 8
     with pytest.raises(ValueError, match="max_live: must be a positive integer or null"):
         cls(max_live=0)
+
+
+@dataclass
+class SeededGenerator:
+    """A fake policy whose answer depends on the step's seed alone; the call ``fail_at`` raises,
+    as a run killed there would stop."""
+
+    tokenizer: object
+    policy_id: str = "seeded@0"
+    fail_at: int | None = None
+    calls: int = 0
+    prompts: int = 0
+
+    def generate(self, prompts, params, seeds=None) -> list[Generation]:
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise RuntimeError("killed")
+        self.prompts += len(prompts)
+        texts = ("<action>get 1 oak logs</action>", "<action>inventory</action>")
+        return [Generation(text=texts[s % 2], token_ids=(1,), logprobs=(0.0,)) for s in seeds]
+
+
+def test_a_journal_resumes_a_killed_rollout_without_playing_its_finished_episodes(
+    tiny_tokenizer, tmp_path
+):
+    wanted = specs([1, 2, 3, 4], summary=Summary("success", "Guidance summary: get logs."))
+    whole = SeededGenerator(tiny_tokenizer)
+    uninterrupted = run_episodes(EnvFactory(), wanted, whole, PARAMS, max_live=2, progress=False)
+    assert whole.prompts == 1 + 2 + 3 + 4  # task k runs k steps
+
+    folder = tmp_path / "journal"
+    killed = SeededGenerator(tiny_tokenizer, fail_at=3)  # after tasks 1 and 2 have ended
+    with pytest.raises(RuntimeError, match="killed"):
+        run_episodes(
+            EnvFactory(),
+            wanted,
+            killed,
+            PARAMS,
+            max_live=2,
+            progress=False,
+            journal=EpisodeJournal(folder, every_s=0.0),
+        )
+    kept = pd.concat(pd.read_parquet(p) for p in sorted(folder.glob("part-*.parquet")))
+    assert sorted(kept["traj_id"]) == sorted(s.traj_id for s in wanted[:2])
+
+    resumed = SeededGenerator(tiny_tokenizer)
+    journal = EpisodeJournal(folder, every_s=0.0)
+    episodes = run_episodes(
+        EnvFactory(), wanted, resumed, PARAMS, max_live=2, progress=False, journal=journal
+    )
+    assert episodes == uninterrupted  # in order, step for step
+    assert resumed.prompts == 3 + 4  # only the episodes the killed run had not finished
+    assert journal.resumed_seconds >= 0.0
+    journal.remove()
+    assert not folder.exists()
+
+
+def test_a_journal_resumes_only_episodes_of_the_same_spec_and_policy(tiny_tokenizer, tmp_path):
+    wanted = specs([1, 2])
+    journal = EpisodeJournal(tmp_path / "journal", every_s=3600.0)
+    played = run_episodes(
+        EnvFactory(admissible=True),
+        wanted,
+        SeededGenerator(tiny_tokenizer),
+        PARAMS,
+        progress=False,
+        journal=journal,
+    )
+    # the last part is written at the end however long ``every_s`` is
+    assert journal.resume(wanted, "seeded@0") == {e.spec.traj_id: e for e in played}
+    assert journal.resume(wanted, "other@1") == {}
+    other_summary = specs([1, 2], summary=Summary("failure", "Failure analysis: no logs."))
+    assert journal.resume(other_summary, "seeded@0") == {}
+    assert journal.resume(specs([1, 2], seed=5), "seeded@0") == {}
+
+
+def test_an_episode_survives_its_journal_entry(tiny_tokenizer):
+    summary = Summary("success", "Guidance summary: get logs.")
+    for admissible in (True, False):
+        (episode,) = run_episodes(
+            EnvFactory(admissible=admissible),
+            specs([3], summary=summary),
+            SeededGenerator(tiny_tokenizer),
+            PARAMS,
+            progress=False,
+        )
+        assert episode_from_json(episode_to_json(episode)) == episode
+    with pytest.raises(ValueError, match="every_s"):
+        EpisodeJournal("unused", every_s=-1.0)

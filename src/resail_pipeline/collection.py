@@ -22,6 +22,7 @@ import pandas as pd
 from resail_pipeline.config import ConfigError, check_int
 from resail_pipeline.envs import Environment
 from resail_pipeline.generation.base import Generator, derive_seed
+from resail_pipeline.journal import EpisodeJournal
 from resail_pipeline.rollout import (
     EpisodeSpec,
     RolloutSettings,
@@ -95,17 +96,20 @@ def collect(
     method: str,
     seed: int,
     settings: Mapping[str, Any] | None = None,
+    journal: EpisodeJournal | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Run one trajectory per task of ``cycle``; returns ``(tasks, trajectories, steps)``.
 
     ``method`` is recorded with the trajectories (the method that trained the acting policy);
     ``settings`` (:func:`collection_settings`), as JSON in the tasks table's ``settings`` column,
     so that a corpus shared by several runs can be checked against each run's configuration.
+    With ``journal``, a collection killed anywhere resumes from the episodes it finished
+    (:mod:`resail_pipeline.journal`).
     """
     env = make_env()
     tasks = cycle_tasks(env.task_ids(config.split), config.num_trajectories, cycle, seed)
     specs = episode_specs(tasks, cycle=cycle, seed=seed, env=env.name, split=config.split)
-    episodes = config.roll_out(make_env, specs, generator)
+    episodes = config.roll_out(make_env, specs, generator, journal=journal)
     trajectories, steps = episodes_to_frames(
         episodes, cycle=cycle, method=method, split=config.split
     )

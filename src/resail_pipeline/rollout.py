@@ -23,7 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from tqdm.auto import tqdm
@@ -46,6 +46,9 @@ from resail_pipeline.prompts import (
     render_user_message,
 )
 from resail_pipeline.schemas import SCHEMAS
+
+if TYPE_CHECKING:
+    from resail_pipeline.journal import EpisodeJournal
 
 logger = logging.getLogger(__name__)
 
@@ -138,6 +141,7 @@ class RolloutSettings:
         generator: Generator,
         *,
         progress: bool = True,
+        journal: EpisodeJournal | None = None,
     ) -> list[Episode]:
         """:func:`run_episodes` under these settings."""
         return run_episodes(
@@ -147,6 +151,7 @@ class RolloutSettings:
             self.sampling(),
             max_live=self.max_live,
             progress=progress,
+            journal=journal,
         )
 
 
@@ -238,6 +243,7 @@ def run_episodes(
     *,
     max_live: int | None = None,
     progress: bool = True,
+    journal: EpisodeJournal | None = None,
 ) -> list[Episode]:
     """Run ``episodes`` together to their end; results in the order of ``episodes``.
 
@@ -256,6 +262,9 @@ def run_episodes(
             environment built), all of them where it has none. The results do not depend on it.
         progress: show a progress bar over finished episodes, with the turn and the episodes
             live (most episodes end together near the step limit, so the count alone stalls).
+        journal: where finished episodes are kept as they end, and where those of an earlier,
+            interrupted run of the same episodes and policy are taken from instead of being
+            played again (:mod:`resail_pipeline.journal`).
     """
     if params.n != 1:
         raise ValueError(f"params.n: a rollout takes one response per step, got n={params.n}")
@@ -271,15 +280,21 @@ def run_episodes(
         return _LiveEpisode(spec, env, EpisodeHistory.start(env.name, env.reset(spec.task_id)))
 
     start = time.perf_counter()
-    waiting = iter(episodes)
+    finished: dict[str, Episode] = {}
+    if journal is not None:
+        finished = journal.resume(episodes, generator.policy_id)
+    waiting = (spec for spec in episodes if spec.traj_id not in finished)
     live = [begin(spec) for spec in itertools.islice(waiting, 1)]
     if max_live is None and live:
         max_live = live[0].env.live_limit
     rest = None if max_live is None else max_live - 1
     live += [begin(spec) for spec in itertools.islice(waiting, rest)]
-    finished: dict[str, Episode] = {}
+    earlier = dict(finished)
     turn = 0
-    with tqdm(total=len(episodes), desc="episodes", unit="ep", disable=not progress) as bar:
+    bar = tqdm(
+        total=len(episodes), initial=len(earlier), desc="episodes", unit="ep", disable=not progress
+    )
+    with bar:
         while live:
             turn += 1
             bar.set_postfix(turn=turn, live=len(live))
@@ -298,17 +313,22 @@ def run_episodes(
                     still_live.append(episode)
                 else:
                     finished[done.spec.traj_id] = done
+                    if journal is not None:
+                        journal.add(done)
                     bar.update()
             live = still_live + [
                 begin(spec) for spec in itertools.islice(waiting, len(live) - len(still_live))
             ]
 
+    if journal is not None:
+        journal.flush()
     results = [finished[spec.traj_id] for spec in episodes]
-    steps = sum(e.num_steps for e in results)
+    steps = sum(e.num_steps for e in results) - sum(e.num_steps for e in earlier.values())
     seconds = time.perf_counter() - start
     logger.info(
-        "rollout: %d episodes, success rate %.3f, %d env-steps in %.1f s (%.2f steps/s)",
+        "rollout: %d episodes%s, success rate %.3f, %d env-steps in %.1f s (%.2f steps/s)",
         len(results),
+        f" ({len(earlier)} resumed from the journal)" if earlier else "",
         sum(e.success for e in results) / max(len(results), 1),
         steps,
         seconds,

@@ -31,18 +31,40 @@ MAX_BYTES = 25 * 1024 * 1024
 
 
 @pytest.mark.slow
-def test_evaluation_is_recorded_in_the_manifest(tiny_checkpoint, tmp_path):
-    """Both views of two test tasks under two seeds (the tiny random model runs 30 steps each)."""
+def test_evaluation_is_recorded_in_the_manifest(tiny_checkpoint, tmp_path, monkeypatch, caplog):
+    """Both views of two test tasks under two seeds (the tiny random model runs 30 steps each);
+    killed before its record, the evaluation resumes from its journal without playing again."""
+    from resail_pipeline.bootstrap import reference
+
     policy = ship(tiny_checkpoint, tmp_path / "policy")
     config = EvalConfig(num_tasks=2, decoding_seeds=(0, 1), max_new_tokens=4)
-    record = evaluate_and_record(
-        policy,
-        config,
-        reference_seed=1000,
-        command="test",
-        env="textcraft",
-        generation={"batch_size": 8, "dtype": "float32"},
-    )
+    journals = tmp_path / "journals"
+
+    def evaluate():
+        return evaluate_and_record(
+            policy,
+            config,
+            reference_seed=1000,
+            command="test",
+            env="textcraft",
+            generation={"batch_size": 8, "dtype": "float32"},
+            journal=journals,
+        )
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(reference, "record_evaluation", killed)
+        with pytest.raises(KeyboardInterrupt):
+            evaluate()
+    (journal,) = journals.iterdir()
+    with caplog.at_level("INFO", logger="resail_pipeline.journal"):
+        record = evaluate()
+    # the 2 reference episodes, then the 8 of the evaluation, none played again
+    assert "2 of 2 episodes already played" in caplog.text
+    assert "8 of 8 episodes already played" in caplog.text
+    assert not journal.exists()
     manifest = json.loads((policy / MANIFEST_NAME).read_text())
     assert manifest["evaluation"] == record
     assert [row["view"] for row in record["table"]] == ["ordinary", "privileged"]

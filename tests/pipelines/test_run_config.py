@@ -304,3 +304,23 @@ def test_an_evaluation_records_its_machine_and_generation_settings(tiny_checkpoi
     _, summary, _ = evaluate_node(checkpoint, None, evaluate, run)
     assert summary["generation"].tolist() == ["transformers, float32, eager"]
     assert summary["machine"].iloc[0].startswith(processor())
+
+
+def test_a_rollout_journal_is_kept_per_label_and_settings(tmp_path):
+    """A rerun with the same settings finds the journal a killed run left; a journal of the same
+    label under other settings (say, another checkpoint) is removed; other labels are kept."""
+    run = RunConfig.from_params({**_run_params("base"), "staging_dir": str(tmp_path)})
+    first = run.journal("evaluate-cycle_1", policy="a" * 64, config={"seeds": [0, 1]})
+    assert first.folder.parent == tmp_path and first.folder.name.endswith(".episodes")
+    first.folder.mkdir()
+    again = run.journal("evaluate-cycle_1", policy="a" * 64, config={"seeds": [0, 1]})
+    assert again.folder == first.folder and first.folder.is_dir()
+    other_label = run.journal("evaluate-cycle_2", policy="a" * 64, config={"seeds": [0, 1]})
+    other_label.folder.mkdir()
+    changed = run.journal("evaluate-cycle_1", policy="b" * 64, config={"seeds": [0, 1]})
+    assert changed.folder != first.folder and not first.folder.exists()
+    assert other_label.folder.is_dir()
+    elsewhere = RunConfig.from_params(
+        {**_run_params("base"), "staging_dir": str(tmp_path), "env_options": {"max_steps": 10}}
+    )
+    assert elsewhere.journal("x", policy="a").folder != run.journal("x", policy="a").folder

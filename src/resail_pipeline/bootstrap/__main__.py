@@ -7,7 +7,8 @@
     # dual-view evaluation (appendix D.2) on the test tasks of the policy's environment (TextCraft:
     # the 100 of test; ALFWorld: 128 of id and 128 of ood) x 3 seeds, kept in its manifest
     python -m resail_pipeline.bootstrap evaluate --policy data/06_models/textcraft-chain/03-drills/policy
-    # ... keeping every episode and the fixed Experience as Parquet in <dir>
+    # ... keeping every episode and the fixed Experience as Parquet in <dir>; an evaluation
+    # interrupted anywhere resumes when started again (its journal: --journal)
     python -m resail_pipeline.bootstrap evaluate --policy <policy> --results <dir>
     # copy it into the repository, with the manifests of the stages it continues
     python -m resail_pipeline.bootstrap ship --policy data/06_models/textcraft-chain/03-drills/policy \\
@@ -53,6 +54,9 @@ logger = logging.getLogger(__name__)
 
 #: the parameters a recipe overrides (``--base``); ``build_dir`` is the Kedro node's, not a recipe's
 BASE_PARAMS = Path("conf/base/parameters_bootstrap.yml")
+
+#: where ``evaluate`` keeps the episodes of an evaluation not yet recorded (``--journal``)
+EVALUATION_JOURNALS = Path("data/06_models/.staging/bootstrap-evaluate")
 
 
 def load_recipe(path: str | Path, _from: tuple[Path, ...] = ()) -> dict:
@@ -171,6 +175,12 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument(
         "--results", default=None, help="directory for the episodes and Experience, as Parquet"
     )
+    evaluate.add_argument(
+        "--journal",
+        default=str(EVALUATION_JOURNALS),
+        help="where an evaluation keeps its finished episodes until it is recorded, so that a "
+        "rerun after an interruption resumes (%(default)s)",
+    )
     guidance = commands.add_parser(
         "guidance", help="teacher-forced fit of the planner's actions, ordinary vs privileged view"
     )
@@ -256,6 +266,7 @@ def _run(args: argparse.Namespace, command: str) -> None:
                 **({} if args.batch_size is None else {"batch_size": args.batch_size}),
             },
             results=args.results,
+            journal=args.journal,
         )
 
 

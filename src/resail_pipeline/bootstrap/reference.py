@@ -46,6 +46,7 @@ from resail_pipeline.experience import SummarizeConfig
 from resail_pipeline.generation import make_generator
 from resail_pipeline.generation.transformers_backend import resolved_settings
 from resail_pipeline.io import atomic_path
+from resail_pipeline.journal import EpisodeJournal, journal_key
 
 logger = logging.getLogger(__name__)
 
@@ -60,11 +61,14 @@ def dual_view_evaluation(
     reference_seed: int,
     env: str,
     generation: dict[str, Any] | None = None,
+    journal: EpisodeJournal | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Evaluate ``policy`` in both views with a fixed Experience of its own reference episodes,
     on ``config.splits`` of the environment ``env``.
 
-    ``generation`` holds options of the transformers generator (``dtype``, ``batch_size``, ...).
+    ``generation`` holds options of the transformers generator (``dtype``, ``batch_size``, ...);
+    ``journal`` keeps the reference and evaluation episodes as they finish, and gives back those
+    of an interrupted run (:mod:`resail_pipeline.journal`).
     Returns ``(eval_summary, eval_results, experience)``: one summary row per split and view, one
     result row per episode, and the fixed Experience (one rules-based summary per test task).
     """
@@ -83,10 +87,17 @@ def dual_view_evaluation(
             config,
             SummarizeConfig(source="rules"),
             decoding_seed=reference_seed,
+            journal=journal,
         )
         both = dataclasses.replace(config, views=(VIEW_ORDINARY, VIEW_PRIVILEGED))
         results, _ = evaluate_policy(
-            environment, generator, both, cycle=0, method="react", experience=experience
+            environment,
+            generator,
+            both,
+            cycle=0,
+            method="react",
+            experience=experience,
+            journal=journal,
         )
     return summarize_eval_results(results), results, experience
 
@@ -283,6 +294,7 @@ def evaluate_and_record(
     env: str | None = None,
     generation: dict[str, Any] | None = None,
     results: str | Path | None = None,
+    journal: str | Path | None = None,
 ) -> dict[str, Any]:
     """:func:`dual_view_evaluation` of ``policy`` in ``env`` (by default the one it was built
     for, :func:`policy_env`; ``generation``: the generator's options), recorded in its manifest;
@@ -294,22 +306,40 @@ def evaluate_and_record(
     ``eval_results.parquet`` (one row per episode: view, decoding seed, task, success, steps) and
     ``experience.parquet`` (the fixed summary of each task, with its reference episode's outcome),
     for breakdowns the table does not give (say, by the outcome of the reference episode).
+
+    With ``journal``, a folder under it (named by the policy's weights and every setting of the
+    evaluation) keeps the episodes as they finish: a run killed anywhere, started again with the
+    same arguments, plays only the episodes it had not finished, and the record's ``seconds``
+    count the interrupted runs' rollouts too. The folder is removed once the record is written.
     """
     _manifest_path(policy)  # where the result goes, checked before half an hour of rollouts
     env = env or policy_env(policy)
     results = None if results is None else Path(results)
     if results is not None and results.exists() and not results.is_dir():
         raise NotADirectoryError(f"results: {results} exists and is not a directory")
-    provide_env_data(env, {})
+    data = provide_env_data(env, {})
     started = time.perf_counter()
     # resolved once: the generator runs as the record says
     dtype, compiled = resolved_settings(generation or {})
+    generation = {**(generation or {}), "dtype": dtype, "compile": compiled}
+    episodes = None
+    if journal is not None:
+        key = journal_key(
+            policy=read_checkpoint_info(check_checkpoint(policy)).sha256,
+            env=env,
+            env_data=str(data),
+            config=dataclasses.asdict(config),
+            reference_seed=reference_seed,
+            generation=generation,
+        )
+        episodes = EpisodeJournal(Path(journal) / f"evaluate-{key}")
     eval_summary, eval_results, experience = dual_view_evaluation(
         policy,
         config,
         reference_seed=reference_seed,
         env=env,
-        generation={**(generation or {}), "dtype": dtype, "compile": compiled},
+        generation=generation,
+        journal=episodes,
     )
     if results is not None:
         for name, frame in (("eval_results", eval_results), ("experience", experience)):
@@ -322,7 +352,7 @@ def evaluate_and_record(
         experience,
         config,
         reference_seed=reference_seed,
-        seconds=time.perf_counter() - started,
+        seconds=time.perf_counter() - started + (episodes.resumed_seconds if episodes else 0.0),
         command=command,
         dtype=str(dtype).removeprefix("torch."),
         compiled=compiled,
@@ -340,4 +370,6 @@ def evaluate_and_record(
             100 * row["mean"],
         )
     record_evaluation(policy, record)
+    if episodes is not None:
+        episodes.remove()
     return record

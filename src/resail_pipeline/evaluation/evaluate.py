@@ -25,6 +25,7 @@ from resail_pipeline.config import ConfigError, check_int
 from resail_pipeline.envs import Environment
 from resail_pipeline.experience import SummarizeConfig, summarize_trajectories
 from resail_pipeline.generation.base import Generator
+from resail_pipeline.journal import EpisodeJournal
 from resail_pipeline.prompts import OUTCOMES, Summary
 from resail_pipeline.rollout import EpisodeSpec, RolloutSettings, episodes_to_frames
 from resail_pipeline.schemas import SCHEMAS, check_columns
@@ -132,6 +133,7 @@ def evaluate_policy(
     cycle: int,
     method: str,
     experience: pd.DataFrame | None = None,
+    journal: EpisodeJournal | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Run every (view, seed, task) episode of ``config`` and return ``(eval_results, steps)``.
 
@@ -139,7 +141,8 @@ def evaluate_policy(
     accepted Experience summary (:func:`build_experience` falls back to the rules, so only a
     summary the rules could not write either) is left out of every view, logged, and the report's
     ``Tasks`` column shows how many were evaluated. The ``steps`` table holds every step of every
-    episode (for inspection).
+    episode (for inspection). With ``journal``, an evaluation killed anywhere resumes from the
+    episodes it finished (:mod:`resail_pipeline.journal`).
     """
     env = make_env()
     tasks = evaluation_tasks(env, config)
@@ -176,7 +179,7 @@ def evaluate_policy(
                     )
                 )
                 splits.append(split)
-    episodes = config.roll_out(make_env, specs, generator)
+    episodes = config.roll_out(make_env, specs, generator, journal=journal)
     trajectories, steps = _frames(episodes, specs, splits, cycle=cycle, method=method)
     trajectories["view"] = [
         VIEW_PRIVILEGED if spec.summary is not None else VIEW_ORDINARY for spec in specs
@@ -191,9 +194,10 @@ def reference_episodes(
     config: EvalConfig,
     *,
     decoding_seed: int,
+    journal: EpisodeJournal | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """One ordinary-view episode per test task of ``config`` (every split), for the fixed
-    Experience.
+    Experience (``journal``: as :func:`evaluate_policy`'s).
 
     Returns the ``trajectories`` and ``steps`` tables (method ``reference``, cycle 0); each
     trajectory's ``task_id`` is what the Experience is keyed by.
@@ -208,7 +212,7 @@ def reference_episodes(
         )
         for split, task_id in tasks
     ]
-    episodes = config.roll_out(make_env, specs, generator)
+    episodes = config.roll_out(make_env, specs, generator, journal=journal)
     return _frames(episodes, specs, [split for split, _ in tasks], cycle=0, method="reference")
 
 
@@ -219,18 +223,20 @@ def build_experience(
     summarize: SummarizeConfig,
     *,
     decoding_seed: int,
+    journal: EpisodeJournal | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """The fixed Experience (appendix D.2): :func:`reference_episodes` of the initial policy,
     summarised as a cycle's trajectories are (``summarize``; the model source writes them with
     ``generator``), except that a model summary rejected after every attempt is replaced by the
     rules-based one whatever ``summarize.on_rejected`` says: a task without an Experience would be
-    left out of the evaluation's every view (:func:`evaluate_policy`).
+    left out of the evaluation's every view (:func:`evaluate_policy`). ``journal``: the reference
+    episodes', as :func:`evaluate_policy`'s.
 
     Returns the reference ``trajectories`` and ``steps`` and the Experience table: their
     ``summaries`` with each trajectory's ``task_id`` (:data:`EXPERIENCE_COLUMNS`).
     """
     trajectories, steps = reference_episodes(
-        make_env, generator, config, decoding_seed=decoding_seed
+        make_env, generator, config, decoding_seed=decoding_seed, journal=journal
     )
     summarize = dataclasses.replace(summarize, on_rejected="rules")
     summaries = summarize_trajectories(trajectories, steps, summarize, generator)

@@ -11,6 +11,7 @@ policy's manifest (cycle ``r`` starts from the checkpoint of cycle ``r - 1``).
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -33,6 +34,7 @@ from resail_pipeline.generation import (
 from resail_pipeline.generation.sharded import ShardedGenerator
 from resail_pipeline.generation.transformers_backend import resolved_settings
 from resail_pipeline.io import fresh_staging_path
+from resail_pipeline.journal import EpisodeJournal, journal_key
 from resail_pipeline.training.config import METHODS, REACT
 
 #: The input name under which every base pipeline receives the cycle-start policy.
@@ -198,6 +200,20 @@ class RunConfig:
         ``label``; what a killed run of the same label left there is removed first (at the paper's
         scale each is a whole model)."""
         return fresh_staging_path(self.staging_dir, f"{self.experiment}-{label}-")
+
+    def journal(self, label: str, **settings: Any) -> EpisodeJournal:
+        """The episode journal of this experiment's rollout ``label`` under ``settings``
+        (:mod:`resail_pipeline.journal`): the same folder for every rerun with the same settings
+        and environment, so that one continues where a killed run stopped; a journal the label
+        kept under other settings is removed first."""
+        key = journal_key(env=self.env, env_options=self.env_options, **settings)
+        prefix = f"{self.experiment}-{label}-"
+        folder = Path(self.staging_dir) / f"{prefix}{key}.episodes"
+        if folder.parent.is_dir():
+            for stale in folder.parent.glob(f"{prefix}*.episodes"):
+                if stale != folder:
+                    shutil.rmtree(stale, ignore_errors=True)
+        return EpisodeJournal(folder)
 
     def snapshots_path(self, label: str) -> Path:
         """The folder (not created) where this experiment's training run ``label`` keeps its

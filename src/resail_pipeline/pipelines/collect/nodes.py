@@ -52,13 +52,18 @@ def collect_node(
     config = collect_config(collect_params, train_params, run)
     info = policy_info(policy)
     make_env = run.environment(config.split)
+    settings = settings_of(config, run, info)
+    journal = run.journal(f"collect-cycle_{info.cycle + 1}", policy=info.sha256, settings=settings)
     with run.generator(info) as generator:
-        return collect(
+        outputs = collect(
             make_env,
             generator,
             config,
             cycle=info.cycle + 1,
             method=info.method,
             seed=run.seed,
-            settings=settings_of(config, run, info),
+            settings=settings,
+            journal=journal,
         )
+    journal.remove()  # the corpus is returned for the catalog to write
+    return outputs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -53,6 +54,12 @@ def evaluate_node(
     info = policy_info(checkpoint)
     method = "react" if info.cycle == 0 else run.method
     make_env = run.environment(*config.splits)
+    journal = run.journal(
+        f"evaluate-cycle_{info.cycle}",
+        policy=info.sha256,
+        config=dataclasses.asdict(config),
+        generation=run.generation_record(),
+    )
     with run.generator(info) as generator:
         results, steps = evaluate_policy(
             make_env,
@@ -61,7 +68,9 @@ def evaluate_node(
             cycle=info.cycle,
             method=method,
             experience=experience if config.privileged else None,
+            journal=journal,
         )
+    journal.remove()  # the results are returned for the catalog to write
     # what the figures depend on beyond the policy: bf16 kernels round differently per processor
     summary = summarize_eval_results(results).assign(
         machine=machine_description(resolve_device("auto")), generation=run.generation_record()
@@ -85,14 +94,21 @@ def experience_node(
     config = eval_config(evaluate_params, run.env)
     summarize = build(SummarizeConfig, summarize_params, "summarize")
     make_env = run.environment(*config.splits)
-    with run.generator(policy_info(checkpoint)) as generator:
-        return build_experience(
-            make_env,
-            generator,
-            config,
-            summarize,
-            decoding_seed=int(evaluate_params["reference_seed"]),
+    info = policy_info(checkpoint)
+    seed = int(evaluate_params["reference_seed"])
+    journal = run.journal(
+        "reference",
+        policy=info.sha256,
+        config=dataclasses.asdict(config),
+        reference_seed=seed,
+        generation=run.generation_record(),
+    )
+    with run.generator(info) as generator:
+        outputs = build_experience(
+            make_env, generator, config, summarize, decoding_seed=seed, journal=journal
         )
+    journal.remove()  # the episodes are returned for the catalog to write
+    return outputs
 
 
 def probe_set_node(
