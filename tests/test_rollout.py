@@ -474,7 +474,8 @@ def test_a_journal_resumes_only_episodes_of_the_same_spec_and_policy(tiny_tokeni
     assert journal.resume(wanted, "other@1") == {}
     other_summary = specs([1, 2], summary=Summary("failure", "Failure analysis: no logs."))
     assert journal.resume(other_summary, "seeded@0") == {}
-    assert journal.resume(specs([1, 2], seed=5), "seeded@0") == {}
+    assert journal.resume(specs([1, 2], seed=5), "seeded@0") == {}  # another rollout's ids
+    assert journal.resume(wanted[:1], "seeded@0") == {played[0].spec.traj_id: played[0]}
 
 
 def test_an_episode_survives_its_journal_entry(tiny_tokenizer):

@@ -115,18 +115,19 @@ class EpisodeJournal:
 
     def resume(self, specs: Sequence[EpisodeSpec], policy_id: str) -> dict[str, Episode]:
         """``traj_id -> episode`` for the episodes of ``specs`` the journal holds, played by
-        ``policy_id``; an episode of another spec or policy is passed over (and logged)."""
+        ``policy_id``; one with a trajectory id of ``specs`` but another spec or policy is passed
+        over (and logged), episodes of other trajectory ids are another rollout's."""
         wanted = {spec.traj_id: spec for spec in specs}
         found: dict[str, Episode] = {}
         seconds = 0.0
         other = 0
         for part in self._parts():
             frame = pd.read_parquet(part, columns=list(PART_COLUMNS))
+            # another rollout sharing the journal (an evaluation's reference episodes) is not ours
+            frame = frame[frame["traj_id"].isin(list(wanted))]
             for text, spent in zip(frame["episode"], frame["seconds"], strict=True):
                 episode = episode_from_json(text)
-                if wanted.get(episode.spec.traj_id) == episode.spec and (
-                    episode.policy_id == policy_id
-                ):
+                if wanted[episode.spec.traj_id] == episode.spec and episode.policy_id == policy_id:
                     found[episode.spec.traj_id] = episode
                     seconds += float(spent)
                 else:
