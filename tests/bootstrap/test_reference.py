@@ -125,7 +125,7 @@ def test_results_keep_the_episodes_and_the_experience_as_parquet(
         {"traj_id": ["r/3", "r/7"], "outcome": ["success", "failure"], "task_id": [3, 7]}
     )
 
-    def fake_evaluation(policy, config, *, reference_seed, env, generation, journal):
+    def fake_evaluation(policy, config, *, reference_seed, env, generation, journal, known_sha256):
         from resail_pipeline.evaluation.stats import summarize_eval_results
 
         return summarize_eval_results(episodes), episodes, experience
@@ -190,7 +190,7 @@ def test_the_record_says_whether_the_forward_ran_compiled(
     experience = pd.DataFrame({"traj_id": ["r/3"], "outcome": ["success"], "task_id": [3]})
     given = []
 
-    def fake_evaluation(policy, config, *, reference_seed, env, generation, journal):
+    def fake_evaluation(policy, config, *, reference_seed, env, generation, journal, known_sha256):
         given.append(generation)
         return summarize_eval_results(episodes), episodes, experience
 

@@ -62,17 +62,19 @@ def dual_view_evaluation(
     env: str,
     generation: dict[str, Any] | None = None,
     journal: EpisodeJournal | None = None,
+    known_sha256: str | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Evaluate ``policy`` in both views with a fixed Experience of its own reference episodes,
     on ``config.splits`` of the environment ``env``.
 
     ``generation`` holds options of the transformers generator (``dtype``, ``batch_size``, ...);
     ``journal`` keeps the reference and evaluation episodes as they finish, and gives back those
-    of an interrupted run (:mod:`resail_pipeline.journal`).
+    of an interrupted run (:mod:`resail_pipeline.journal`); ``known_sha256``: the weights' hash,
+    already computed by the caller (:func:`~resail_pipeline.checkpoints.read_checkpoint_info`).
     Returns ``(eval_summary, eval_results, experience)``: one summary row per split and view, one
     result row per episode, and the fixed Experience (one rules-based summary per test task).
     """
-    info = read_checkpoint_info(check_checkpoint(policy))
+    info = read_checkpoint_info(check_checkpoint(policy), known_sha256=known_sha256)
 
     def environment():
         return make_env(env)
@@ -322,10 +324,11 @@ def evaluate_and_record(
     # resolved once: the generator runs as the record says
     dtype, compiled = resolved_settings(generation or {})
     generation = {**(generation or {}), "dtype": dtype, "compile": compiled}
-    episodes = None
+    episodes = sha256 = None
     if journal is not None:
+        sha256 = read_checkpoint_info(check_checkpoint(policy)).sha256  # hashed once, passed on
         key = journal_key(
-            policy=read_checkpoint_info(check_checkpoint(policy)).sha256,
+            policy=sha256,
             env=env,
             env_data=str(data),
             config=dataclasses.asdict(config),
@@ -340,6 +343,7 @@ def evaluate_and_record(
         env=env,
         generation=generation,
         journal=episodes,
+        known_sha256=sha256,
     )
     if results is not None:
         for name, frame in (("eval_results", eval_results), ("experience", experience)):
