@@ -63,11 +63,22 @@ def fresh_staging_path(staging_dir: str | os.PathLike, prefix: str) -> Path:
     """A fresh directory name (not created) in ``staging_dir`` starting with ``prefix``; what a
     killed run left there under the same prefix is removed first (at the paper's scale each is
     a whole model)."""
+    return keyed_staging_path(staging_dir, prefix, uuid.uuid4().hex[:12])
+
+
+def keyed_staging_path(
+    staging_dir: str | os.PathLike, prefix: str, key: str, suffix: str = ""
+) -> Path:
+    """``staging_dir / (prefix + key + suffix)`` (not created), for work a rerun with the same
+    ``key`` continues; whatever else is there between ``prefix`` and ``suffix`` (another key's) is
+    removed first."""
     staging = Path(staging_dir)
+    path = staging / f"{prefix}{key}{suffix}"
     if staging.is_dir():
-        for stale in staging.glob(f"{prefix}*"):
-            shutil.rmtree(stale, ignore_errors=True)
-    return staging / f"{prefix}{uuid.uuid4().hex[:12]}"
+        for stale in staging.glob(f"{prefix}*{suffix}"):
+            if stale != path:
+                shutil.rmtree(stale, ignore_errors=True)
+    return path
 
 
 class LockedError(RuntimeError):

@@ -11,7 +11,6 @@ policy's manifest (cycle ``r`` starts from the checkpoint of cycle ``r - 1``).
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -33,7 +32,7 @@ from resail_pipeline.generation import (
 )
 from resail_pipeline.generation.sharded import ShardedGenerator
 from resail_pipeline.generation.transformers_backend import resolved_settings
-from resail_pipeline.io import fresh_staging_path
+from resail_pipeline.io import fresh_staging_path, keyed_staging_path
 from resail_pipeline.journal import EpisodeJournal, journal_key
 from resail_pipeline.training.config import METHODS, REACT
 
@@ -208,12 +207,7 @@ class RunConfig:
         kept under other settings is removed first."""
         key = journal_key(env=self.env, env_options=self.env_options, **settings)
         prefix = f"{self.experiment}-{label}-"
-        folder = Path(self.staging_dir) / f"{prefix}{key}.episodes"
-        if folder.parent.is_dir():
-            for stale in folder.parent.glob(f"{prefix}*.episodes"):
-                if stale != folder:
-                    shutil.rmtree(stale, ignore_errors=True)
-        return EpisodeJournal(folder)
+        return EpisodeJournal(keyed_staging_path(self.staging_dir, prefix, key, ".episodes"))
 
     def snapshots_path(self, label: str) -> Path:
         """The folder (not created) where this experiment's training run ``label`` keeps its
