@@ -74,9 +74,9 @@ def test_the_clone_lever_runs_on_dev_with_the_policy_of_its_own_chain():
 
 def test_the_alfworld_plans_fix_the_rate_on_dev_below_the_policys_last_rate():
     """conf/study-alfworld: the budget check runs OEL's cycle 1 on ALFWorld's dev games alone, in
-    a data folder of its own, at rates below the one its initial policy's recipe ended behaviour
-    cloning at; the grid is the OEL pair to five cycles (with the probe), then the SDPO pair to
-    three, at table 4's ALFWorld row."""
+    a data folder of its own, at rates below the one its initial policy's last stage ended
+    behaviour cloning at; the grid is the OEL pair to five cycles (with the probe), then the SDPO
+    pair to three, at table 4's ALFWorld row."""
     from kedro.config import OmegaConfigLoader
 
     from resail_pipeline.bootstrap.__main__ import load_config
@@ -89,8 +89,8 @@ def test_the_alfworld_plans_fix_the_rate_on_dev_below_the_policys_last_rate():
     assert data_folder(grid, "study-alfworld", ROOT) == ("alfworld", "-study")
     assert data_folder(check, "study-alfworld", ROOT) == ("alfworld", "-study-dev")
     assert check.params["evaluate.splits"] == ["dev"] and check.rule.method == "oel"
-    (recipe,) = sorted((ROOT / "reference" / "alfworld-chain").glob("*.yml"))
-    training = load_config(recipe, ROOT / "conf" / "base" / "parameters_bootstrap.yml").training
+    last_stage = sorted((ROOT / "reference" / "alfworld-chain").glob("*.yml"))[-1]
+    training = load_config(last_stage, ROOT / "conf" / "base" / "parameters_bootstrap.yml").training
     last_rate = training.learning_rate * training.min_lr_ratio
     rates = [e.params["train.optimizer.lr"] for e in check.experiments]
     assert rates == sorted(rates) and len(rates) == 4 and max(rates) < last_rate
