@@ -496,7 +496,7 @@ def test_an_alfworld_run_without_data_gets_the_generated_set_before_the_checks(
 
 def test_a_missing_initial_policy_is_refused_before_the_games_are_made(tmp_path, monkeypatch):
     """Making ALFWorld's games takes minutes on a first run: a shipped policy that is not there
-    (`--params run.env=alfworld` before reference/alfworld-initial exists, or a typo) fails first,
+    (a typo in `bootstrap.reference`, or a checkout without reference/alfworld-initial) fails first,
     naming the field."""
     from kedro.pipeline import Pipeline, node
 
