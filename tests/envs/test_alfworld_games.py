@@ -28,6 +28,7 @@ from resail_pipeline.envs.alfworld import (
 from resail_pipeline.envs.alfworld_games import (
     MANIFEST,
     SETTINGS_FILE,
+    STAGING,
     TASK_TYPES,
     GameGenConfig,
     GameSpec,
@@ -143,13 +144,13 @@ def test_writing_resumes_extends_and_refuses_another_draw(tmp_path, monkeypatch)
     holds, are refused before any game is drawn."""
     out = tmp_path / "games"
     small = tiny(seed=5)
-    first = write_games(out, small)
+    first = write_games(out, small, workers=1)
     contents = {g: g.read_bytes() for g in first}
     drawn = _count_drawn_games(monkeypatch)
-    assert write_games(out, small) == first and drawn == []  # complete: nothing redrawn
+    assert write_games(out, small, workers=1) == first and drawn == []  # complete: nothing redrawn
     (out / MANIFEST).unlink()  # as if killed before the manifest
     larger = tiny(train=2, seed=5)
-    games = write_games(out, larger)
+    games = write_games(out, larger, workers=1)
     assert drawn == [("train", 1)] and len(games) == 6
     assert all(g.read_bytes() == contents[g] for g in first)  # the first games kept as they were
     assert json.loads((out / MANIFEST).read_text())["games"]["train"] == 2
@@ -158,6 +159,21 @@ def test_writing_resumes_extends_and_refuses_another_draw(tmp_path, monkeypatch)
     with pytest.raises(ConfigError, match=r"^train: .* holds 2 train games, more than the 1"):
         write_games(out, small)
     assert drawn == [("train", 1)]
+
+
+def test_the_set_is_the_same_whatever_the_number_of_workers(one_per_split, tmp_path):
+    """Two worker processes write, file for file, the set one process writes in-process (the
+    module's set, written with one worker per core: compared here with a single worker's)."""
+    out, games = one_per_split
+    alone = write_games(tmp_path / "games", tiny(seed=0), workers=1)
+    assert [g.relative_to(tmp_path / "games") for g in alone] == [g.relative_to(out) for g in games]
+    for mine, theirs in zip(alone, games, strict=True):
+        assert mine.read_bytes() == theirs.read_bytes()
+    two = write_games(tmp_path / "two", tiny(seed=0), workers=2)
+    assert [g.read_bytes() for g in two] == [g.read_bytes() for g in alone]
+    assert not (tmp_path / "two" / STAGING).exists()
+    with pytest.raises(ConfigError, match=r"^workers: "):
+        write_games(tmp_path / "none", tiny(seed=0), workers=-1)
 
 
 def test_every_task_type_yields_a_solvable_game_in_unseen_rooms(tmp_path):
@@ -384,7 +400,7 @@ def test_a_set_written_before_dev_and_clone_is_extended(one_per_split, tmp_path,
     }
     drawn = _count_drawn_games(monkeypatch)
     split_games.cache_clear()
-    assert ensure_games(old, tiny(seed=0)) == old
+    assert ensure_games(old, tiny(seed=0), workers=1) == old
     assert drawn == [("dev", 0), ("clone", 0)]
     extended = json.loads((old / MANIFEST).read_text())
     fresh = json.loads((out / MANIFEST).read_text())

@@ -44,11 +44,13 @@ import argparse
 import hashlib
 import json
 import logging
+import multiprocessing
 import os
 import random
 import shutil
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from functools import cache
 from importlib.resources import files
@@ -90,6 +92,8 @@ TRAJ_FILE = "traj_data.json"
 MANIFEST = "games.json"
 #: The generation settings under the data root, written before the first game.
 SETTINGS_FILE = "games_settings.json"
+#: Where games are drawn before they move into place, one folder per game being drawn.
+STAGING = ".staging"
 #: Task type -> (appliance receptacle class, object property it needs), for the state-change tasks.
 APPLIANCES = {
     "pick_clean_then_place_in_recep": ("SinkBasin", "Cleanable"),
@@ -484,10 +488,14 @@ def solve(engine: GameEngine, game_file: Path, max_plan_length: int) -> list[str
     return None
 
 
-def write_games(out: Path, config: GameGenConfig) -> list[Path]:
+def write_games(out: Path, config: GameGenConfig, workers: int | None = None) -> list[Path]:
     """Write ``config``'s games under ``out/json_2.1.1``, resuming what is there, then the set's
     manifest (:data:`MANIFEST`). Returns the game files, split by split in the order of
     :data:`~resail_pipeline.envs.alfworld.SPLITS`.
+
+    The missing games are drawn by ``workers`` processes (default: one per core this process may
+    use, at most one per game), each with its own engine; a game is drawn from its own stream
+    (:func:`draw_stream`), so the set is the same file for file whatever ``workers`` is.
 
     Raises:
         ConfigError: ``out`` holds games drawn with other settings, or more games in a split than
@@ -495,31 +503,39 @@ def write_games(out: Path, config: GameGenConfig) -> list[Path]:
         RuntimeError: two of the games are the same game (:func:`game_identity`).
     """
     out = Path(out)
+    if workers is not None:
+        check_int("workers", workers, low=1)
     _check_existing(out, config)
-    c = _constants()
-    scenes = {"train": sorted(c.TRAIN_SCENE_NUMBERS), "test": sorted(c.TEST_SCENE_NUMBERS)}
     jobs = [(split, i) for split in SPLITS for i in range(config.games(split))]
     missing = [(split, i) for split, i in jobs if _written(out, split, i, config) is None]
     started = time.perf_counter()
     if missing:
+        workers = min(workers or len(os.sched_getaffinity(0)), len(missing))
         logger.info(
-            "alfworld games: %d of %d to write under %s (%d there)",
+            "alfworld games: %d of %d to write under %s (%d there), %d worker(s)",
             len(missing),
             len(jobs),
             out,
             len(jobs) - len(missing),
+            workers,
         )
         _write_settings(out, config)
-        engine = GameEngine(plan=True)
-        staging = out / ".staging"
-        shutil.rmtree(staging, ignore_errors=True)  # what a killed run was writing
-        for split, index in tqdm(missing, desc="alfworld games", unit="game"):
-            written = write_game(staging, split, index, scenes[SPLIT_SCENES[split]], engine, config)
-            folder = written.parent  # staging/json_2.1.1/<split>/<task>/<trial>
-            place = out / folder.relative_to(staging)
-            place.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(folder, place)  # the game appears whole, once checked
-            shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(out / STAGING, ignore_errors=True)  # what a killed run was writing
+        progress = tqdm(total=len(missing), desc="alfworld games", unit="game")
+        if workers == 1:
+            engine = GameEngine(plan=True)
+            for split, index in missing:
+                place_game(out, split, index, config, engine)
+                progress.update()
+        else:
+            spawn = multiprocessing.get_context("spawn")  # no fork of a parent holding threads
+            with ProcessPoolExecutor(workers, mp_context=spawn) as pool:
+                pending = [pool.submit(place_game, out, s, i, config) for s, i in missing]
+                for done in as_completed(pending):
+                    done.result()  # a game no attempt could solve stops the set here
+                    progress.update()
+        progress.close()
+        shutil.rmtree(out / STAGING)
     split_games.cache_clear()  # the folders have changed since this process read them
     games = [game for split in SPLITS for game in split_games(out, split)]
     if len(games) != len(jobs):
@@ -537,11 +553,13 @@ def write_games(out: Path, config: GameGenConfig) -> list[Path]:
     return games
 
 
-def ensure_games(root: str | Path = DEFAULT_ROOT, config: GameGenConfig | None = None) -> Path:
+def ensure_games(
+    root: str | Path = DEFAULT_ROOT, config: GameGenConfig | None = None, workers: int | None = None
+) -> Path:
     """The generated set at ``root``: returned as it is when its manifest (:data:`MANIFEST`)
     says it holds ``config``'s games (the default set: train 1,024, id 128, ood 128, dev 128,
-    clone 512), else written or completed first (:func:`write_games`, which resumes: a set
-    written without some splits gains them, its games kept)."""
+    clone 512), else written or completed first by ``workers`` processes (:func:`write_games`,
+    which resumes: a set written without some splits gains them, its games kept)."""
     root, config = Path(root), config or GameGenConfig()
     manifest = root / MANIFEST
     if manifest.is_file():
@@ -549,7 +567,7 @@ def ensure_games(root: str | Path = DEFAULT_ROOT, config: GameGenConfig | None =
         if there.get("settings") == asdict(config):
             return root
     started = time.perf_counter()
-    write_games(root, config)
+    write_games(root, config, workers)
     logger.info("alfworld games: the set under %s took %.0f s", root, time.perf_counter() - started)
     return root
 
@@ -659,6 +677,31 @@ def draw_stream(config: GameGenConfig, split: str, index: int, attempt: int) -> 
     the split itself, not by the scenes the split draws from: splits that share scenes never share
     a draw."""
     return random.Random(f"alfworld-games/{config.seed}/{split}/{index}/{attempt}")
+
+
+def place_game(
+    out: Path, split: str, index: int, config: GameGenConfig, engine: GameEngine | None = None
+) -> Path:
+    """Draw game ``index`` of ``split`` (:func:`write_game`) in a staging folder of its own under
+    ``out`` and move it into place whole, once checked. ``engine`` defaults to one kept for the
+    life of the process (a worker's). Returns the game file in place."""
+    c = _constants()
+    scenes = {"train": c.TRAIN_SCENE_NUMBERS, "test": c.TEST_SCENE_NUMBERS}[SPLIT_SCENES[split]]
+    staging = out / STAGING / f"{split}-{index}"
+    shutil.rmtree(staging, ignore_errors=True)
+    written = write_game(staging, split, index, sorted(scenes), engine or _process_engine(), config)
+    folder = written.parent  # staging/json_2.1.1/<split>/<task>/<trial>
+    place = out / folder.relative_to(staging)
+    place.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(folder, place)
+    shutil.rmtree(staging, ignore_errors=True)
+    return place / GAME_FILE
+
+
+@cache
+def _process_engine() -> GameEngine:
+    """The planning engine of a worker process, started on its first game."""
+    return GameEngine(plan=True)
 
 
 def write_game(
