@@ -53,8 +53,11 @@ STUDY_EXTRAS := $(RUN_EXTRAS)$(if $(findstring alfworld,$(STUDY_ENV)),$(comma)al
 study: $(VENV)/.installed-$(STUDY_EXTRAS)
 	$(BIN)/python -m resail_pipeline.study --env $(STUDY_ENV) $(if $(TIER),--tier $(TIER))
 
+# STUDY_PLAN names another check of the environment's, e.g. ALFWorld's at the budget its cost rule
+# chose: `make study-budgets STUDY_ENV=study-alfworld STUDY_PLAN=budgets-30x16`.
+STUDY_PLAN ?= budgets
 study-budgets: $(VENV)/.installed-$(STUDY_EXTRAS)
-	$(BIN)/python -m resail_pipeline.study --env $(STUDY_ENV) --plan conf/$(STUDY_ENV)/budgets.yml
+	$(BIN)/python -m resail_pipeline.study --env $(STUDY_ENV) --plan conf/$(STUDY_ENV)/$(STUDY_PLAN).yml
 
 # One cell of the comparison evaluated again from the checkpoints it keeps, with decoding seeds the
 # grid did not use or with its own on another processor, e.g. `make study-rerun

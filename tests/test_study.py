@@ -95,6 +95,16 @@ def test_the_alfworld_plans_fix_the_rate_on_dev_below_the_policys_last_rate():
     rates = [e.params["train.optimizer.lr"] for e in check.experiments]
     assert rates == sorted(rates) and len(rates) == 4 and max(rates) < last_rate
     assert {(e.method, e.cycles) for e in check.experiments} == {("oel", 1)}
+    # the check again at the budget its cost rule chose: the same candidates and rule, cycle 0
+    # taken from the first check's folder, its own folder apart from every other
+    again = load_plan(conf / "budgets-30x16.yml")
+    assert again.experiments == check.experiments and again.rule == check.rule
+    assert again.params["train.schedule.trajectories_per_update"] == 16
+    assert again.cycle_0_from == check.params["data_tag"]
+    assert {k: v for k, v in again.params.items() if k.startswith("evaluate.")} == {
+        k: v for k, v in check.params.items() if k.startswith("evaluate.")
+    }
+    assert data_folder(again, "study-alfworld", ROOT) == ("alfworld", "-study-dev-30x16")
     cycles: dict[str, int] = {}
     for experiment in grid.experiments:
         cycles[experiment.method] = max(cycles.get(experiment.method, 0), experiment.cycles)
@@ -149,6 +159,14 @@ def test_an_experiment_becomes_nested_run_params():
         ),
         ("experiment: []", r"unknown key\(s\) \['experiment'\]"),
         ("experiments: [{method: oel, cycles: 1, tier: 0}]", r"experiments\[0\]\.tier"),
+        (
+            "cycle_0_from: [-dev]\nexperiments: [{method: oel, cycles: 1}]",
+            "cycle_0_from: a data tag",
+        ),
+        (
+            "cycle_0_from: -dev\nparams: {data_tag: -dev}\nexperiments: [{method: oel, cycles: 1}]",
+            "cycle_0_from: '-dev' is the plan's own data_tag",
+        ),
     ],
 )
 def test_a_bad_plan_fails_before_anything_runs(tmp_path, text, message):
@@ -292,6 +310,85 @@ def test_an_evaluated_experiment_is_passed_over_without_a_time_row(tmp_path, mon
     assert calls[:2] == ["oel_resail", "oel"]  # oel's first entry passed over, its second run
     rows = pd.read_csv(log)["experiment"].tolist()
     assert rows.count("oel") == 5 + 4 and rows.count("oel_resail") == 5 + 5
+
+
+def _cycle_0_project(tmp_path: Path, plan_text: str) -> tuple[Path, Path]:
+    """A project whose data folder ``textcraft-a`` has an evaluated cycle 0 (dev split, ordinary
+    view, decoding seeds 0-1) in every layer, and a plan taking it into ``textcraft-b``."""
+    project = tmp_path / "project"
+    (project / "conf" / "base").mkdir(parents=True)
+    (project / "conf" / "base" / "globals.yml").write_text("env: textcraft\ndata_tag: ''\n")
+    data = project / "data"
+    for layer in ("02_intermediate", "03_primary", "04_feature", "06_models"):
+        (data / layer / "textcraft-a" / "shared" / "cycle_0").mkdir(parents=True)
+        (data / layer / "textcraft-a" / "shared" / "cycle_0" / "part.parquet").write_text(layer)
+    _eval_results(data / "07_model_output" / "textcraft-a" / "shared" / "cycle_0", [[True]] * 2, 0)
+    (project / "plan.yml").write_text(plan_text)
+    return project, data
+
+
+def test_a_plan_takes_cycle_0_from_another_folder_once_before_its_runs(tmp_path, monkeypatch):
+    import resail_pipeline.study as study
+
+    project, data = _cycle_0_project(
+        tmp_path,
+        "cycle_0_from: -a\nparams: {data_tag: -b, evaluate.splits: [dev], "
+        "evaluate.decoding_seeds: [1, 0]}\nexperiments: [{method: oel, cycles: 1}]",
+    )
+    seen = []
+
+    def fake_kedro(args, project, params=None, cycles=None, heartbeat=None):
+        """A fake of the Kedro call: records which of cycle 0 the run would find in its folder."""
+        cycle_0 = project / "data" / "07_model_output" / "textcraft-b" / "shared" / "cycle_0"
+        seen.append(sorted(p.name for p in cycle_0.iterdir()) if cycle_0.is_dir() else [])
+        return 0
+
+    monkeypatch.setattr(study, "_kedro", fake_kedro)
+    plan = load_plan(project / "plan.yml")
+    study.run_study(plan, "base", project, log=tmp_path / "times.csv")
+    assert seen[0] == ["eval_results.parquet"]  # there before the first run, as the source has it
+    for layer in ("02_intermediate", "03_primary", "04_feature", "06_models"):
+        copied = data / layer / "textcraft-b" / "shared" / "cycle_0" / "part.parquet"
+        assert copied.read_text() == layer
+    # a folder with any of cycle 0 keeps its own: nothing is copied over it
+    own = data / "03_primary" / "textcraft-b" / "shared" / "cycle_0" / "part.parquet"
+    own.write_text("its own")
+    (data / "06_models" / "textcraft-b" / "shared" / "cycle_0" / "part.parquet").unlink()
+    assert study.take_cycle_0(plan, "base", project) is False
+    assert own.read_text() == "its own"
+    assert not (data / "06_models" / "textcraft-b" / "shared" / "cycle_0" / "part.parquet").exists()
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ("{data_tag: -b, evaluate.decoding_seeds: [0, 1, 2]}", r"decoding_seed \[0, 1\], the plan"),
+        (
+            "{data_tag: -b, evaluate.views: [ordinary, privileged]}",
+            r"played with view \['ordinary'\]",
+        ),
+        ("{data_tag: -b, evaluate.splits: [test]}", r"played with split \['dev'\]"),
+    ],
+)
+def test_cycle_0_played_with_other_evaluation_settings_is_refused(tmp_path, params, message):
+    from resail_pipeline.study import take_cycle_0
+
+    plan_text = f"cycle_0_from: -a\nparams: {params}\nexperiments: [{{method: oel, cycles: 1}}]"
+    project, data = _cycle_0_project(tmp_path, plan_text)
+    with pytest.raises(ValueError, match=message):
+        take_cycle_0(load_plan(project / "plan.yml"), "base", project)
+    assert not (data / "07_model_output" / "textcraft-b").exists()  # nothing copied
+
+
+def test_cycle_0_from_a_folder_without_it_is_refused(tmp_path):
+    from resail_pipeline.study import take_cycle_0
+
+    plan_text = "cycle_0_from: -c\nparams: {data_tag: -b}\nexperiments: [{method: oel, cycles: 1}]"
+    project, _ = _cycle_0_project(tmp_path, plan_text)
+    with pytest.raises(
+        ValueError, match=r"textcraft-c/shared/cycle_0/eval_results.parquet: missing"
+    ):
+        take_cycle_0(load_plan(project / "plan.yml"), "base", project)
 
 
 def test_a_running_experiments_time_row_is_rewritten_in_place(tmp_path):

@@ -20,6 +20,13 @@ starting Kedro, and without a row.
     python -m resail_pipeline.study --env study --tier 1    # its first tier (make study TIER=1)
     python -m resail_pipeline.study --env study --plan conf/study/budgets.yml
 
+A plan may take its cycle 0 from another data folder of the same environment (``cycle_0_from:``,
+that folder's data tag): the initial policy's record, reference episodes, fixed Experience, probe
+set and evaluation depend on the policy and the evaluation settings only, so a plan that changes
+neither (a budget check run again at another budget) copies them instead of playing them again.
+They are copied whole, once, into a folder that has none of cycle 0 yet, after the evaluation
+settings the plan sets are checked against the episodes they describe.
+
 A plan may pre-register a rule (``rule:``) that chooses among its candidates once they are
 evaluated: ``largest_harmless`` takes the largest value of ``parameter`` among the ``method``'s
 experiments whose cycle-1 paired difference from cycle 0 has a 95% interval with an upper bound
@@ -65,6 +72,7 @@ __all__ = [
     "main",
     "rerun_cell",
     "run_study",
+    "take_cycle_0",
 ]
 
 logger = logging.getLogger(__name__)
@@ -146,12 +154,14 @@ class Rule:
 
 @dataclass(frozen=True)
 class StudyPlan:
-    """Experiments in the order they run, overrides shared by all (e.g. ``data_tag``), and
-    optionally the rule that chooses among them."""
+    """Experiments in the order they run, overrides shared by all (e.g. ``data_tag``),
+    optionally the rule that chooses among them, and the data tag of the folder whose cycle 0
+    the runs take (``cycle_0_from``; ``None``: they play their own)."""
 
     experiments: tuple[Experiment, ...]
     params: Mapping[str, Any] = field(default_factory=dict)
     rule: Rule | None = None
+    cycle_0_from: str | None = None
 
     def candidates(self) -> list[tuple[Experiment, float]]:
         """The rule's candidates and their values of its parameter, in plan order."""
@@ -170,11 +180,15 @@ def load_plan(path: str | Path) -> StudyPlan:
     if not path.is_file():
         raise ConfigError(f"{path}: no such study plan")
     data = yaml.safe_load(path.read_text()) or {}
-    unknown = sorted(set(data) - {"experiments", "params", "rule"})
+    known = ["cycle_0_from", "experiments", "params", "rule"]
+    unknown = sorted(set(data) - set(known))
     if unknown:
-        raise ConfigError(
-            f"{path}: unknown key(s) {unknown}; known: ['experiments', 'params', 'rule']"
-        )
+        raise ConfigError(f"{path}: unknown key(s) {unknown}; known: {known}")
+    source = data.get("cycle_0_from")
+    if source is not None and not isinstance(source, str):
+        raise ConfigError(f"{path}: cycle_0_from: a data tag (a string), got {source!r}")
+    if source is not None and source == (data.get("params") or {}).get("data_tag"):
+        raise ConfigError(f"{path}: cycle_0_from: {source!r} is the plan's own data_tag")
     entries = data.get("experiments") or []
     if not entries:
         raise ConfigError(f"{path}: no experiments")
@@ -187,7 +201,10 @@ def load_plan(path: str | Path) -> StudyPlan:
             raise ConfigError(f"{path}: experiment {experiment.name!r} is listed with two methods")
     rule = build(Rule, data["rule"], f"{path}: rule") if data.get("rule") is not None else None
     plan = StudyPlan(
-        experiments=tuple(experiments), params=dict(data.get("params") or {}), rule=rule
+        experiments=tuple(experiments),
+        params=dict(data.get("params") or {}),
+        rule=rule,
+        cycle_0_from=source,
     )
     if rule is not None and not plan.candidates():
         raise ConfigError(
@@ -296,6 +313,62 @@ _SHARED_INPUTS = (
     ("06_models", "shared/cycle_0"),
     ("03_primary", "shared/cycle_0/experience.parquet"),
 )
+#: all of cycle 0, per data layer: the initial policy's record, its reference episodes, the
+#: fixed Experience, the probe set and the initial policy's evaluation
+_CYCLE_0 = tuple(
+    (layer, "shared/cycle_0")
+    for layer in ("02_intermediate", "03_primary", "04_feature", "06_models", "07_model_output")
+)
+#: the evaluation settings a plan may set, and the column of ``eval_results`` each one decides
+_EVALUATION_COLUMNS = {
+    "evaluate.splits": "split",
+    "evaluate.views": "view",
+    "evaluate.decoding_seeds": "decoding_seed",
+}
+
+
+def _copy_missing(data: Path, parts: Sequence[tuple[str, str]], source: str, target: str) -> None:
+    """Copy each ``(layer, part)`` of ``data/<layer>/<source>`` to ``data/<layer>/<target>``
+    where it is missing there, each moved into place whole."""
+    for layer, part in parts:
+        destination = data / layer / target / part
+        origin = data / layer / source / part
+        if destination.exists() or not origin.exists():
+            continue
+        with atomic_path(destination) as tmp:
+            (shutil.copytree if origin.is_dir() else shutil.copy2)(origin, tmp)
+
+
+def take_cycle_0(plan: StudyPlan, env: str, project: Path) -> bool:
+    """Copy cycle 0 of the folder ``plan.cycle_0_from`` names into the plan's own, if the plan
+    names one and its own folder has none of cycle 0 yet (see the module notes). Returns whether
+    it copied.
+
+    Raises:
+        ConfigError: the source folder has no evaluated cycle 0, or its episodes were played with
+            other splits, views or decoding seeds than the plan sets.
+    """
+    if plan.cycle_0_from is None:
+        return False
+    run_env, tag = data_folder(plan, env, project)
+    data = project / "data"
+    if any((data / layer / f"{run_env}{tag}" / part).exists() for layer, part in _CYCLE_0):
+        return False
+    source = f"{run_env}{plan.cycle_0_from}"
+    results = data / "07_model_output" / source / "shared" / "cycle_0" / "eval_results.parquet"
+    if not results.is_file():
+        raise ConfigError(f"cycle_0_from: {results}: missing; that folder has no evaluated cycle 0")
+    played = pd.read_parquet(results, columns=list(_EVALUATION_COLUMNS.values()))
+    for key, column in _EVALUATION_COLUMNS.items():
+        values = sorted(played[column].unique().tolist())
+        if key in plan.params and values != sorted(plan.params[key]):
+            raise ConfigError(
+                f"cycle_0_from: {results}: played with {column} {values}, the plan's {key} is "
+                f"{plan.params[key]}"
+            )
+    _copy_missing(data, _CYCLE_0, source, f"{run_env}{tag}")
+    logger.info("study: cycle 0 taken from %s", source)
+    return True
 
 
 def _cell_names(plan: StudyPlan, name: str) -> list[Experiment]:
@@ -384,12 +457,7 @@ def rerun_cell(
                 f"{data / layer / f'{run_env}{tag}' / part}: missing; the grid has not finished "
                 f"cycle {cycle} of {names}"
             )
-    for layer, part in inputs:
-        target = data / layer / f"{run_env}{rerun_tag}" / part
-        if not target.exists():
-            source = data / layer / f"{run_env}{tag}" / part
-            with atomic_path(target) as tmp:
-                (shutil.copytree if source.is_dir() else shutil.copy2)(source, tmp)
+    _copy_missing(data, inputs, f"{run_env}{tag}", f"{run_env}{rerun_tag}")
     shared = {**plan.params, "data_tag": rerun_tag, "evaluate.decoding_seeds": list(seeds)}
     for k, experiment in enumerate(experiments):
         logger.info("rerun: %s, cycle %d, decoding seeds %s", experiment.name, cycle, list(seeds))
@@ -541,6 +609,7 @@ def run_study(
             len(plan.experiments),
         )
     outputs = project / "data" / "07_model_output" / "".join(data_folder(plan, env, project))
+    take_cycle_0(plan, env, project)
     for k, experiment in enumerate(experiments, start=1):
         if finished(experiment, outputs):
             logger.info(
