@@ -143,7 +143,7 @@ def evaluation_record(
             "dtype": dtype,
             "compiled": compiled,
             "experience": "rules-based summaries of one ordinary-view reference episode per "
-            "test task (successful and failed kept)",
+            f"task of {', '.join(config.splits)} (successful and failed kept)",
             "experience_outcomes": experience["outcome"].value_counts().to_dict(),
         },
         "table": rows,
