@@ -368,6 +368,7 @@ def test_a_plan_takes_cycle_0_from_another_folder_once_before_its_runs(tmp_path,
             r"played with view \['ordinary'\]",
         ),
         ("{data_tag: -b, evaluate.splits: [test]}", r"played with split \['dev'\]"),
+        ("{data_tag: -b, evaluate.num_tasks: 2}", r"played on \{'dev': 1\} tasks per split"),
     ],
 )
 def test_cycle_0_played_with_other_evaluation_settings_is_refused(tmp_path, params, message):

@@ -346,7 +346,7 @@ def take_cycle_0(plan: StudyPlan, env: str, project: Path) -> bool:
 
     Raises:
         ConfigError: the source folder has no evaluated cycle 0, or its episodes were played with
-            other splits, views or decoding seeds than the plan sets.
+            other splits, views, decoding seeds or numbers of tasks than the plan sets.
     """
     if plan.cycle_0_from is None:
         return False
@@ -358,7 +358,7 @@ def take_cycle_0(plan: StudyPlan, env: str, project: Path) -> bool:
     results = data / "07_model_output" / source / "shared" / "cycle_0" / "eval_results.parquet"
     if not results.is_file():
         raise ConfigError(f"cycle_0_from: {results}: missing; that folder has no evaluated cycle 0")
-    played = pd.read_parquet(results, columns=list(_EVALUATION_COLUMNS.values()))
+    played = pd.read_parquet(results, columns=[*_EVALUATION_COLUMNS.values(), "task_id"])
     for key, column in _EVALUATION_COLUMNS.items():
         values = sorted(played[column].unique().tolist())
         if key in plan.params and values != sorted(plan.params[key]):
@@ -366,6 +366,13 @@ def take_cycle_0(plan: StudyPlan, env: str, project: Path) -> bool:
                 f"cycle_0_from: {results}: played with {column} {values}, the plan's {key} is "
                 f"{plan.params[key]}"
             )
+    tasks = {split: int(n) for split, n in played.groupby("split")["task_id"].nunique().items()}
+    wanted = plan.params.get("evaluate.num_tasks")
+    if wanted is not None and set(tasks.values()) != {wanted}:
+        raise ConfigError(
+            f"cycle_0_from: {results}: played on {tasks} tasks per split, the plan's "
+            f"evaluate.num_tasks is {wanted}"
+        )
     _copy_missing(data, _CYCLE_0, source, f"{run_env}{tag}")
     logger.info("study: cycle 0 taken from %s", source)
     return True
