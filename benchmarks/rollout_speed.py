@@ -22,6 +22,8 @@ against the machine's limit: its measured matmul throughput in that dtype over t
 FLOPs per token (attention not counted).
 
     .venv/bin/python benchmarks/rollout_speed.py [--tasks 20] [--seeds 0 1 2] [--no-baseline]
+    # where the time goes: each configuration under torch.profiler (slower; shares are what count)
+    .venv/bin/python benchmarks/rollout_speed.py --tasks 10 --seeds 0 --no-baseline --profile
     # correctness: greedy actions of every episode on the 100 test tasks, fp32, every way
     # (greedy decoding ignores the seed, so one seed plays every distinct episode)
     .venv/bin/python benchmarks/rollout_speed.py --tasks 100 --seeds 0 --temperature 0 --dtypes fp32
@@ -30,6 +32,7 @@ FLOPs per token (attention not counted).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import os
 
@@ -91,7 +94,39 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--baseline", default=BASELINE, help="git revision of `before`")
     parser.add_argument("--no-baseline", action="store_true", help="skip `before` (slowest)")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="where each configuration's time goes (torch.profiler): its operators' shares, "
+        "attention apart for prefill and decoding",
+    )
     return parser.parse_args()
+
+
+#: the operators of one attention call, as torch.profiler names them on CPU
+ATTENTION_OPS = (
+    "aten::_scaled_dot_product_flash_attention_for_cpu",
+    "aten::_scaled_dot_product_attention_math",
+)
+
+
+def time_shares(events, top: int = 6) -> str:
+    """The largest operators' shares of the profiled CPU time, then attention's apart for
+    prefill (many queries per row) and decoding (one), from ``torch.profiler`` averages grouped
+    by input shape."""
+    total = sum(e.self_cpu_time_total for e in events)
+    by_name: dict[str, float] = {}
+    for e in events:
+        by_name[e.key] = by_name.get(e.key, 0.0) + e.self_cpu_time_total
+    attention = [e for e in events if e.key in ATTENTION_OPS and e.input_shapes]
+    decoding = sum(e.self_cpu_time_total for e in attention if e.input_shapes[0][2] == 1)
+    prefill = sum(e.self_cpu_time_total for e in attention) - decoding
+    largest = sorted(by_name.items(), key=lambda kv: -kv[1])[:top]
+    return (
+        ", ".join(f"{name.removeprefix('aten::')} {100 * t / total:.0f}%" for name, t in largest)
+        + f"; attention in prefill {100 * prefill / total:.0f}%, in decoding "
+        f"{100 * decoding / total:.0f}% (of {total / 1e6:.1f} CPU s)"
+    )
 
 
 def baseline_backend(revision: str) -> type:
@@ -235,10 +270,15 @@ def main() -> None:
             generator.generate(WARM_UP * 4, SamplingParams(temperature=0.0, max_new_tokens=4, n=2))
             generator.stats = GenerationStats()
             print(f"{name:28s} first call (compilation) {time.perf_counter() - start:.1f} s")
+        profiler = contextlib.nullcontext()
+        if args.profile:
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            profiler = torch.profiler.profile(activities=activities, record_shapes=True)
         start = time.perf_counter()
-        results, steps = evaluate_policy(
-            environment, generator, config, cycle=0, method="react", experience=experience
-        )
+        with profiler:
+            results, steps = evaluate_policy(
+                environment, generator, config, cycle=0, method="react", experience=experience
+            )
         seconds = time.perf_counter() - start
         generator.close()  # its buffers' memory goes before the next configuration runs
         gc.collect()
@@ -279,6 +319,9 @@ def main() -> None:
             f"{run.generated_tokens / run.episodes:.0f} generated; "
             f"{rate:.0f} tokens/s against a matmul limit of {limit:.0f} ({100 * rate / limit:.0f}%)"
         )
+        if args.profile:  # the profiler's own cost is in `seconds`: shares, not times, count
+            events = profiler.key_averages(group_by_input_shape=True)
+            line += f"\n{'':28s} profiled: {time_shares(events)}"
         print(line, flush=True)
     print(
         f"peak resident memory: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB"
