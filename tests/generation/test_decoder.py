@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 from transformers.integrations import sdpa_attention
 
 from resail_pipeline.generation import SamplingParams
-from resail_pipeline.generation.decoder import DecoderForward, can_compile, unsupported
+from resail_pipeline.generation.decoder import (
+    DecoderForward,
+    _compiled,
+    _one_query_attention,
+    can_compile,
+    unsupported,
+)
 from resail_pipeline.generation.transformers_backend import (
     TransformersGenerator,
     _KVBuffer,
@@ -95,6 +103,51 @@ def test_compiled_forward_agrees_with_eager_within_rounding(tiny_model, tiny_tok
         assert got.token_ids == want.token_ids
         torch.testing.assert_close(
             torch.tensor(got.logprobs), torch.tensor(want.logprobs), atol=1e-4, rtol=0
+        )
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_one_query_attention_agrees_with_sdpa_over_a_masked_grouped_cache_view(compiled, dtype):
+    if compiled and not can_compile(torch.device("cpu")):
+        pytest.skip("no C++ compiler for torch.compile here")
+    torch.manual_seed(0)
+    rows, heads, kv_heads, dim, capacity, length = 5, 4, 2, 16, 40, 29
+    cache = torch.randn(2, rows, kv_heads, capacity, dim, dtype=dtype)
+    keys, values = cache[0, :, :, :length], cache[1, :, :, :length]  # views, as the buffer's
+    q = torch.randn(rows, heads, 1, dim, dtype=dtype)
+    mask = torch.ones(rows, 1, 1, length, dtype=torch.bool)
+    mask[1, ..., :7] = False  # a row after padding
+    mask[3, ..., 10:20] = False
+    attend = _compiled(_one_query_attention) if compiled else _one_query_attention
+    for m in (mask, None):
+        got = attend(q, keys, values, m, 0.25)
+        assert got.shape == (rows, heads, 1, dim) and got.dtype == dtype
+        expanded = [x.double().repeat_interleave(heads // kv_heads, dim=1) for x in (keys, values)]
+        want = torch.nn.functional.scaled_dot_product_attention(
+            q.double(), *expanded, attn_mask=m, scale=0.25
+        )
+        # fp32 accumulation: within the output dtype's own rounding of the exact result
+        tolerance = 1e-5 if dtype == torch.float32 else 1e-2
+        torch.testing.assert_close(got.double(), want, atol=tolerance, rtol=0)
+
+
+def test_compiled_bf16_decoding_takes_the_loop_and_agrees_with_eager(tiny_model, tiny_tokenizer):
+    if not can_compile(torch.device("cpu")):
+        pytest.skip("no C++ compiler for torch.compile here")
+    assert DecoderForward(tiny_model, compile=True)._one_query is None  # fp32: SDPA's kernel
+    model = copy.deepcopy(tiny_model).to(torch.bfloat16)
+    assert DecoderForward(model, compile=False)._one_query is None  # eager: transformers' route
+    compiled = make(model, tiny_tokenizer, batch_size=3, compile=True)
+    assert compiled._decoder._one_query is not None
+    prompts = [chat_prompt(tiny_tokenizer, m) for m in MESSAGES]
+    eager = make(model, tiny_tokenizer, batch_size=3)
+    for got, want in zip(
+        compiled.generate(prompts, GREEDY), eager.generate(prompts, GREEDY), strict=True
+    ):
+        assert got.token_ids == want.token_ids
+        torch.testing.assert_close(
+            torch.tensor(got.logprobs), torch.tensor(want.logprobs), atol=0.1, rtol=0
         )
 
 

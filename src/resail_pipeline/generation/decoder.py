@@ -14,7 +14,9 @@ cache. Eager, these compute what transformers computes, op for op: the same outp
 (as of transformers 5.24; 5.19 repeats keys for grouped-query decoding, which rounds differently).
 Compiled (``torch.compile``; on CPU, inductor's C++ loops), each function becomes a few fused
 loops that keep intermediates in fp32: outputs agree to about 1e-6 in fp32, and in bf16 they
-round differently (the unfused ops round every intermediate to bf16).
+round differently (the unfused ops round every intermediate to bf16). Compiled in bf16 on a CPU,
+decoding's one-query attention runs as such loops too (:func:`_one_query_attention`), in place
+of SDPA's kernel.
 """
 
 from __future__ import annotations
@@ -157,6 +159,30 @@ def _attention(
     )
 
 
+def _one_query_attention(
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor | None,
+    scale: float,
+) -> torch.Tensor:
+    """``(B, heads, 1, D)`` attention of one query per row over ``(B, kv_heads, L, D)`` keys and
+    values (``mask``: ``(B, 1, 1, L)``, true where a column is attended; ``None``: all), written as
+    products, sums and a softmax in fp32 rather than matrix products: compiled, each becomes a loop
+    that reads the cache once, in its own dtype, and accumulates in fp32. Decoding one token reads
+    the whole cache for little arithmetic; on a CPU without AMX, SDPA's kernel does that 4 times
+    slower over a bf16 cache than this loop (docs/generation.md)."""
+    rows, heads, _, dim = q.shape
+    groups = heads // keys.shape[1]
+    grouped = q.reshape(rows, keys.shape[1], groups, dim)  # the heads that share a key head
+    scores = (grouped[:, :, :, None].float() * keys[:, :, None].float()).sum(-1) * scale
+    if mask is not None:  # scores: (B, kv_heads, groups, L)
+        scores = scores.masked_fill(~mask.reshape(rows, 1, 1, -1), float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    attended = (weights[..., None] * values[:, :, None].float()).sum(-2)  # (B, kv, groups, D)
+    return attended.to(q.dtype).reshape(rows, heads, 1, dim)
+
+
 def _tree_attention(
     trees: Sequence[Sequence[int]], device: torch.device
 ) -> Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]:
@@ -260,6 +286,14 @@ class DecoderForward:
         self.eps = config.rms_norm_eps
         self._before = _compiled(_before_attention) if compile else _before_attention
         self._after = _compiled(_after_attention) if compile else _after_attention
+        # decoding over a cache of reduced precision on a CPU: see _one_query_attention (in fp32
+        # SDPA is as fast, and keeps fp32's outputs)
+        parameter = next(model.parameters())
+        self._one_query = (
+            _compiled(_one_query_attention)
+            if compile and parameter.device.type == "cpu" and parameter.dtype != torch.float32
+            else None
+        )
 
     def __call__(
         self,
@@ -362,7 +396,10 @@ class DecoderForward:
             if cache is not None:
                 keys, values = cache.layers[index].update(keys, values)  # (B, kv, past + T, D)
             queries = q.view(rows, width, heads, dim).transpose(1, 2)
-            attended = _attention(queries, keys, values, mask, scale)  # (B, heads, T, D)
+            if width == 1 and self._one_query is not None:
+                attended = self._one_query(queries, keys, values, mask, scale)
+            else:
+                attended = _attention(queries, keys, values, mask, scale)  # (B, heads, T, D)
             return attended.transpose(1, 2).reshape(rows * width, heads * dim)
 
         return attend
