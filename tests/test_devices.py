@@ -30,6 +30,18 @@ def test_the_processor_names_its_instruction_sets_and_any_cap(monkeypatch):
     assert processor() == f"{plain}; ONEDNN_MAX_CPU_ISA=AVX2"
 
 
+def test_amx_kernels_need_the_tiles_and_no_cap_below_them(monkeypatch):
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.setattr(devices, "_cpu", lambda: ("a Xeon", {"avx2", "avx512_bf16", "amx_bf16"}))
+    assert devices.amx_kernels()
+    for cap, amx in (("AVX512_CORE_BF16", False), ("AVX2", False), ("AVX512_CORE_AMX", True)):
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+        assert devices.amx_kernels() is amx, cap
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    monkeypatch.setattr(devices, "_cpu", lambda: ("an EPYC", {"avx2", "avx512_bf16"}))
+    assert not devices.amx_kernels()
+
+
 def test_the_matmul_rate_shrinks_a_product_that_would_take_too_long(monkeypatch):
     import torch
 

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import torch
 
 __all__ = [
+    "amx_kernels",
     "in_shards",
     "machine_description",
     "machine_header",
@@ -53,10 +54,8 @@ def _isa_caps() -> list[str]:
     return [f"{name}={os.environ[name]}" for name in _ISA_CAPS if os.environ.get(name)]
 
 
-def processor() -> str:
-    """The CPU a figure was measured on: model, the instruction sets that decide its kernels, and
-    any variable that holds the kernels below them, e.g. ``"Intel(R) Xeon(R) Processor; AMX,
-    AVX-512 BF16, AVX-512, AVX2; ONEDNN_MAX_CPU_ISA=AVX2"``."""
+def _cpu() -> tuple[str, set[str]]:
+    """The CPU's model name and feature flags (``/proc/cpuinfo``; elsewhere, no flags)."""
     model, flags = platform.processor() or platform.machine(), set()
     try:
         with open("/proc/cpuinfo") as info:
@@ -69,8 +68,23 @@ def processor() -> str:
                     break
     except OSError:  # not Linux
         pass
+    return model, flags
+
+
+def processor() -> str:
+    """The CPU a figure was measured on: model, the instruction sets that decide its kernels, and
+    any variable that holds the kernels below them, e.g. ``"Intel(R) Xeon(R) Processor; AMX,
+    AVX-512 BF16, AVX-512, AVX2; ONEDNN_MAX_CPU_ISA=AVX2"``."""
+    model, flags = _cpu()
     isa = ", ".join(name for flag, name in _ISA_FLAGS if flag in flags) or "ISA unknown"
     return "; ".join([model, isa, *_isa_caps()])
+
+
+def amx_kernels() -> bool:
+    """Whether oneDNN's bf16 kernels use AMX tiles here: the CPU has them and
+    ``ONEDNN_MAX_CPU_ISA``, if set, does not hold the kernels below them."""
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
+    return "amx_bf16" in _cpu()[1] and (cap in ("", "ALL", "DEFAULT") or "AMX" in cap)
 
 
 def separate_compile_cache() -> None:

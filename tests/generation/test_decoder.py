@@ -132,11 +132,18 @@ def test_one_query_attention_agrees_with_sdpa_over_a_masked_grouped_cache_view(c
         torch.testing.assert_close(got.double(), want, atol=tolerance, rtol=0)
 
 
-def test_compiled_bf16_decoding_takes_the_loop_and_agrees_with_eager(tiny_model, tiny_tokenizer):
+def test_compiled_bf16_decoding_without_amx_takes_the_loop_and_agrees_with_eager(
+    tiny_model, tiny_tokenizer, monkeypatch
+):
+    import resail_pipeline.generation.decoder as decoder
+
     if not can_compile(torch.device("cpu")):
         pytest.skip("no C++ compiler for torch.compile here")
-    assert DecoderForward(tiny_model, compile=True)._one_query is None  # fp32: SDPA's kernel
     model = copy.deepcopy(tiny_model).to(torch.bfloat16)
+    monkeypatch.setattr(decoder, "amx_kernels", lambda: True)
+    assert DecoderForward(model, compile=True)._one_query is None  # AMX: SDPA's kernel stays
+    monkeypatch.setattr(decoder, "amx_kernels", lambda: False)
+    assert DecoderForward(tiny_model, compile=True)._one_query is None  # fp32: SDPA's kernel
     assert DecoderForward(model, compile=False)._one_query is None  # eager: transformers' route
     compiled = make(model, tiny_tokenizer, batch_size=3, compile=True)
     assert compiled._decoder._one_query is not None

@@ -14,9 +14,9 @@ cache. Eager, these compute what transformers computes, op for op: the same outp
 (as of transformers 5.24; 5.19 repeats keys for grouped-query decoding, which rounds differently).
 Compiled (``torch.compile``; on CPU, inductor's C++ loops), each function becomes a few fused
 loops that keep intermediates in fp32: outputs agree to about 1e-6 in fp32, and in bf16 they
-round differently (the unfused ops round every intermediate to bf16). Compiled in bf16 on a CPU,
-decoding's one-query attention runs as such loops too (:func:`_one_query_attention`), in place
-of SDPA's kernel.
+round differently (the unfused ops round every intermediate to bf16). Compiled in bf16 on a CPU
+without AMX, decoding's one-query attention runs as such loops too (:func:`_one_query_attention`),
+in place of SDPA's kernel.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from resail_pipeline.devices import separate_compile_cache
+from resail_pipeline.devices import amx_kernels, separate_compile_cache
 
 logger = logging.getLogger(__name__)
 
@@ -286,12 +286,15 @@ class DecoderForward:
         self.eps = config.rms_norm_eps
         self._before = _compiled(_before_attention) if compile else _before_attention
         self._after = _compiled(_after_attention) if compile else _after_attention
-        # decoding over a cache of reduced precision on a CPU: see _one_query_attention (in fp32
-        # SDPA is as fast, and keeps fp32's outputs)
+        # decoding over a bf16 cache on a CPU without AMX: see _one_query_attention (in fp32
+        # SDPA is as fast, and keeps fp32's outputs; with AMX its kernel and outputs stay)
         parameter = next(model.parameters())
         self._one_query = (
             _compiled(_one_query_attention)
-            if compile and parameter.device.type == "cpu" and parameter.dtype != torch.float32
+            if compile
+            and parameter.device.type == "cpu"
+            and parameter.dtype != torch.float32
+            and not amx_kernels()
             else None
         )
 
