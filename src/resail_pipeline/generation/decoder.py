@@ -225,10 +225,19 @@ def _tree_attention(
     return attend
 
 
+#: graphs dynamo keeps per compiled function: one process may run these functions in both dtypes,
+#: with and without autograd, at several thread counts and in both the generator's and the tree
+#: forward's layouts; past dynamo's default of 8 it would run every further variant eager,
+#: silently slower, and a trainer's student and teacher could then round apart
+RECOMPILE_LIMIT = 64
+
+
 @functools.cache
 def _compiled(function: Callable[..., Any]) -> Callable[..., Any]:
     """``function`` compiled once per process, for every shape (the token count is dynamic)."""
     separate_compile_cache()
+    config = torch._dynamo.config
+    config.recompile_limit = max(config.recompile_limit, RECOMPILE_LIMIT)
     return torch.compile(function, dynamic=True)
 
 
