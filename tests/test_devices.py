@@ -82,3 +82,42 @@ def test_compiled_kernels_of_a_capped_processor_get_a_cache_of_their_own(monkeyp
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/chosen")
     separate_compile_cache()
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/chosen"  # a folder the user chose stays
+
+
+#: faults in the second of two 64 MB tensors allocated, filled and freed in turn, in a fresh process
+_REFILL_FAULTS = """
+import resource, sys, torch
+from resail_pipeline.devices import keep_freed_memory
+if sys.argv[1] == "keep":
+    assert keep_freed_memory()
+torch.empty(16 * 2**20).fill_(1.0)  # freed at once
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+torch.empty(16 * 2**20).fill_(1.0)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def _refill_faults(mode: str) -> int:
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-c", _REFILL_FAULTS, mode], capture_output=True, text=True, check=True
+    )
+    return int(run.stdout.split()[-1])
+
+
+def test_freed_memory_is_kept_for_the_next_allocation():
+    # 64 MB is 16,384 pages: glibc maps such a block anew each time (faulted in page by page,
+    # unless the kernel backs it with huge pages); kept, the second tensor reuses the first's pages
+    assert _refill_faults("keep") < 500
+    assert _refill_faults("default") > _refill_faults("keep")
+
+
+def test_keeping_freed_memory_is_a_no_op_without_glibc(monkeypatch):
+    class WithoutMallopt:  # a C library without mallopt (macOS's), named as such
+        def __init__(self, name):
+            pass
+
+    monkeypatch.setattr(devices.ctypes, "CDLL", WithoutMallopt)
+    assert devices.keep_freed_memory() is False

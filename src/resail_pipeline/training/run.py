@@ -36,6 +36,7 @@ from resail_pipeline.checkpoints import (
     save_policy,
 )
 from resail_pipeline.config import ConfigError
+from resail_pipeline.devices import keep_freed_memory
 from resail_pipeline.prompts import OUTCOME_SUCCESS
 from resail_pipeline.schemas import SCHEMAS
 from resail_pipeline.training.baselines import CrossEntropyTrainer, GrpoTrainer
@@ -235,6 +236,8 @@ class TrainingRun:
         config = resolve_for_process(config)
         self.config = config
         self.rank, self.world_size, self.device = init_distributed(config.engine.kind)
+        if self.device.type == "cpu":  # activations are host memory: reuse it step after step
+            keep_freed_memory()
 
         # inputs, before any model is loaded: rank 0 checks every file against its sha256 (the
         # policy's weights are 8-16 GB at the paper's scale), the other ranks wait for it
