@@ -24,10 +24,14 @@ from the same starting weights and seeds. The current trainer runs twice: eager
 picks on a CPU with a C++ compiler). Every round asserts that each sampled the same response tokens
 as ``before`` and computed the same loss (fp32; relative 5e-5 eager, 1e-4 compiled, whose fused
 loops sum in another order), and the script prints the median wall seconds per phase of each and
-the ratios (before / now). The first update of each process, which compiles, is not timed.
+the ratios (before / now). The first update of each process, which compiles, is not timed. The
+current trainer keeps freed memory for its next step (``devices.keep_freed_memory``); with
+``--same-allocator`` so does ``before`` (through glibc's environment), so that the ratios are the
+code's gain alone.
 
     .venv/bin/python benchmarks/train_update_cost.py [--rounds 5] [--max-tokens 32] [--threads 1]
     .venv/bin/python benchmarks/train_update_cost.py --side-by-side [--baseline REV] [--no-compile]
+        [--same-allocator]
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ import pandas as pd
 import torch
 
 from resail_pipeline.checkpoints import save_policy
-from resail_pipeline.devices import machine_header
+from resail_pipeline.devices import KEEP_FREED_MEMORY_ENV, machine_header
 from resail_pipeline.envs import make_env
 from resail_pipeline.envs.planner import plan_from_observation
 from resail_pipeline.experience.evidence import build_evidence
@@ -218,8 +222,10 @@ for line in sys.stdin:
 class Worker:
     """A process with one revision's trainer, set up for one method; :meth:`update` times one."""
 
-    def __init__(self, src: Path, config: dict[str, Any], threads: int) -> None:
-        env = {**os.environ, "PYTHONPATH": str(src), "TQDM_DISABLE": "1"}
+    def __init__(
+        self, src: Path, config: dict[str, Any], threads: int, env: dict[str, str] | None = None
+    ) -> None:
+        env = {**os.environ, **(env or {}), "PYTHONPATH": str(src), "TQDM_DISABLE": "1"}
         self.process = subprocess.Popen(
             [sys.executable, "-c", WORKER],
             stdin=subprocess.PIPE,
@@ -293,12 +299,16 @@ def side_by_side(args: argparse.Namespace) -> None:
             f"before: git {args.baseline}; now: the working tree, train.compile "
             f"{' and '.join(str(v).lower() for v in nows.values())}; {args.trajectories} "
             f"trajectories, {args.max_tokens} response tokens, {args.threads} thread(s), "
-            f"precision {args.precision}"
+            f"precision {args.precision}; before's allocator: "
+            + ("keeps freed memory, as now's" if args.same_allocator else "glibc's default")
         )
         for method in args.methods:
             workers = {
                 "before": Worker(
-                    baseline, train_config(method, manifest, workdir / "b", args), args.threads
+                    baseline,
+                    train_config(method, manifest, workdir / "b", args),
+                    args.threads,
+                    KEEP_FREED_MEMORY_ENV if args.same_allocator else None,
                 )
             }
             for k, (version, compiled) in enumerate(nows.items()):
@@ -373,6 +383,11 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=["oel", "oel_resail"], choices=METHODS)
     parser.add_argument(
         "--no-compile", dest="compile", action="store_false", help="only the eager current trainer"
+    )
+    parser.add_argument(
+        "--same-allocator",
+        action="store_true",
+        help="`before` keeps freed memory too, as the current trainer does (the code's gain alone)",
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
