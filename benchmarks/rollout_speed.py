@@ -11,7 +11,10 @@ tasks, seeds and summaries), one after another in this process:
 - ``fp32`` and, where the CPU computes bf16 natively, ``bf16`` (what ``dtype: auto`` picks
   there), each with the decoder forward eager and compiled (``--compile``; compiled is what
   ``compile: auto`` picks on a CPU with a C++ compiler), without and with prefix reuse
-  (``--prefix-reuse``). A compiled configuration's first call, which compiles, is timed apart.
+  (``--prefix-reuse``). A compiled configuration's first call, which compiles, is timed apart;
+- with ``--shards N``, each of those again with its episodes' prompts split over ``N`` worker
+  processes of one generator each, with ``1/N`` of the threads (``ShardedGenerator``, what
+  ``run.shards: N`` runs), right after the one-process configuration.
 
 Per configuration it prints the wall time, episodes per second and the ratio to ``before``, the
 success rate per view, how many episodes took the same actions as under ``before`` and as under
@@ -24,6 +27,9 @@ FLOPs per token (attention not counted).
     .venv/bin/python benchmarks/rollout_speed.py [--tasks 20] [--seeds 0 1 2] [--no-baseline]
     # where the time goes: each configuration under torch.profiler (slower; shares are what count)
     .venv/bin/python benchmarks/rollout_speed.py --tasks 10 --seeds 0 --no-baseline --profile
+    # threads against processes: one generator on 2 threads, then 2 workers of 1 thread each
+    .venv/bin/python benchmarks/rollout_speed.py --tasks 20 --seeds 0 --no-baseline --dtypes bf16 \
+        --compile on --prefix-reuse off --shards 2
     # correctness: greedy actions of every episode on the 100 test tasks, fp32, every way
     # (greedy decoding ignores the seed, so one seed plays every distinct episode)
     .venv/bin/python benchmarks/rollout_speed.py --tasks 100 --seeds 0 --temperature 0 --dtypes fp32
@@ -61,6 +67,7 @@ from resail_pipeline.evaluation.evaluate import (
 from resail_pipeline.experience import SummarizeConfig
 from resail_pipeline.generation import SamplingParams
 from resail_pipeline.generation.decoder import can_compile
+from resail_pipeline.generation.sharded import ShardedGenerator
 from resail_pipeline.generation.transformers_backend import GenerationStats, TransformersGenerator
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,12 +102,23 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--baseline", default=BASELINE, help="git revision of `before`")
     parser.add_argument("--no-baseline", action="store_true", help="skip `before` (slowest)")
     parser.add_argument(
+        "--shards",
+        type=int,
+        default=1,
+        help="also run each configuration over this many worker processes (run.shards)",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="where each configuration's time goes (torch.profiler): its operators' shares, "
         "attention apart for prefill and decoding",
     )
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.shards < 1:
+        parser.error(f"--shards: must be at least 1, got {args.shards}")
+    if args.shards > 1 and args.profile:
+        parser.error("--shards: the workers' operators are not profiled; run without --profile")
+    return args
 
 
 #: the operators of one attention call, as torch.profiler names them on CPU
@@ -170,7 +188,12 @@ class PromptCounter:
         self.prompt_tokens = self.generated_tokens = 0
 
     def close(self) -> None:
-        self.inner = None  # `before`'s backend predates close(): dropping it frees its memory
+        if hasattr(self.inner, "close"):  # `before`'s backend predates close()
+            self.inner.close()
+        self.inner = None  # dropping it frees its memory
+
+    def reset(self) -> None:
+        self.prompt_tokens = self.generated_tokens = 0
 
     def generate(self, prompts, params, seeds=None):
         out = self.inner.generate(prompts, params, seeds)
@@ -188,7 +211,7 @@ class Run:
     success: dict[str, float]
     actions: dict[str, tuple[str, ...]]
     prompt_tokens: int
-    encoded_tokens: int
+    encoded_tokens: int | None  # None: counted in worker processes, not here
     generated_tokens: int
 
 
@@ -244,7 +267,7 @@ def main() -> None:
         generator = before(
             models["fp32"], tokenizer, policy_id=info.policy_id, batch_size=32, progress=False
         )
-        configurations.append(("before", "fp32", PromptCounter(generator)))
+        configurations.append(("before", "fp32", False, PromptCounter(generator)))
     compiles = [c for c in CHOICES[args.compile] if not c or can_compile(torch.device("cpu"))]
     for dtype in dtypes:
         if dtype not in args.dtypes:
@@ -260,15 +283,30 @@ def main() -> None:
                     progress=False,
                 )
                 name = dtype + ", compiled" * compiled + ", prefix reuse" * reuse
-                configurations.append((name, dtype, generator))
+                configurations.append((name, dtype, compiled, generator))
+                if args.shards > 1:  # its workers start at its first call
+                    sharded = ShardedGenerator(
+                        "transformers",
+                        info.path,
+                        shards=args.shards,
+                        policy_id=info.policy_id,
+                        dtype=dtypes[dtype],
+                        prefix_reuse=reuse,
+                        compile=compiled,
+                        progress=False,
+                    )
+                    name += f", {args.shards} shards"
+                    configurations.append((name, dtype, compiled, PromptCounter(sharded)))
 
     runs = []
-    for name, dtype, generator in configurations:
-        if getattr(generator, "compiled", False):  # `before` predates compilation
-            # compiled once per process and dtype (and cached on disk for the next process)
+    for name, dtype, compiled, generator in configurations:
+        if compiled:  # compiled once per process and dtype (and cached on disk for the next)
             start = time.perf_counter()
             generator.generate(WARM_UP * 4, SamplingParams(temperature=0.0, max_new_tokens=4, n=2))
-            generator.stats = GenerationStats()
+            if isinstance(generator, PromptCounter):
+                generator.reset()
+            else:
+                generator.stats = GenerationStats()
             print(f"{name:28s} first call (compilation) {time.perf_counter() - start:.1f} s")
         profiler = contextlib.nullcontext()
         if args.profile:
@@ -284,6 +322,10 @@ def main() -> None:
         gc.collect()
         actions = steps.groupby("traj_id", sort=False)["action"].apply(tuple).to_dict()
         counts = generator.stats if isinstance(generator, TransformersGenerator) else generator
+        if isinstance(generator, PromptCounter) and name != "before":
+            encoded = None  # each worker encodes its own block and keeps its own counts
+        else:  # `before` encodes every prompt whole
+            encoded = getattr(counts, "encoded_tokens", counts.prompt_tokens)
         runs.append(
             Run(
                 name=name,
@@ -292,8 +334,7 @@ def main() -> None:
                 success=results.groupby("view")["success"].mean().to_dict(),
                 actions=actions,
                 prompt_tokens=counts.prompt_tokens,
-                # `before` encodes every prompt whole
-                encoded_tokens=getattr(counts, "encoded_tokens", counts.prompt_tokens),
+                encoded_tokens=encoded,
                 generated_tokens=counts.generated_tokens,
             )
         )
@@ -304,21 +345,25 @@ def main() -> None:
             f"({reference.seconds / seconds:4.2f}x {reference.name})  success "
             + " / ".join(f"{view} {100 * rate:.1f}%" for view, rate in sorted(run.success.items()))
         )
-        # the same actions as the first run, and as the same dtype's first run
-        for other in {reference.name: reference, dtype: None}:
+        # the same actions as the first run, as the same dtype's first run and, sharded, as in
+        # one process
+        twins = [name.removesuffix(f", {args.shards} shards")] if name.endswith("shards") else []
+        for other in dict.fromkeys([reference.name, dtype, *twins]):
             match = next((r for r in runs[:-1] if r.name == other), None)
             if match is not None:
                 same = sum(run.actions[t] == match.actions.get(t) for t in run.actions)
                 line += f"; same actions as {other}: {same}/{len(run.actions)}"
-        tokens = run.encoded_tokens + run.generated_tokens
-        rate = tokens / seconds
-        limit = peak[dtype] / (2 * linear)
-        line += (
-            f"\n{'':28s} per episode: {run.prompt_tokens / run.episodes:.0f} prompt tokens, "
-            f"{run.encoded_tokens / run.episodes:.0f} encoded, "
-            f"{run.generated_tokens / run.episodes:.0f} generated; "
-            f"{rate:.0f} tokens/s against a matmul limit of {limit:.0f} ({100 * rate / limit:.0f}%)"
-        )
+        line += f"\n{'':28s} per episode: {run.prompt_tokens / run.episodes:.0f} prompt tokens, "
+        if run.encoded_tokens is None:
+            line += f"{run.generated_tokens / run.episodes:.0f} generated (encoded: in the workers)"
+        else:
+            rate = (run.encoded_tokens + run.generated_tokens) / seconds
+            limit = peak[dtype] / (2 * linear)
+            line += (
+                f"{run.encoded_tokens / run.episodes:.0f} encoded, "
+                f"{run.generated_tokens / run.episodes:.0f} generated; {rate:.0f} tokens/s "
+                f"against a matmul limit of {limit:.0f} ({100 * rate / limit:.0f}%)"
+            )
         if args.profile:  # the profiler's own cost is in `seconds`: shares, not times, count
             events = profiler.key_averages(group_by_input_shape=True)
             line += f"\n{'':28s} profiled: {time_shares(events)}"
