@@ -44,6 +44,7 @@ import os
 
 os.environ.setdefault("TQDM_DISABLE", "1")  # the rollouts' progress bars would bury the figures
 import importlib.util
+import itertools
 import logging
 import resource
 import subprocess
@@ -76,6 +77,8 @@ BACKEND = "src/resail_pipeline/generation/transformers_backend.py"
 BASELINE = "cc6224f"
 #: --compile and --prefix-reuse: the settings each configuration runs with
 CHOICES = {"off": (False,), "on": (True,), "both": (False, True)}
+#: the backend's batching options as conf/base sets them: a configuration names those it changes
+DEFAULTS = {"batch_size": 64, "prefill_tokens": 4096}
 #: prompts of a first call that compiles the decoder forward (prefill and decode shapes)
 WARM_UP = ["Goal: craft 1 stick. Inventory: [oak planks] (2)", "Goal: craft 1 oak planks."]
 
@@ -102,6 +105,20 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--baseline", default=BASELINE, help="git revision of `before`")
     parser.add_argument("--no-baseline", action="store_true", help="skip `before` (slowest)")
     parser.add_argument(
+        "--batch-sizes",
+        type=int,
+        nargs="+",
+        default=[DEFAULTS["batch_size"]],
+        help="rows decoded together (run.generation.transformers.batch_size), each in turn",
+    )
+    parser.add_argument(
+        "--prefill-tokens",
+        type=int,
+        nargs="+",
+        default=[DEFAULTS["prefill_tokens"]],
+        help="padded tokens per prefill forward (run.generation.transformers.prefill_tokens)",
+    )
+    parser.add_argument(
         "--shards",
         type=int,
         default=1,
@@ -114,6 +131,9 @@ def parse_args() -> argparse.Namespace:
         "attention apart for prefill and decoding",
     )
     args = parser.parse_args()
+    for option in ("batch_sizes", "prefill_tokens"):
+        if min(getattr(args, option)) < 1:
+            parser.error(f"--{option.replace('_', '-')}: must be positive")
     if args.shards < 1:
         parser.error(f"--shards: must be at least 1, got {args.shards}")
     if args.shards > 1 and args.profile:
@@ -273,16 +293,24 @@ def main() -> None:
         if dtype not in args.dtypes:
             continue
         for compiled in compiles:
-            for reuse in CHOICES[args.prefix_reuse]:
-                generator = TransformersGenerator(
-                    models[dtype],
-                    tokenizer,
-                    policy_id=info.policy_id,
+            for reuse, rows, prefill in itertools.product(
+                CHOICES[args.prefix_reuse], args.batch_sizes, args.prefill_tokens
+            ):
+                options = dict(
                     prefix_reuse=reuse,
                     compile=compiled,
+                    batch_size=rows,
+                    prefill_tokens=prefill,
                     progress=False,
                 )
+                generator = TransformersGenerator(
+                    models[dtype], tokenizer, policy_id=info.policy_id, **options
+                )
                 name = dtype + ", compiled" * compiled + ", prefix reuse" * reuse
+                if rows != DEFAULTS["batch_size"]:
+                    name += f", {rows} rows"
+                if prefill != DEFAULTS["prefill_tokens"]:
+                    name += f", prefill {prefill}"
                 configurations.append((name, dtype, compiled, generator))
                 if args.shards > 1:  # its workers start at its first call
                     sharded = ShardedGenerator(
@@ -291,9 +319,7 @@ def main() -> None:
                         shards=args.shards,
                         policy_id=info.policy_id,
                         dtype=dtypes[dtype],
-                        prefix_reuse=reuse,
-                        compile=compiled,
-                        progress=False,
+                        **options,
                     )
                     name += f", {args.shards} shards"
                     configurations.append((name, dtype, compiled, PromptCounter(sharded)))
