@@ -14,7 +14,9 @@ tasks, seeds and summaries), one after another in this process:
   (``--prefix-reuse``). A compiled configuration's first call, which compiles, is timed apart;
 - with ``--shards N``, each of those again with its episodes' prompts split over ``N`` worker
   processes of one generator each, with ``1/N`` of the threads (``ShardedGenerator``, what
-  ``run.shards: N`` runs), right after the one-process configuration.
+  ``run.shards: N`` runs), right after the one-process configuration;
+- with ``--batch-sizes`` or ``--prefill-tokens`` (several values each), each of those at every
+  combination of rows decoded together and padded tokens per prefill forward.
 
 Per configuration it prints the wall time, episodes per second and the ratio to ``before``, the
 success rate per view, how many episodes took the same actions as under ``before`` and as under
@@ -44,6 +46,7 @@ import os
 
 os.environ.setdefault("TQDM_DISABLE", "1")  # the rollouts' progress bars would bury the figures
 import importlib.util
+import inspect
 import itertools
 import logging
 import resource
@@ -77,8 +80,12 @@ BACKEND = "src/resail_pipeline/generation/transformers_backend.py"
 BASELINE = "cc6224f"
 #: --compile and --prefix-reuse: the settings each configuration runs with
 CHOICES = {"off": (False,), "on": (True,), "both": (False, True)}
-#: the backend's batching options as conf/base sets them: a configuration names those it changes
-DEFAULTS = {"batch_size": 64, "prefill_tokens": 4096}
+#: the backend's batching options at their defaults (conf/base's too): a configuration's name
+#: says which of them it changes
+DEFAULTS = {
+    name: inspect.signature(TransformersGenerator).parameters[name].default
+    for name in ("batch_size", "prefill_tokens")
+}
 #: prompts of a first call that compiles the decoder forward (prefill and decode shapes)
 WARM_UP = ["Goal: craft 1 stick. Inventory: [oak planks] (2)", "Goal: craft 1 oak planks."]
 
