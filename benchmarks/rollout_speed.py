@@ -90,6 +90,14 @@ DEFAULTS = {
 WARM_UP = ["Goal: craft 1 stick. Inventory: [oak planks] (2)", "Goal: craft 1 oak planks."]
 
 
+def positive(text: str) -> int:
+    """An argument that must be a positive integer."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--policy", type=Path, default=ROOT / "reference/textcraft-initial")
@@ -113,21 +121,21 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--no-baseline", action="store_true", help="skip `before` (slowest)")
     parser.add_argument(
         "--batch-sizes",
-        type=int,
+        type=positive,
         nargs="+",
         default=[DEFAULTS["batch_size"]],
         help="rows decoded together (run.generation.transformers.batch_size), each in turn",
     )
     parser.add_argument(
         "--prefill-tokens",
-        type=int,
+        type=positive,
         nargs="+",
         default=[DEFAULTS["prefill_tokens"]],
         help="padded tokens per prefill forward (run.generation.transformers.prefill_tokens)",
     )
     parser.add_argument(
         "--shards",
-        type=int,
+        type=positive,
         default=1,
         help="also run each configuration over this many worker processes (run.shards)",
     )
@@ -138,11 +146,6 @@ def parse_args() -> argparse.Namespace:
         "attention apart for prefill and decoding",
     )
     args = parser.parse_args()
-    for option in ("batch_sizes", "prefill_tokens"):
-        if min(getattr(args, option)) < 1:
-            parser.error(f"--{option.replace('_', '-')}: must be positive")
-    if args.shards < 1:
-        parser.error(f"--shards: must be at least 1, got {args.shards}")
     if args.shards > 1 and args.profile:
         parser.error("--shards: the workers' operators are not profiled; run without --profile")
     return args
@@ -207,12 +210,18 @@ def matmul_flops(dtype: torch.dtype, width: int, inner: int) -> float:
 
 
 class PromptCounter:
-    """A generator that counts the prompt and generated tokens of the one it wraps (for
-    ``before``, whose backend encodes every prompt whole and keeps no counts)."""
+    """A generator that counts the prompt and generated tokens of the one it wraps: ``before``,
+    whose backend encodes every prompt whole and keeps no counts (``whole``), or a sharded one,
+    whose workers keep their own counts of what they encoded (``encoded_tokens`` is ``None``)."""
 
-    def __init__(self, inner) -> None:
+    def __init__(self, inner, *, whole: bool) -> None:
         self.inner, self.policy_id, self.tokenizer = inner, inner.policy_id, inner.tokenizer
+        self.whole = whole
         self.prompt_tokens = self.generated_tokens = 0
+
+    @property
+    def encoded_tokens(self) -> int | None:
+        return self.prompt_tokens if self.whole else None
 
     def close(self) -> None:
         if hasattr(self.inner, "close"):  # `before`'s backend predates close()
@@ -294,7 +303,7 @@ def main() -> None:
         generator = before(
             models["fp32"], tokenizer, policy_id=info.policy_id, batch_size=32, progress=False
         )
-        configurations.append(("before", "fp32", False, PromptCounter(generator)))
+        configurations.append(("before", "fp32", False, PromptCounter(generator, whole=True), None))
     compiles = [c for c in CHOICES[args.compile] if not c or can_compile(torch.device("cpu"))]
     for dtype in dtypes:
         if dtype not in args.dtypes:
@@ -318,7 +327,7 @@ def main() -> None:
                     name += f", {rows} rows"
                 if prefill != DEFAULTS["prefill_tokens"]:
                     name += f", prefill {prefill}"
-                configurations.append((name, dtype, compiled, generator))
+                configurations.append((name, dtype, compiled, generator, None))
                 if args.shards > 1:  # its workers start at its first call
                     sharded = ShardedGenerator(
                         "transformers",
@@ -328,19 +337,23 @@ def main() -> None:
                         dtype=dtypes[dtype],
                         **options,
                     )
-                    name += f", {args.shards} shards"
-                    configurations.append((name, dtype, compiled, PromptCounter(sharded)))
+                    counter = PromptCounter(sharded, whole=False)
+                    sharded_name = f"{name}, {args.shards} shards"
+                    configurations.append((sharded_name, dtype, compiled, counter, name))
 
     runs = []
-    for name, dtype, compiled, generator in configurations:
-        if compiled:  # compiled once per process and dtype (and cached on disk for the next)
+    for name, dtype, compiled, generator, twin in configurations:
+        # compiled once per process and dtype (and cached on disk for the next); a sharded
+        # generator's workers start at its first call
+        if compiled or twin is not None:
             start = time.perf_counter()
             generator.generate(WARM_UP * 4, SamplingParams(temperature=0.0, max_new_tokens=4, n=2))
             if isinstance(generator, PromptCounter):
                 generator.reset()
             else:
                 generator.stats = GenerationStats()
-            print(f"{name:28s} first call (compilation) {time.perf_counter() - start:.1f} s")
+            what = ", ".join(["compilation"] * compiled + ["worker start"] * (twin is not None))
+            print(f"{name:28s} first call ({what}) {time.perf_counter() - start:.1f} s")
         profiler = contextlib.nullcontext()
         if args.profile:
             activities = [torch.profiler.ProfilerActivity.CPU]
@@ -355,10 +368,6 @@ def main() -> None:
         gc.collect()
         actions = steps.groupby("traj_id", sort=False)["action"].apply(tuple).to_dict()
         counts = generator.stats if isinstance(generator, TransformersGenerator) else generator
-        if isinstance(generator, PromptCounter) and name != "before":
-            encoded = None  # each worker encodes its own block and keeps its own counts
-        else:  # `before` encodes every prompt whole
-            encoded = getattr(counts, "encoded_tokens", counts.prompt_tokens)
         runs.append(
             Run(
                 name=name,
@@ -367,7 +376,7 @@ def main() -> None:
                 success=results.groupby("view")["success"].mean().to_dict(),
                 actions=actions,
                 prompt_tokens=counts.prompt_tokens,
-                encoded_tokens=encoded,
+                encoded_tokens=counts.encoded_tokens,
                 generated_tokens=counts.generated_tokens,
             )
         )
@@ -378,10 +387,9 @@ def main() -> None:
             f"({reference.seconds / seconds:4.2f}x {reference.name})  success "
             + " / ".join(f"{view} {100 * rate:.1f}%" for view, rate in sorted(run.success.items()))
         )
-        # the same actions as the first run, as the same dtype's first run and, sharded, as in
-        # one process
-        twins = [name.removesuffix(f", {args.shards} shards")] if name.endswith("shards") else []
-        for other in dict.fromkeys([reference.name, dtype, *twins]):
+        # the same actions as the first run, as the same dtype's first run and, sharded, as its
+        # one-process twin
+        for other in dict.fromkeys((reference.name, dtype, twin)):  # no run is named None
             match = next((r for r in runs[:-1] if r.name == other), None)
             if match is not None:
                 same = sum(run.actions[t] == match.actions.get(t) for t in run.actions)
