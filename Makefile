@@ -63,9 +63,10 @@ study-budgets: $(VENV)/.installed-$(STUDY_EXTRAS)
 # grid did not use or with its own on another processor, e.g. `make study-rerun
 # EXPERIMENT=oel_resail CYCLE=3 SEEDS="3 4 5"`: the paired differences beside the grid's in
 # data/08_reporting/textcraft-study-seeds3-4-5/rerun-oel_resail-cycle_3.md. A ReSAIL variant is
-# evaluated beside its parent, an ablation beside its full method.
-study-rerun: $(VENV)/.installed-$(RUN_EXTRAS)
-	$(BIN)/python -m resail_pipeline.study --env study --rerun $(EXPERIMENT) --cycle $(CYCLE) \
+# evaluated beside its parent, an ablation beside its full method; STUDY_ENV=study-alfworld reruns
+# a cell of ALFWorld's comparison.
+study-rerun: $(VENV)/.installed-$(STUDY_EXTRAS)
+	$(BIN)/python -m resail_pipeline.study --env $(STUDY_ENV) --rerun $(EXPERIMENT) --cycle $(CYCLE) \
 		--seeds $(SEEDS)
 
 # The shipped reference initial policy of an environment (REFERENCE_ENV: textcraft, the default,
