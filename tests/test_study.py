@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from resail_pipeline.study import Experiment, load_plan, plan_path
+from resail_pipeline.study import Experiment, apply_rule, load_plan, plan_path
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -121,6 +121,11 @@ def test_the_alfworld_plans_fix_the_rate_on_dev_below_the_policys_last_rate():
     train = loader["parameters"]["train"]
     assert (train["resail"]["rho"], train["resail"]["lambda"]) == (0.05, 0.5)
     assert train["schedule"]["updates"] == 30
+    # the grid runs at the check's budget and at the rate its rule chooses from the committed
+    # evaluations of the candidates
+    assert train["schedule"]["trajectories_per_update"] == 16
+    _, chosen = apply_rule(again, ROOT / "data" / "07_model_output" / "alfworld-study-dev-30x16")
+    assert train["optimizer"]["lr"] == chosen == 4e-5
 
 
 def test_an_experiment_becomes_nested_run_params():
@@ -455,7 +460,7 @@ def _eval_results(
 
 
 def test_the_rule_chooses_the_largest_harmless_rate_and_reports_every_candidate(tmp_path):
-    from resail_pipeline.study import apply_rule, write_rule
+    from resail_pipeline.study import write_rule
 
     plan_file = tmp_path / "plan.yml"
     plan_file.write_text(
