@@ -123,7 +123,8 @@ def test_the_alfworld_plans_fix_the_rate_on_dev_below_the_policys_last_rate():
     assert train["schedule"]["updates"] == 30
     # the grid runs at the check's budget and at the rate its rule chooses from the committed
     # evaluations of the candidates
-    assert train["schedule"]["trajectories_per_update"] == 16
+    budget = again.params["train.schedule.trajectories_per_update"]
+    assert train["schedule"]["trajectories_per_update"] == budget
     _, chosen = apply_rule(again, ROOT / "data" / "07_model_output" / "alfworld-study-dev-30x16")
     assert train["optimizer"]["lr"] == chosen == 4e-5
 
