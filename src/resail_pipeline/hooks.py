@@ -117,7 +117,9 @@ class PreflightHook:
     2. The initial policy the run asks for exists (``bootstrap.checkpoint``, or the shipped
        ``bootstrap.reference``): a missing directory fails before the environment's data are
        provided, which can take minutes.
-    3. The environment's data, before anything builds the environment: an ALFWorld run that
+    3. The environment's data, before anything builds the environment, for a pipeline that acts
+       in it or plays it to estimate its prompts (not the report, which only reads tables, while a
+       first ALFWorld set takes minutes to write): an ALFWorld run that
        names none (no ``run.env_options.data_path``, ``ALFWORLD_DATA`` unset) gets the generated
        set that mirrors the official split, with its ``dev`` and ``clone`` splits, in
        ``data/01_raw/alfworld_games`` (written on the first run, resumed if cut short, extended
@@ -155,23 +157,25 @@ class PreflightHook:
         params = catalog.load("parameters")
         check_parameters(params)
         run = RunConfig.from_params(params["run"])
-        names = pipeline.datasets()
+        names, writes = pipeline.datasets(), pipeline.all_outputs()
         if INITIAL_POLICY in names:
             bootstrap = bootstrap_config(params["bootstrap"], run.env)
             requested_policy(bootstrap)  # a reference that names no directory is an error
-        provide_env_data(run.env, run.env_options)
-        if any(name.startswith("cycle_") for name in pipeline.all_outputs()):
-            self._take_lock(run, names, catalog)
-        if any(name.rsplit(".", 1)[-1] in _ACTS_IN_ENV for name in names):
-            check_budgets(params)
+        acts = any(name.rsplit(".", 1)[-1] in _ACTS_IN_ENV for name in writes)
         generates = run.backend == "vllm" and any(
-            name.rsplit(".", 1)[-1] in _GENERATES for name in names
+            name.rsplit(".", 1)[-1] in _GENERATES for name in writes
         )
-        trains = any(
-            name.endswith(".checkpoint") and name != INITIAL_POLICY
-            for name in pipeline.all_outputs()
-        )
+        trains = any(name.endswith(".checkpoint") and name != INITIAL_POLICY for name in writes)
         gpus = visible_gpus() if trains else []
+        # the longest prompt is estimated by playing the environment (prompt_budget.py)
+        estimates = (generates and run.generation_options.get("max_model_len") is not None) or gpus
+        # a pipeline that only reads what others wrote (the report) needs no games
+        if acts or estimates:
+            provide_env_data(run.env, run.env_options)
+        if any(name.startswith("cycle_") for name in writes):
+            self._take_lock(run, names, catalog)
+        if acts:
+            check_budgets(params)
         # the aitz pipeline's initial policy generates with its own backend (aitz.generation)
         aitz_vllm = (
             "aitz.attempts" in names
@@ -179,7 +183,7 @@ class PreflightHook:
         )
         if generates or aitz_vllm:
             check_vllm_cuda()
-        if (generates and run.generation_options.get("max_model_len") is not None) or gpus:
+        if estimates:
             prompts = estimate_run_prompts(params)
             check_context_length(params, prompts)
             check_training_memory(params, prompts, gpus)

@@ -476,21 +476,32 @@ def _fake_games(tmp_path, monkeypatch) -> list:
 def test_an_alfworld_run_without_data_gets_the_generated_set_before_the_checks(
     tmp_path, monkeypatch
 ):
-    """Only an ALFWorld run that names no data: the set is made where the main job keeps it and
-    ALFWORLD_DATA names it; a run with data, or on TextCraft, is left alone."""
-    from kedro.pipeline import Pipeline
+    """Only an ALFWorld run that names no data and acts in the environment: the set is made where
+    the main job keeps it and ALFWORLD_DATA names it before the budgets are checked against it;
+    a run with data, on TextCraft, or that only reads tables (the report) is left alone."""
+    from kedro.pipeline import Pipeline, node
+
+    from resail_pipeline import hooks
+    from resail_pipeline.envs.alfworld import ALFWORLD_DATA as DATA
 
     made = _fake_games(tmp_path, monkeypatch)
-    hook, policy, nothing = PreflightHook(), pd.DataFrame(), Pipeline([])
-    hook.before_pipeline_run({}, nothing, _catalog(None, policy))  # TextCraft
-    assert made == [] and "ALFWORLD_DATA" not in os.environ
+    checked = []  # fake budget check: records the data it would have read
+    monkeypatch.setattr(hooks, "check_budgets", lambda _: checked.append(os.environ.get(DATA)))
+    hook, policy = PreflightHook(), pd.DataFrame()
+    acting = Pipeline([node(lambda x: x, "params:run", "eval_results")])
+    reporting = Pipeline([node(lambda x: x, "eval_results", "main_results")])
+    hook.before_pipeline_run({}, acting, _catalog(None, policy))  # TextCraft
+    assert made == [] and DATA not in os.environ
     with_data = {**RUN, "env": "alfworld", "env_options": {"data_path": str(tmp_path / "x")}}
-    hook.before_pipeline_run({}, nothing, _catalog(None, policy, run=with_data))
-    assert made == [] and "ALFWORLD_DATA" not in os.environ
+    hook.before_pipeline_run({}, acting, _catalog(None, policy, run=with_data))
+    assert made == [] and DATA not in os.environ
     alfworld = {**RUN, "env": "alfworld"}
-    hook.before_pipeline_run({}, nothing, _catalog(None, policy, run=alfworld))
-    assert made == [True] and os.environ["ALFWORLD_DATA"] == str((tmp_path / "games").resolve())
-    hook.before_pipeline_run({}, nothing, _catalog(None, policy, run=alfworld))  # now set: kept
+    hook.before_pipeline_run({}, reporting, _catalog(None, policy, run=alfworld))
+    assert made == [] and DATA not in os.environ and len(checked) == 2
+    hook.before_pipeline_run({}, acting, _catalog(None, policy, run=alfworld))
+    games = str((tmp_path / "games").resolve())
+    assert made == [True] and os.environ[DATA] == games and checked[-1] == games
+    hook.before_pipeline_run({}, acting, _catalog(None, policy, run=alfworld))  # now set: kept
     assert made == [True]
 
 
