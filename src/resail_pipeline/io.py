@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import logging
 import os
 import shutil
 import tempfile
@@ -12,6 +13,8 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -97,8 +100,9 @@ class ProcessLock:
         self.path = Path(path)
         self._file = None
 
-    def acquire(self) -> None:
-        """Take the lock, or raise :class:`LockedError` naming the process that holds it."""
+    def acquire(self, wait: bool = False) -> None:
+        """Take the lock; where another process holds it, raise :class:`LockedError` naming that
+        process, or with ``wait``, log that name and wait until it lets go."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(self.path, "a+")  # noqa: SIM115 (held open as long as the lock)
         try:
@@ -106,8 +110,11 @@ class ProcessLock:
         except BlockingIOError:
             handle.seek(0)
             holder = handle.read().strip() or "unknown"
-            handle.close()
-            raise LockedError(f"{self.path}: held by process {holder}") from None
+            if not wait:
+                handle.close()
+                raise LockedError(f"{self.path}: held by process {holder}") from None
+            logger.info("%s: held by process %s; waiting until it lets go", self.path, holder)
+            fcntl.flock(handle, fcntl.LOCK_EX)
         handle.seek(0)
         handle.truncate()
         handle.write(str(os.getpid()))

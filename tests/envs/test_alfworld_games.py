@@ -26,6 +26,7 @@ from resail_pipeline.envs.alfworld import (
     split_games,
 )
 from resail_pipeline.envs.alfworld_games import (
+    LOCK_FILE,
     MANIFEST,
     SETTINGS_FILE,
     STAGING,
@@ -308,6 +309,37 @@ def test_the_main_jobs_set_is_written_once_then_reused(tmp_path, monkeypatch):
     assert ensure_games(out, config) == out
     with pytest.raises(AssertionError, match="written again"):
         ensure_games(out, tiny(clone=2, seed=2))  # another set: written
+
+
+def test_a_second_writer_waits_for_the_first_then_draws_nothing_again(
+    one_per_split, tmp_path, monkeypatch
+):
+    """Two processes writing one set (a report drawn beside a running grid) once removed each
+    other's staging under their workers; the second now waits for the first's lock, then finds
+    every game written."""
+    import threading
+
+    from resail_pipeline.envs import alfworld_games
+    from resail_pipeline.io import ProcessLock
+
+    out, events = tmp_path / "games", []
+    shutil.copytree(one_per_split[0], out)
+
+    def no_drawing(*args):  # fake: fails if a game is drawn again
+        raise AssertionError("drawn again")
+
+    monkeypatch.setattr(alfworld_games, "place_game", no_drawing)
+    first = ProcessLock(out / LOCK_FILE)  # the first writer (another open file: flock conflicts)
+    first.acquire()
+    second = threading.Thread(
+        target=lambda: events.append(len(write_games(out, tiny(seed=0), workers=1)))
+    )
+    second.start()
+    second.join(timeout=1.0)
+    events.append("released")
+    first.release()
+    second.join()
+    assert events == ["released", len(SPLITS)]
 
 
 def test_the_default_set_adds_dev_and_clone_of_training_scenes():

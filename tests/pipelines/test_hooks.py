@@ -431,6 +431,32 @@ def test_a_killed_runs_lock_is_free():
             holder.kill()
 
 
+def test_a_lock_taken_with_wait_waits_for_its_holder(tmp_path, caplog):
+    import threading
+
+    from resail_pipeline.io import ProcessLock
+
+    path, events = tmp_path / "x.lock", []
+    holder = ProcessLock(path)  # another open file of the same path: flock conflicts in-process
+    holder.acquire()
+
+    def take():
+        lock = ProcessLock(path)
+        lock.acquire(wait=True)
+        events.append("taken")
+        lock.release()
+
+    waiter = threading.Thread(target=take)
+    with caplog.at_level(logging.INFO, logger="resail_pipeline.io"):
+        waiter.start()
+        waiter.join(timeout=1.0)
+        events.append("released")
+        holder.release()
+        waiter.join()
+    assert events == ["released", "taken"]
+    assert f"{path}: held by process {os.getpid()}; waiting until it lets go" in caplog.text
+
+
 def test_staging_elsewhere_than_the_catalog_publishes_from_is_refused(cycle_1, tmp_path):
     from kedro.io import DataCatalog, MemoryDataset
     from kedro.pipeline import Pipeline, node

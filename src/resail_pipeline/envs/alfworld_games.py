@@ -71,7 +71,7 @@ from resail_pipeline.envs.alfworld import (
     split_dir,
     split_games,
 )
-from resail_pipeline.io import atomic_path, sha256_file
+from resail_pipeline.io import ProcessLock, atomic_path, sha256_file
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +94,8 @@ MANIFEST = "games.json"
 SETTINGS_FILE = "games_settings.json"
 #: Where games are drawn before they move into place, one folder per game being drawn.
 STAGING = ".staging"
+#: Held by the process that writes the set (:class:`~resail_pipeline.io.ProcessLock`): another waits.
+LOCK_FILE = ".writing.lock"
 #: Task type -> (appliance receptacle class, object property it needs), for the state-change tasks.
 APPLIANCES = {
     "pick_clean_then_place_in_recep": ("SinkBasin", "Cleanable"),
@@ -505,6 +507,18 @@ def write_games(out: Path, config: GameGenConfig, workers: int | None = None) ->
     out = Path(out)
     if workers is not None:
         check_int("workers", workers, low=1)
+    # one writer at a time: a second one removed the first's staging under its workers; it now
+    # waits, then writes only what is still missing
+    lock = ProcessLock(out / LOCK_FILE)
+    lock.acquire(wait=True)
+    try:
+        return _write_games(out, config, workers)
+    finally:
+        lock.release()
+
+
+def _write_games(out: Path, config: GameGenConfig, workers: int | None) -> list[Path]:
+    """:func:`write_games` under its lock."""
     _check_existing(out, config)
     jobs = [(split, i) for split in SPLITS for i in range(config.games(split))]
     missing = [(split, i) for split, i in jobs if _written(out, split, i, config) is None]
