@@ -316,7 +316,7 @@ def test_a_second_writer_waits_for_the_first_then_draws_nothing_again(
 ):
     """Two processes writing one set (a report drawn beside a running grid) once removed each
     other's staging under their workers; the second now waits for the first's lock, then finds
-    every game written."""
+    every game written (and clears what a killed writer left)."""
     import threading
 
     from resail_pipeline.envs import alfworld_games
@@ -324,6 +324,7 @@ def test_a_second_writer_waits_for_the_first_then_draws_nothing_again(
 
     out, events = tmp_path / "games", []
     shutil.copytree(one_per_split[0], out)
+    (out / STAGING / "train-0").mkdir(parents=True)  # what a killed writer left
 
     def no_drawing(*args):  # fake: fails if a game is drawn again
         raise AssertionError("drawn again")
@@ -339,7 +340,7 @@ def test_a_second_writer_waits_for_the_first_then_draws_nothing_again(
     events.append("released")
     first.release()
     second.join()
-    assert events == ["released", len(SPLITS)]
+    assert events == ["released", len(SPLITS)] and not (out / STAGING).exists()
 
 
 def test_the_default_set_adds_dev_and_clone_of_training_scenes():

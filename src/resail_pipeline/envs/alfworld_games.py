@@ -520,6 +520,7 @@ def write_games(out: Path, config: GameGenConfig, workers: int | None = None) ->
 def _write_games(out: Path, config: GameGenConfig, workers: int | None) -> list[Path]:
     """:func:`write_games` under its lock."""
     _check_existing(out, config)
+    shutil.rmtree(out / STAGING, ignore_errors=True)  # what a killed run was writing
     jobs = [(split, i) for split in SPLITS for i in range(config.games(split))]
     missing = [(split, i) for split, i in jobs if _written(out, split, i, config) is None]
     started = time.perf_counter()
@@ -534,7 +535,6 @@ def _write_games(out: Path, config: GameGenConfig, workers: int | None) -> list[
             workers,
         )
         _write_settings(out, config)
-        shutil.rmtree(out / STAGING, ignore_errors=True)  # what a killed run was writing
         progress = tqdm(total=len(missing), desc="alfworld games", unit="game")
         if workers == 1:
             engine = GameEngine(plan=True)
