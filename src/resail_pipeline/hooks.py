@@ -119,9 +119,9 @@ class PreflightHook:
        provided, which can take minutes.
     3. The environment's data, before anything builds the environment, for a pipeline that acts
        in it or plays it to estimate its prompts (not the report, which only reads tables, while a
-       first ALFWorld set takes minutes to write): an ALFWorld run that
-       names none (no ``run.env_options.data_path``, ``ALFWORLD_DATA`` unset) gets the generated
-       set that mirrors the official split, with its ``dev`` and ``clone`` splits, in
+       first ALFWorld set takes minutes to write): an ALFWorld run that names none (no
+       ``run.env_options.data_path``, ``ALFWORLD_DATA`` unset) gets the generated set that
+       mirrors the official split, with its ``dev`` and ``clone`` splits, in
        ``data/01_raw/alfworld_games`` (written on the first run, resumed if cut short, extended
        when it lacks a split), and ``ALFWORLD_DATA`` names it for this process and the workers it
        starts (:func:`~resail_pipeline.envs.provide_env_data`, which the initial-policy builder
