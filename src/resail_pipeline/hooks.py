@@ -161,10 +161,8 @@ class PreflightHook:
         if INITIAL_POLICY in names:
             bootstrap = bootstrap_config(params["bootstrap"], run.env)
             requested_policy(bootstrap)  # a reference that names no directory is an error
-        acts = any(name.rsplit(".", 1)[-1] in _ACTS_IN_ENV for name in writes)
-        generates = run.backend == "vllm" and any(
-            name.rsplit(".", 1)[-1] in _GENERATES for name in writes
-        )
+        acts = _writes_any(writes, _ACTS_IN_ENV)
+        generates = run.backend == "vllm" and _writes_any(writes, _GENERATES)
         trains = any(name.endswith(".checkpoint") and name != INITIAL_POLICY for name in writes)
         gpus = visible_gpus() if trains else []
         # the longest prompt is estimated by playing the environment (prompt_budget.py)
@@ -248,6 +246,12 @@ class PreflightHook:
     @hook_impl
     def on_pipeline_error(self) -> None:
         self._release()
+
+
+def _writes_any(outputs: set[str], kinds: tuple[str, ...]) -> bool:
+    """Whether a pipeline's ``outputs`` include a dataset of one of ``kinds`` (the name after the
+    namespace: ``cycle_2.eval_results`` is an ``eval_results``)."""
+    return any(name.rsplit(".", 1)[-1] in kinds for name in outputs)
 
 
 def _described(catalog: Any, name: str) -> dict[str, Any]:
