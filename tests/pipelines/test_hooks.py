@@ -43,6 +43,13 @@ COLLECT = {"split": "train", "num_trajectories": None, "temperature": 0.4, "max_
 TRAIN = {"schedule": {"updates": 2, "trajectories_per_update": 3}}
 
 
+@pytest.fixture(autouse=True)
+def _staging_in_tmp(tmp_path, monkeypatch):
+    """Every run below stages (and takes its experiment's lock) under the test's own folder, not
+    in the project's ``data/`` (``run.staging_dir``'s default), where a real run may hold it."""
+    monkeypatch.setitem(RUN, "staging_dir", str(tmp_path / "staging"))
+
+
 def _catalog(tasks: pd.DataFrame | None, policy: pd.DataFrame, **sections):
     """The run's catalog: the project's parameters with these run, collect and train sections."""
     from kedro.config import OmegaConfigLoader
