@@ -282,7 +282,7 @@ def test_a_bad_run_value_is_refused_before_any_node(values, message):
         check_budgets(params)
 
 
-def test_an_evaluation_records_its_machine_and_generation_settings(tiny_checkpoint):
+def test_an_evaluation_records_its_machine_and_generation_settings(tiny_checkpoint, tmp_path):
     """bf16 rounding differs between processors: an eval_summary says where and how it ran."""
     from resail_pipeline.checkpoints import read_checkpoint_info
     from resail_pipeline.devices import processor
@@ -291,6 +291,7 @@ def test_an_evaluation_records_its_machine_and_generation_settings(tiny_checkpoi
     run = {
         **_params("base")["run"],
         "generation": {"transformers": {"dtype": "float32", "compile": False, "batch_size": 4}},
+        "staging_dir": str(tmp_path),  # the evaluation journals its episodes there
     }
     assert RunConfig.from_params(run).generation_record() == "transformers, float32, eager"
     evaluate = {
