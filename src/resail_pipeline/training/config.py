@@ -359,7 +359,9 @@ class TrainConfig:
     # input manifest and output paths
     run: RunPaths = field(default_factory=RunPaths)
     # the forward of training, scoring and in-loop sampling compiled with torch.compile: true,
-    # false, or auto (compiled on a CPU with a C++ compiler; YAML reads on/off as true/false)
+    # false, or auto (compiled on a CPU with a C++ compiler; YAML reads on/off as true/false).
+    # Eager unless asked: conf/base asks for auto; direct library callers and unit tests stay
+    # eager so that a tiny run does not pay the compile
     compile: bool | str = False
     # updates between snapshots of the run (student, AdamW, records) in run.snapshots; the last
     # update's is always taken (training/snapshots.py)
