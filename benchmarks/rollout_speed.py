@@ -12,6 +12,9 @@ tasks, seeds and summaries), one after another in this process:
   there), each with the decoder forward eager and compiled (``--compile``; compiled is what
   ``compile: auto`` picks on a CPU with a C++ compiler), without and with prefix reuse
   (``--prefix-reuse``). A compiled configuration's first call, which compiles, is timed apart;
+- with ``--previous REV``, each of those again with the backend of git revision ``REV`` (an
+  earlier one that takes the same options), right before it: a change to the backend measured
+  side by side with what it replaced, on the same episodes;
 - with ``--shards N``, each of those again with its episodes' prompts split over ``N`` worker
   processes of one generator each, with ``1/N`` of the threads (``ShardedGenerator``, what
   ``run.shards: N`` runs), right after the one-process configuration;
@@ -32,6 +35,9 @@ FLOPs per token (attention not counted).
     # threads against processes: one generator on 2 threads, then 2 workers of 1 thread each
     .venv/bin/python benchmarks/rollout_speed.py --tasks 20 --seeds 0 --no-baseline --dtypes bf16 \
         --compile on --prefix-reuse off --shards 2
+    # a change to the backend against the revision before it, as `auto` runs it without AMX
+    ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 .venv/bin/python benchmarks/rollout_speed.py --tasks 50 \
+        --seeds 0 --no-baseline --dtypes bf16 --compile on --prefix-reuse off --previous HEAD~1
     # correctness: greedy actions of every episode on the 100 test tasks, fp32, every way
     # (greedy decoding ignores the seed, so one seed plays every distinct episode)
     .venv/bin/python benchmarks/rollout_speed.py --tasks 100 --seeds 0 --temperature 0 --dtypes fp32
@@ -120,6 +126,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--baseline", default=BASELINE, help="git revision of `before`")
     parser.add_argument("--no-baseline", action="store_true", help="skip `before` (slowest)")
     parser.add_argument(
+        "--previous",
+        metavar="REV",
+        help="also run each configuration with the backend of git revision REV, right before it",
+    )
+    parser.add_argument(
         "--batch-sizes",
         type=positive,
         nargs="+",
@@ -186,9 +197,10 @@ def baseline_backend(revision: str) -> type:
         text=True,
         check=True,
     ).stdout
-    path = Path(tempfile.mkdtemp()) / "baseline_backend.py"
+    name = f"backend_{revision}".replace("~", "_").replace("^", "_")
+    path = Path(tempfile.mkdtemp()) / f"{name}.py"
     path.write_text(source)
-    spec = importlib.util.spec_from_file_location("baseline_backend", path)
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while it executes
@@ -304,6 +316,7 @@ def main() -> None:
             models["fp32"], tokenizer, policy_id=info.policy_id, batch_size=32, progress=False
         )
         configurations.append(("before", "fp32", False, PromptCounter(generator, whole=True), None))
+    previous = baseline_backend(args.previous) if args.previous else None
     compiles = [c for c in CHOICES[args.compile] if not c or can_compile(torch.device("cpu"))]
     for dtype in dtypes:
         if dtype not in args.dtypes:
@@ -327,6 +340,13 @@ def main() -> None:
                     name += f", {rows} rows"
                 if prefill != DEFAULTS["prefill_tokens"]:
                     name += f", prefill {prefill}"
+                if previous is not None:
+                    earlier = previous(
+                        models[dtype], tokenizer, policy_id=info.policy_id, **options
+                    )
+                    configurations.append(
+                        (f"{args.previous}: {name}", dtype, compiled, earlier, None)
+                    )
                 configurations.append((name, dtype, compiled, generator, None))
                 if args.shards > 1:  # its workers start at its first call
                     sharded = ShardedGenerator(
@@ -367,7 +387,7 @@ def main() -> None:
         generator.close()  # its buffers' memory goes before the next configuration runs
         gc.collect()
         actions = steps.groupby("traj_id", sort=False)["action"].apply(tuple).to_dict()
-        counts = generator.stats if isinstance(generator, TransformersGenerator) else generator
+        counts = getattr(generator, "stats", generator)  # a PromptCounter counts for itself
         runs.append(
             Run(
                 name=name,
