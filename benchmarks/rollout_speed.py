@@ -55,6 +55,7 @@ import importlib.util
 import inspect
 import itertools
 import logging
+import re
 import resource
 import subprocess
 import sys
@@ -197,7 +198,7 @@ def baseline_backend(revision: str) -> type:
         text=True,
         check=True,
     ).stdout
-    name = f"backend_{revision}".replace("~", "_").replace("^", "_")
+    name = "backend_" + re.sub(r"\W", "_", revision)  # a module name, whatever the revision
     path = Path(tempfile.mkdtemp()) / f"{name}.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location(name, path)

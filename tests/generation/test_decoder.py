@@ -206,6 +206,7 @@ def test_storage_hands_out_the_smallest_fit_and_keeps_the_largest():
         storage.give(torch.zeros(numel))
     assert [flat.numel() for flat in storage.free] == [3, 2]
     none = _Storage(keep=0)
+    assert none.take(10, torch.float32, torch.device("cpu")).numel() == 10  # none kept: no room
     none.give(torch.zeros(4))
     assert none.free == []
 

@@ -252,7 +252,9 @@ class _Storage:
         if fits:
             flat = self.free.pop(min(fits, key=lambda i: self.free[i].numel()))
         else:
-            flat = torch.zeros(math.ceil(numel * _STORAGE_HEADROOM), dtype=dtype, device=device)
+            # headroom only where the tensor will wait for later buffers (not on a GPU)
+            size = math.ceil(numel * _STORAGE_HEADROOM) if self.keep else numel
+            flat = torch.zeros(size, dtype=dtype, device=device)
         return flat
 
     def give(self, flat: torch.Tensor) -> None:
