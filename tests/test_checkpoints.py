@@ -7,7 +7,8 @@ import json
 import pytest
 import torch
 
-from resail_pipeline.checkpoints import load_model, resolve_device
+from resail_pipeline import checkpoints
+from resail_pipeline.checkpoints import bf16_faster, load_model, resolve_device
 
 
 def test_auto_is_the_first_gpu_when_torch_sees_one(monkeypatch):
@@ -16,6 +17,36 @@ def test_auto_is_the_first_gpu_when_torch_sees_one(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
     assert resolve_device("auto") == torch.device("cuda", 3)
+
+
+@pytest.fixture
+def timed_rates(monkeypatch):
+    """Fake matmul rates (FLOP/s per dtype) for :func:`bf16_faster`'s timing, forgotten after."""
+    rates = {}
+    monkeypatch.setattr(checkpoints, "matmul_rate", lambda dtype, seconds: rates[dtype])
+    checkpoints._cpu_bf16_faster.cache_clear()
+    yield rates
+    checkpoints._cpu_bf16_faster.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("fp32", "bf16", "faster"), [(414e9, 222e9, False), (146e9, 395e9, True), (400e9, 2900e9, True)]
+)
+def test_bf16_is_chosen_where_its_products_time_faster(
+    monkeypatch, timed_rates, fp32, bf16, faster
+):
+    monkeypatch.setattr(checkpoints, "bf16_native", lambda device: True)
+    timed_rates.update({torch.float32: fp32, torch.bfloat16: bf16})
+    assert bf16_faster(torch.device("cpu")) is faster
+    timed_rates.clear()  # timed once per process: no second lookup
+    assert bf16_faster(torch.device("cpu")) is faster
+
+
+def test_bf16_is_not_timed_where_it_is_not_native(monkeypatch, timed_rates):
+    monkeypatch.setattr(checkpoints, "bf16_native", lambda device: False)
+    assert bf16_faster(torch.device("cpu")) is False  # timed_rates is empty: a lookup would fail
+    monkeypatch.setattr(checkpoints, "bf16_native", lambda device: device.type == "cuda")
+    assert bf16_faster(torch.device("cuda")) is True
 
 
 @pytest.mark.parametrize("device", ["cpu", torch.device("cpu"), "cuda:1"])

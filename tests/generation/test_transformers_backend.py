@@ -419,15 +419,26 @@ def test_dtype_auto_follows_the_device(monkeypatch):
     from resail_pipeline.generation import transformers_backend
 
     cpu = torch.device("cpu")
-    monkeypatch.setattr(transformers_backend, "bf16_native", lambda device: True)
+    monkeypatch.setattr(transformers_backend, "bf16_faster", lambda device: True)
     assert transformers_backend.resolve_dtype("auto", cpu) is torch.bfloat16
     assert transformers_backend.resolve_dtype(None, cpu) is torch.bfloat16
-    monkeypatch.setattr(transformers_backend, "bf16_native", lambda device: False)
+    monkeypatch.setattr(transformers_backend, "bf16_faster", lambda device: False)
     assert transformers_backend.resolve_dtype("auto", cpu) is torch.float32
     assert transformers_backend.resolve_dtype("bfloat16", cpu) is torch.bfloat16
     assert transformers_backend.resolve_dtype(torch.float16, cpu) is torch.float16
     with pytest.raises(ValueError, match="dtype: must be one of"):
         transformers_backend.resolve_dtype("fp8", cpu)
+
+
+def test_a_cpu_generator_keeps_the_memory_its_forwards_free(
+    monkeypatch, tiny_model, tiny_tokenizer
+):
+    from resail_pipeline.generation import transformers_backend
+
+    calls = []
+    monkeypatch.setattr(transformers_backend, "keep_freed_memory", lambda: calls.append(1))
+    make(tiny_model, tiny_tokenizer)
+    assert calls == [1]
 
 
 def test_options_are_checked(tiny_model, tiny_tokenizer):

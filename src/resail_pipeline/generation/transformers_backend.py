@@ -65,13 +65,13 @@ from transformers import PreTrainedModel
 from transformers.cache_utils import Cache, DynamicLayer
 
 from resail_pipeline.checkpoints import (
-    bf16_native,
+    bf16_faster,
     load_policy,
     read_checkpoint_info,
     resolve_device,
 )
 from resail_pipeline.config import check_int
-from resail_pipeline.devices import release_device_memory
+from resail_pipeline.devices import keep_freed_memory, release_device_memory
 from resail_pipeline.generation.base import (
     Generation,
     Generator,
@@ -101,7 +101,7 @@ _FORWARD_COST_TOKENS = 128
 #: attention time on CPU) and so costs about 12% less per token.
 _MIN_REUSED_SHARE = 0.25
 
-#: ``dtype`` option values (``auto``: bf16 where the device computes it natively, else fp32).
+#: ``dtype`` option values (``auto``: bf16 where the device multiplies faster in it, else fp32).
 DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -157,14 +157,15 @@ def choose_tokens(
 
 def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
     """The dtype a generator loads its model in: a torch dtype as given, or one of :data:`DTYPES`
-    (``auto`` and ``None``: bf16 where ``device`` computes it natively, else fp32)."""
+    (``auto`` and ``None``: bf16 where ``device`` multiplies faster in it than in fp32,
+    :func:`~resail_pipeline.checkpoints.bf16_faster`; else fp32)."""
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"dtype: must be one of {sorted(DTYPES)}, got {dtype!r}")
     chosen = DTYPES[dtype or "auto"]
     if chosen is None:
-        return torch.bfloat16 if bf16_native(device) else torch.float32
+        return torch.bfloat16 if bf16_faster(device) else torch.float32
     return chosen
 
 
@@ -463,6 +464,8 @@ class TransformersGenerator(Generator):
         parameters = inspect.signature(model.forward).parameters
         self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
         self._storage = _Storage(keep=2 if device.type == "cpu" else 0)
+        if device.type == "cpu":  # each forward's activations: the pages the last one freed
+            keep_freed_memory()
         self._decoder: DecoderForward | None = None
         reason = unsupported(model)
         if reason is None:
@@ -529,8 +532,8 @@ class TransformersGenerator(Generator):
         **options: Any,
     ) -> TransformersGenerator:
         """Load a local checkpoint on ``device`` (``auto``: the first GPU if there is one, else the
-        CPU; ``run.generation.transformers.device``) in ``dtype`` (:func:`resolve_dtype`; ``auto``: bf16 where
-        the device computes it natively); ``policy_id`` defaults to the one its manifest records."""
+        CPU; ``run.generation.transformers.device``) in ``dtype`` (:func:`resolve_dtype`; ``auto``: bf16
+        where the device multiplies faster in it); ``policy_id`` defaults to the one its manifest records."""
         resolved = resolve_device(device)
         model, tokenizer = load_policy(path, dtype=resolve_dtype(dtype, resolved), device=resolved)
         if policy_id is None:
