@@ -5,8 +5,8 @@ The workload is the evaluation of every checkpoint (appendix D.2): the shipped p
 Experience of its own reference episodes (rules summaries, built once with the transformers
 backend in fp32), temperature 0.4, 48 new tokens, 30 steps per episode. Each engine then plays the
 same episodes, one after the other in this process, as the pipeline would build it from
-``run.generation`` (``conf/base``'s transformers options: dtype and compile ``auto``, so bf16 and
-compiled where the processor computes bf16 natively; vLLM's from ``conf/rehearsal``: fp32, the
+``run.generation`` (``conf/base``'s transformers options: dtype and compile ``auto``: bf16 where the
+processor multiplies faster in it, compiled; vLLM's from ``conf/rehearsal``: fp32, the
 CPU build's KV cache in a share of RAM, prefix caching on). Per engine it prints the seconds of
 its first call (engine start, compilation) apart, the wall time of the evaluation, episodes per
 second, success per view, and the ratio of the two engines' rates; success rates should agree

@@ -158,7 +158,7 @@ def _parser() -> argparse.ArgumentParser:
         "--dtype",
         choices=sorted(DTYPES),
         default="auto",
-        help="generation precision (auto: bf16 where the machine computes it natively)",
+        help="generation precision (auto: bf16 where the machine multiplies faster in it)",
     )
     evaluate.add_argument(
         "--batch-size", type=int, default=None, help="rows decoded together (the generator's 64)"

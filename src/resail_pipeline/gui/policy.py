@@ -204,7 +204,7 @@ class VisionPolicy(Generator):
     ) -> VisionPolicy:
         """The generator ``make_generator("transformers", path, ...)`` builds for a Qwen3-VL
         checkpoint: ``dtype`` one of ``auto``, ``float32``, ``bfloat16`` (``auto``: bf16 where
-        ``device`` computes it natively)."""
+        ``device`` multiplies faster in it, :func:`~.transformers_backend.resolve_dtype`)."""
         resolved = resolve_device(device)
         policy = cls.load(path, resolved, resolve_dtype(dtype, resolved))
         policy.batch_size = batch_size
