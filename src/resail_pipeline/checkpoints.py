@@ -167,7 +167,7 @@ def bf16_native(device: torch.device) -> bool:
 def bf16_faster(device: torch.device) -> bool:
     """Whether ``device`` multiplies matrices faster in bf16 than in fp32: a CUDA device with bf16
     support; a CPU that computes bf16 natively (:func:`bf16_native`) where its bf16 products, timed
-    beside fp32's, run faster. Native is not enough on a CPU: with AMX tiles bf16 ran about 7 times
+    beside fp32's, run faster. Native is not enough on a CPU: with AMX tiles bf16 ran 5 to 7 times
     fp32's rate, and with AVX-512 BF16 alone 2.7 times on an AMD EPYC but 0.54 times on an Intel
     Xeon whose oneDNN was held below AMX (docs/generation.md), where fp32 evaluated faster."""
     if device.type != "cpu":
