@@ -31,7 +31,7 @@ from resail_pipeline.bootstrap.config import BootstrapConfig
 from resail_pipeline.bootstrap.demonstrations import collect_demonstrations
 from resail_pipeline.bootstrap.packing import Branch, PackedRow, collate, group_steps, pack_rows
 from resail_pipeline.bootstrap.vocabulary import environment_corpus, train_tokenizer
-from resail_pipeline.checkpoints import bf16_native
+from resail_pipeline.checkpoints import bf16_faster, bf16_native
 from resail_pipeline.devices import machine_header
 from resail_pipeline.envs import make_env
 from resail_pipeline.modeling import build_qwen3, build_word_tokenizer
@@ -137,7 +137,8 @@ def main() -> None:
         f"training throughput, {shape.num_hidden_layers} layers x {shape.hidden_size}, "
         f"{budget} padded tokens per batch, {torch.get_num_threads()} threads, "
         f"best and median of {args.rounds} interleaved rounds "
-        f"(native bf16 on this CPU: {bf16_native(torch.device('cpu'))}, so `auto` trains in "
+        f"(native bf16 on this CPU: {bf16_native(torch.device('cpu'))}, faster than fp32: "
+        f"{bf16_faster(torch.device('cpu'))}, so `auto` trains in "
         f"{training_precision('auto', torch.device('cpu'))}):"
     )
     variants = [

@@ -545,7 +545,7 @@ def test_a_recipes_environment_options_are_checked_at_the_command_line(tmp_path,
 def test_the_alfworld_first_stage_recipe():
     """reference/alfworld-chain/01-first-stage.yml over the base parameters: ALFWorld, built
     from scratch on demonstrations with mistakes, for a number of passes whatever the
-    processor's speed (no time budget), in bf16 only where the processor computes it natively."""
+    processor's speed (no time budget), in bf16 only where the processor multiplies faster in it."""
     from resail_pipeline.bootstrap.__main__ import load_config
 
     config = load_config(ROOT / "reference" / "alfworld-chain" / "01-first-stage.yml", BASE)

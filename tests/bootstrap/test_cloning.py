@@ -192,11 +192,11 @@ def test_without_a_time_budget_the_epochs_alone_set_the_steps(tiny_model, monkey
         TrainingSettings(time_budget_s=0.0)
 
 
-@pytest.mark.parametrize(("native", "auto"), [(True, "bf16"), (False, "fp32")])
-def test_auto_precision_is_bf16_only_where_the_device_computes_it_natively(
-    monkeypatch, native, auto
+@pytest.mark.parametrize(("faster", "auto"), [(True, "bf16"), (False, "fp32")])
+def test_auto_precision_is_bf16_only_where_the_device_multiplies_faster_in_it(
+    monkeypatch, faster, auto
 ):
-    monkeypatch.setattr(cloning, "bf16_native", lambda device: native)
+    monkeypatch.setattr(cloning, "bf16_faster", lambda device: faster)
     cpu = torch.device("cpu")
     assert training_precision("auto", cpu) == auto
     assert training_precision("fp32", cpu) == "fp32"
@@ -210,6 +210,7 @@ def test_training_autocasts_in_the_resolved_precision(
     tiny_model, monkeypatch, caplog, setting, used, warned
 ):
     monkeypatch.setattr(cloning, "bf16_native", lambda device: False)
+    monkeypatch.setattr(cloning, "bf16_faster", lambda device: False)
     seen = []
     real = cloning.autocast
 

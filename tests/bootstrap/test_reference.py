@@ -496,7 +496,7 @@ def test_the_clone_chain_is_the_shipped_chain_on_the_clone_tasks():
     """reference/textcraft-clone-chain/: stage by stage the shipped chain's recipe, with only its
     name, its warm starts, the adapter's clone_tasks and its training budget changed: the epochs
     the shipped stage trained before its time budget stopped it (its manifest), with no time
-    budget, bf16 only where the processor computes it natively."""
+    budget, bf16 only where the processor multiplies faster in it."""
     from resail_pipeline.bootstrap.__main__ import load_config, load_env_options
 
     root = SHIPPED.parents[1]

@@ -35,7 +35,7 @@ from transformers import PreTrainedModel
 
 from resail_pipeline.bootstrap.config import TrainingSettings
 from resail_pipeline.bootstrap.packing import Batch, PackedRow, collate, plan_batches
-from resail_pipeline.checkpoints import bf16_native, resolve_device
+from resail_pipeline.checkpoints import bf16_faster, bf16_native, resolve_device
 from resail_pipeline.io import atomic_path
 from resail_pipeline.training.engine import autocast
 
@@ -89,10 +89,11 @@ def training_device(setting: str) -> torch.device:
 
 def training_precision(setting: str, device: torch.device) -> str:
     """The precision of ``training.precision`` on ``device``: ``auto`` takes bf16 autocast where
-    the device computes bf16 natively (:func:`~resail_pipeline.checkpoints.bf16_native`), fp32
-    elsewhere; ``fp32`` and ``bf16`` are kept."""
+    the device multiplies faster in bf16 than in fp32 (as generation's ``dtype: auto``:
+    :func:`~resail_pipeline.checkpoints.bf16_faster`), fp32 elsewhere; ``fp32`` and ``bf16`` are
+    kept."""
     if setting == "auto":
-        return "bf16" if bf16_native(device) else "fp32"
+        return "bf16" if bf16_faster(device) else "fp32"
     return setting
 
 

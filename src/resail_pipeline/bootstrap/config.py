@@ -202,9 +202,9 @@ class TrainingSettings:
     time_budget_s: float | None = 3600.0
     #: seconds between resumable checkpoints of the training state
     checkpoint_every_s: float = 600.0
-    #: ``bf16`` autocast, ``fp32``, or ``auto``: bf16 where the device computes it natively, else
-    #: fp32 (bf16 trained 1.5x faster than fp32 on a CPU with AMX, 18x slower on one with
-    #: AVX2 only: ``benchmarks/bootstrap_training.py``)
+    #: ``bf16`` autocast, ``fp32``, or ``auto``: bf16 where the device multiplies faster in it,
+    #: else fp32 (bf16 trained 1.5x faster than fp32 on a CPU with AMX, 1.34x slower with oneDNN
+    #: held to AVX-512 BF16, 18x slower with AVX2 only: ``benchmarks/bootstrap_training.py``)
     precision: str = "auto"
     #: weight of the prompt tokens' next-token loss added to the response loss (0: responses
     #: only); the prompt repeats its own text, a dense signal for copying (:mod:`~.cloning`)
