@@ -23,7 +23,7 @@ def test_auto_is_the_first_gpu_when_torch_sees_one(monkeypatch):
 def timed_rates(monkeypatch):
     """Fake matmul rates (FLOP/s per dtype) for :func:`bf16_faster`'s timing, forgotten after."""
     rates = {}
-    monkeypatch.setattr(checkpoints, "matmul_rate", lambda dtype, seconds: rates[dtype])
+    monkeypatch.setattr(checkpoints, "matmul_rates", lambda: rates)
     checkpoints._cpu_bf16_faster.cache_clear()
     yield rates
     checkpoints._cpu_bf16_faster.cache_clear()

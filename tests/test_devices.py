@@ -62,6 +62,26 @@ def test_the_matmul_rate_shrinks_a_product_that_would_take_too_long(monkeypatch)
     assert sizes == [1024, 1024, 512, 512, 256, 256, 128, 128]  # halved down to the floor
 
 
+def test_matmul_rates_keep_each_dtypes_best_of_interleaved_timings(monkeypatch):
+    import torch
+
+    from resail_pipeline import devices
+
+    readings = iter([139e9, 221e9, 410e9, 225e9, 400e9, 224e9])  # fp32, bf16 in turn
+    timed = []
+
+    def fake_rate(dtype, seconds):
+        timed.append((dtype, seconds))
+        return next(readings)
+
+    monkeypatch.setattr(devices, "matmul_rate", fake_rate)
+    assert devices.matmul_rates(rounds=3, seconds=0.1) == {
+        torch.float32: 410e9,
+        torch.bfloat16: 225e9,
+    }
+    assert timed == [(torch.float32, 0.1), (torch.bfloat16, 0.1)] * 3
+
+
 def test_compiled_kernels_of_a_capped_processor_get_a_cache_of_their_own(monkeypatch):
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 

@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
-from resail_pipeline.devices import matmul_rate
+from resail_pipeline.devices import matmul_rates
 from resail_pipeline.io import atomic_path, sha256_files
 from resail_pipeline.schemas import check_columns
 
@@ -177,14 +177,9 @@ def bf16_faster(device: torch.device) -> bool:
 
 @functools.cache
 def _cpu_bf16_faster() -> bool:
-    """Whether this process's CPU products run faster in bf16 than in fp32: each dtype timed in
-    turn, three times, its best rate kept. A single timing can read a third of the rate: a fresh
-    process's first fp32 products ran at 247-375 GFLOP/s on a Xeon whose later ones ran at 410,
-    and one at 139 beside the start of a Kedro run."""
-    rates = {torch.float32: 0.0, torch.bfloat16: 0.0}
-    for _ in range(3):
-        for dtype, best in rates.items():
-            rates[dtype] = max(best, matmul_rate(dtype, seconds=0.1))
+    """Whether this process's CPU products run faster in bf16 than in fp32, each dtype's best of
+    three timings (:func:`~resail_pipeline.devices.matmul_rates`)."""
+    rates = matmul_rates()
     fp32, bf16 = rates[torch.float32], rates[torch.bfloat16]
     logger.info(
         "matrix products on this CPU: fp32 %.0f GFLOP/s, bf16 %.0f: %s is the faster",

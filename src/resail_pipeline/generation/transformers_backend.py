@@ -532,8 +532,9 @@ class TransformersGenerator(Generator):
         **options: Any,
     ) -> TransformersGenerator:
         """Load a local checkpoint on ``device`` (``auto``: the first GPU if there is one, else the
-        CPU; ``run.generation.transformers.device``) in ``dtype`` (:func:`resolve_dtype`; ``auto``: bf16
-        where the device multiplies faster in it); ``policy_id`` defaults to the one its manifest records."""
+        CPU; ``run.generation.transformers.device``) in ``dtype`` (:func:`resolve_dtype`;
+        ``auto``: bf16 where the device multiplies faster in it); ``policy_id`` defaults to the
+        one its manifest records."""
         resolved = resolve_device(device)
         model, tokenizer = load_policy(path, dtype=resolve_dtype(dtype, resolved), device=resolved)
         if policy_id is None:
