@@ -9,7 +9,13 @@ import pytest
 from resail_pipeline.envs import make_env
 from resail_pipeline.envs.planner import plan_from_observation
 from resail_pipeline.experience.evidence import build_evidence_table
-from resail_pipeline.experience.rules import QUOTE_CHARS, env_rules, rules_summary
+from resail_pipeline.experience.rules import (
+    ENV_RULES,
+    QUOTE_CHARS,
+    EnvRules,
+    env_rules,
+    rules_summary,
+)
 from resail_pipeline.experience.validation import validate_summary
 
 from ._episodes import (
@@ -34,8 +40,9 @@ def fields(text: str) -> dict[str, str]:
     return dict(line[2:].split(": ", 1) for line in text.splitlines()[1:])
 
 
-def fixed_planner(observation: str) -> list[str]:
-    assert observation == TEXTCRAFT_FAILURE.initial  # the full, uncapped initial observation
+def fixed_planner(evidence) -> list[str]:
+    # planners get the evidence, with the full, uncapped initial observation
+    assert evidence.initial_observation == TEXTCRAFT_FAILURE.initial
     return TEXTCRAFT_PLAN
 
 
@@ -162,17 +169,29 @@ def test_avoid_does_not_contradict_the_plan():
 
 def test_failure_without_a_plan_says_so():
     evidence = evidence_of(TEXTCRAFT_FAILURE)
-    no_plan = fields(rules_summary(evidence, lambda _observation: None))
+    no_plan = fields(rules_summary(evidence, lambda _evidence: None))
     assert no_plan["Corrected plan"] == (
         "not derivable from the evidence: the planner found no plan for this task"
     )
-    alfworld = fields(rules_summary(evidence_of(ALFWORLD_FAILURE)))
-    assert alfworld["Corrected plan"] == (
+    without = dataclasses.replace(env_rules("textcraft"), planner=None)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(ENV_RULES, "textcraft", without)
+        generic = fields(rules_summary(evidence))
+    assert generic["Corrected plan"] == (
         "not derivable from the evidence: this environment has no planner"
     )
 
 
-def test_alfworld_success_uses_the_corrections_and_the_final_action_as_critical():
+@pytest.fixture()
+def generic_alfworld(monkeypatch):
+    """ALFWorld under the generic rules (no summary builders of its own): an environment
+    registered with its information actions only."""
+    generic = EnvRules(information_actions=env_rules("alfworld").information_actions)
+    monkeypatch.setitem(ENV_RULES, "alfworld", generic)
+
+
+@pytest.mark.usefixtures("generic_alfworld")
+def test_generic_success_uses_the_corrections_and_the_final_action_as_critical():
     got = fields(rules_summary(evidence_of(ALFWORLD_SUCCESS)))
     assert "`look`" not in got["Minimal plan"]
     assert got["Minimal plan"].startswith(
@@ -182,6 +201,7 @@ def test_alfworld_success_uses_the_corrections_and_the_final_action_as_critical(
     assert got["Critical actions"] == "`go to sinkbasin 1`, then `move mug 1 to coffeemachine 1`"
 
 
+@pytest.mark.usefixtures("generic_alfworld")
 def test_long_results_are_quoted_below_the_copy_limit():
     long = "You arrive at drawer 1. " + "On the drawer 1, you see a pen 1. " * 10
     steps = (*ALFWORLD_FAILURE.steps[:2], ("open drawer 1", False, long))

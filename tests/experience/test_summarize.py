@@ -9,9 +9,11 @@ import pytest
 
 from resail_pipeline.config import ConfigError, build
 from resail_pipeline.datasets import AtomicParquetDataset
+from resail_pipeline.envs import make_env
 from resail_pipeline.experience.evidence import build_evidence_table
 from resail_pipeline.experience.summarize import (
     SummarizeConfig,
+    configured_planner,
     summarize_trajectories,
     usable_summaries,
 )
@@ -176,6 +178,7 @@ def test_config_from_parameters():
         ({"max_attempts": 0}, "max_attempts: must be a positive integer"),
         ({"max_attempts": 2.0}, "max_attempts: must be a positive integer"),
         ({"on_rejected": "keep"}, "on_rejected: must be one of"),
+        ({"corrected_plan": "oracle"}, "corrected_plan: must be one of"),
         ({"sampling": SamplingParams(n=2)}, r"sampling\.n: must be 1"),
         ({"sampling": SamplingParams(temperature=0.0)}, r"sampling\.temperature: greedy decoding"),
     ],
@@ -183,6 +186,13 @@ def test_config_from_parameters():
 def test_config_range_checks(kwargs, message):
     with pytest.raises(ValueError, match=message):
         SummarizeConfig(**kwargs)
+
+
+def test_the_walkthrough_planner_is_built_only_where_asked_and_possible():
+    textcraft = lambda: make_env("textcraft")  # noqa: E731
+    assert configured_planner(SummarizeConfig(), textcraft) is None
+    with pytest.raises(ValueError, match=r"^summarize\.corrected_plan: 'walkthrough' needs"):
+        configured_planner(SummarizeConfig(corrected_plan="walkthrough"), textcraft)
 
 
 def test_greedy_decoding_is_allowed_with_a_single_attempt():

@@ -163,6 +163,10 @@ def test_budgets_are_compared_with_the_splits_where_the_pipeline_acts(cycle_1):
     acting = Pipeline([node(lambda x: x, "cycle_0.checkpoint", "cycle_1.eval_results")])
     with pytest.raises(ValueError, match=r"evaluate\.num_tasks: 1000 is more than the 100"):
         hook.before_pipeline_run({}, acting, catalog)
+    summarize = {**params["summarize"], "corrected_plan": "walkthrough"}  # ALFWorld's oracle
+    catalog = _catalog(None, policy, summarize=summarize)
+    with pytest.raises(ValueError, match=r"^summarize\.corrected_plan: 'walkthrough' needs"):
+        hook.before_pipeline_run({}, acting, catalog)
 
 
 def _vllm_catalog(policy, checkpoint, staging, max_model_len: int):

@@ -23,7 +23,11 @@ import pandas as pd
 
 from resail_pipeline.config import ConfigError, check_int
 from resail_pipeline.envs import Environment
-from resail_pipeline.experience import SummarizeConfig, summarize_trajectories
+from resail_pipeline.experience import (
+    SummarizeConfig,
+    configured_planner,
+    summarize_trajectories,
+)
 from resail_pipeline.generation.base import Generator
 from resail_pipeline.journal import EpisodeJournal
 from resail_pipeline.prompts import OUTCOMES, Summary
@@ -239,6 +243,7 @@ def build_experience(
         make_env, generator, config, decoding_seed=decoding_seed, journal=journal
     )
     summarize = dataclasses.replace(summarize, on_rejected="rules")
-    summaries = summarize_trajectories(trajectories, steps, summarize, generator)
+    planner = configured_planner(summarize, make_env)
+    summaries = summarize_trajectories(trajectories, steps, summarize, generator, planner=planner)
     experience = summaries.merge(trajectories[["traj_id", "task_id"]], on="traj_id", how="left")
     return trajectories, steps, experience

@@ -16,12 +16,13 @@ Definitions used throughout (tested at N - 1, N and N + 1 characters):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
+from resail_pipeline.envs.base import END_ENV_DONE, END_STEP_LIMIT
 from resail_pipeline.prompts.common import OUTCOME_FAILURE, OUTCOME_SUCCESS
 from resail_pipeline.prompts.summaries import EVIDENCE_RECORD, FAILURE_PROMPT, SUCCESS_PROMPT
 from resail_pipeline.schemas import check_columns, is_null
@@ -90,6 +91,7 @@ class Evidence:
         records: one record per executed step, in order.
         initial_observation: the full, uncapped initial observation (for planners; never shown).
         end_reason: why the episode ended (``trajectories.end_reason``).
+        task_id: the trajectory's task (for planners that read the task's game; never shown).
     """
 
     traj_id: str
@@ -99,6 +101,7 @@ class Evidence:
     records: tuple[EvidenceRecord, ...]
     initial_observation: str = ""
     end_reason: str = ""
+    task_id: int | None = None
 
     def snapshot_text(self) -> str:
         return "\n".join(self.snapshot)
@@ -126,6 +129,20 @@ class Evidence:
             pieces.append(("action", r.action))
             pieces.append(("observation", r.observation))
         return tuple(pieces)
+
+
+#: A planner: the evidence of a trajectory -> the actions of a plan, or ``None`` when it finds none.
+Planner = Callable[[Evidence], "Sequence[str] | None"]
+
+
+def ending_text(evidence: Evidence) -> str:
+    """How the episode ended, in words, with its number of steps."""
+    n = len(evidence.records)
+    if evidence.end_reason == END_STEP_LIMIT:
+        return f"the episode hit the step limit after {n} steps"
+    if evidence.end_reason == END_ENV_DONE:
+        return f"the environment ended the episode after {n} steps"
+    return f"the episode ended ({evidence.end_reason or 'no reason recorded'}) after {n} steps"
 
 
 def _raw_text(value: Any) -> str:
@@ -179,6 +196,7 @@ def build_evidence(trajectory: Mapping[str, Any], steps: pd.DataFrame) -> Eviden
         records=records,
         initial_observation=initial,
         end_reason=normalise(trajectory["end_reason"]),
+        task_id=None if is_null(trajectory.get("task_id")) else int(trajectory["task_id"]),
     )
 
 

@@ -3,7 +3,13 @@
 For models too small to write prose, the summary is assembled from the evidence itself; it goes
 through the same validator as a generated one. Nothing is invented: every action named is an
 executed action, every quoted result is an observation of the trajectory, and the corrected plan of
-a failure comes only from an environment planner that computes it from the initial observation.
+a failure comes only from an environment planner (:data:`Planner`, given the evidence) that
+computes it from what the trajectory shows (TextCraft's: the initial observation's crafting
+commands).
+
+An environment may register builders of its own (:class:`EnvRules` ``success`` and ``failure``):
+ALFWorld's (:mod:`.alfworld_rules`) read the world the episode revealed. The generic rules below
+serve every environment that registers none; TextCraft uses them.
 
 Success ("Guidance summary"):
 
@@ -51,8 +57,9 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from resail_pipeline.envs import END_ENV_DONE, END_STEP_LIMIT, check_env_name
-from resail_pipeline.experience.evidence import Evidence, EvidenceRecord
+from resail_pipeline.envs import check_env_name
+from resail_pipeline.experience import alfworld_rules
+from resail_pipeline.experience.evidence import Evidence, EvidenceRecord, Planner, ending_text
 from resail_pipeline.experience.validation import canonical_text
 from resail_pipeline.prompts.common import OUTCOME_SUCCESS
 
@@ -61,8 +68,9 @@ QUOTE_CHARS = 100
 #: Distinct rejected actions named in an "Avoid" field.
 AVOID_ACTIONS = 3
 
-#: A planner: initial observation text -> the actions of a plan, or ``None`` when none is found.
-Planner = Callable[[str], "Sequence[str] | None"]
+#: An environment's own summary builder: (evidence, planner or ``None``) -> the four values of the
+#: outcome's template, in order.
+FieldBuilder = Callable[[Evidence, "Planner | None"], list[str]]
 
 
 @dataclass(frozen=True)
@@ -74,25 +82,41 @@ class EnvRules:
         critical: picks the critical actions from the plan; ``None`` uses the default rule.
         planner: ``"module:function"`` of a :data:`Planner`, imported on first use; ``None`` when
             the environment has no planner (the corrected plan then says so).
+        success, failure: the environment's own builders of the two formats (:data:`FieldBuilder`);
+            ``None`` uses the generic rules of this module.
     """
 
     information_actions: frozenset[str] = field(default_factory=frozenset)
     critical: Callable[[Sequence[EvidenceRecord], list[str]], list[str]] | None = None
     planner: str | None = None
+    success: FieldBuilder | None = None
+    failure: FieldBuilder | None = None
 
 
 def _textcraft_critical(_records: Sequence[EvidenceRecord], plan: list[str]) -> list[str]:
     return [action for action in plan if action.startswith("craft ")]
 
 
-#: env name -> its rules; ALFWorld has no planner yet (plug one in here).
+def textcraft_plan(evidence: Evidence) -> Sequence[str] | None:
+    """TextCraft's planner on the episode's initial observation (goal and crafting commands)."""
+    from resail_pipeline.envs.planner import plan_from_observation
+
+    return plan_from_observation(evidence.initial_observation)
+
+
+#: env name -> its rules. ALFWorld's summaries are its own (:mod:`.alfworld_rules`): what the
+#: episode saw and the steps that follow from it.
 ENV_RULES: dict[str, EnvRules] = {
     "textcraft": EnvRules(
         information_actions=frozenset({"inventory"}),
         critical=_textcraft_critical,
-        planner="resail_pipeline.envs.planner:plan_from_observation",
+        planner="resail_pipeline.experience.rules:textcraft_plan",
     ),
-    "alfworld": EnvRules(information_actions=frozenset({"look", "inventory", "help"})),
+    "alfworld": EnvRules(
+        information_actions=frozenset({"look", "inventory", "help"}),
+        success=alfworld_rules.success_fields,
+        failure=alfworld_rules.failure_fields,
+    ),
 }
 
 
@@ -162,15 +186,6 @@ def _default_critical(records: Sequence[EvidenceRecord], plan: list[str]) -> lis
     if plan and plan[-1] not in picked:
         picked.append(plan[-1])
     return picked
-
-
-def _ending(evidence: Evidence) -> str:
-    n = len(evidence.records)
-    if evidence.end_reason == END_STEP_LIMIT:
-        return f"the episode hit the step limit after {n} steps"
-    if evidence.end_reason == END_ENV_DONE:
-        return f"the environment ended the episode after {n} steps"
-    return f"the episode ended ({evidence.end_reason or 'no reason recorded'}) after {n} steps"
 
 
 def _avoid_rejected(
@@ -250,7 +265,7 @@ def _failure_fields(evidence: Evidence, rules: EnvRules, planner: Planner | None
     """The four "Failure analysis" values, in template order."""
     rejected = _rejected(evidence)
     contributing = _contributing(evidence, rules)
-    plan = planner(evidence.initial_observation) if planner is not None else None
+    plan = planner(evidence) if planner is not None else None
     if rejected:
         last = rejected[-1]
         result = _quote(last.observation)
@@ -263,7 +278,7 @@ def _failure_fields(evidence: Evidence, rules: EnvRules, planner: Planner | None
             diagnosis = f"the last rejected action was {what}, which returned {result}"
     else:
         diagnosis = f"all {len(evidence.records)} actions were accepted but none completed the task"
-    diagnosis += f"; {_ending(evidence)} without success"
+    diagnosis += f"; {ending_text(evidence)} without success"
 
     progress = _on_plan(contributing, plan) if plan else contributing
     if progress:
@@ -294,7 +309,11 @@ def rules_summary(evidence: Evidence, planner: Planner | None = None) -> str:
     """
     rules = env_rules(evidence.env)
     if evidence.outcome == OUTCOME_SUCCESS:
+        if rules.success is not None:
+            return canonical_text(evidence.outcome, rules.success(evidence, planner))
         return canonical_text(evidence.outcome, _success_fields(evidence, rules))
     if planner is None:
         planner = load_planner(rules)
+    if rules.failure is not None:
+        return canonical_text(evidence.outcome, rules.failure(evidence, planner))
     return canonical_text(evidence.outcome, _failure_fields(evidence, rules, planner))

@@ -15,13 +15,15 @@ trajectory out; ``rules`` puts the rules-based summary in its place, recorded wi
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
 from resail_pipeline.config import ConfigError, check_choice, check_int
-from resail_pipeline.experience.evidence import build_evidence_table, outcome_of
+from resail_pipeline.experience.alfworld_rules import walkthrough_planner
+from resail_pipeline.experience.evidence import Planner, build_evidence_table, outcome_of
 from resail_pipeline.experience.extraction import (
     SOURCE_MODEL,
     SOURCE_RULES,
@@ -29,7 +31,6 @@ from resail_pipeline.experience.extraction import (
     extract_with_model,
     extract_with_rules,
 )
-from resail_pipeline.experience.rules import Planner
 from resail_pipeline.experience.validation import validate_summary
 from resail_pipeline.generation import Generator, SamplingParams
 from resail_pipeline.prompts import Summary
@@ -43,6 +44,11 @@ SOURCES = (SOURCE_MODEL, SOURCE_RULES)
 ON_REJECTED = ("drop", "rules")
 #: ``source`` of a rules-based summary that replaced rejected model attempts.
 SOURCE_RULES_FALLBACK = "rules_fallback"
+#: Where a rules-based failure summary's corrected plan comes from: ``evidence``, what the
+#: trajectory itself shows (the environment's rules and planner); ``walkthrough``, the game's
+#: stored planner walkthrough, an oracle that names what the episode never saw (ALFWorld only,
+#: for comparison).
+CORRECTED_PLANS = ("evidence", "walkthrough")
 
 
 @dataclass(frozen=True)
@@ -62,11 +68,15 @@ class SummarizeConfig:
     # model extraction: decoding; every attempt of every trajectory derives its own seed from
     # sampling.seed (see extraction); n must be 1
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    # rules-based failure summaries: "evidence" (the corrected plan follows from what the episode
+    # saw) or "walkthrough" (the game's stored walkthrough: an oracle, ALFWorld only)
+    corrected_plan: str = "evidence"
 
     def __post_init__(self) -> None:
         check_choice("source", self.source, SOURCES)
         check_int("max_attempts", self.max_attempts, low=1)
         check_choice("on_rejected", self.on_rejected, ON_REJECTED)
+        check_choice("corrected_plan", self.corrected_plan, CORRECTED_PLANS)
         if self.sampling.n != 1:
             raise ConfigError(
                 f"sampling.n: must be 1 (one summary per attempt), got {self.sampling.n}"
@@ -76,6 +86,19 @@ class SummarizeConfig:
                 "sampling.temperature: greedy decoding repeats the same text on every retry; "
                 f"use temperature > 0 or max_attempts: 1 (got {self.max_attempts})"
             )
+
+
+def configured_planner(config: SummarizeConfig, make_env: Callable[[], Any]) -> Planner | None:
+    """The planner ``config`` puts in place of the environment's own: the walkthrough of each
+    trajectory's game (:func:`~resail_pipeline.experience.alfworld_rules.walkthrough_planner`,
+    on an environment from ``make_env``) with ``corrected_plan: walkthrough``; else ``None``.
+
+    Raises:
+        ValueError: the environment stores no walkthroughs (naming the field).
+    """
+    if config.corrected_plan != "walkthrough":
+        return None
+    return walkthrough_planner(make_env())
 
 
 def _row(extraction: Extraction) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any
 from resail_pipeline.checkpoints import CheckpointError, load_tokenizer
 from resail_pipeline.config import ConfigError, build, check_folder_name, check_int
 from resail_pipeline.evaluation.evaluate import VIEW_PRIVILEGED
-from resail_pipeline.experience import SummarizeConfig
+from resail_pipeline.experience import SummarizeConfig, configured_planner
 from resail_pipeline.experience.extraction import SOURCE_MODEL
 from resail_pipeline.generation.cuda import GpuInfo
 from resail_pipeline.gui.config import AitzConfig
@@ -88,7 +88,8 @@ def check_budgets(params: Mapping[str, Any]) -> None:
     Builds the run's environment (so missing ALFWorld data fails here) and compares every split
     name and count with what the environment has: ``collect.split`` and ``evaluate.splits`` must
     exist, ``evaluate.num_tasks`` must not exceed any evaluated split (evaluation runs each task
-    once per seed), and an update cannot draw more trajectories than a cycle collects. A
+    once per seed), an update cannot draw more trajectories than a cycle collects, and
+    ``summarize.corrected_plan: walkthrough`` needs an environment that stores walkthroughs. A
     collection larger than its split is allowed: tasks recur, each repeat a trajectory of its own
     (:mod:`resail_pipeline.collection`), which is logged.
     """
@@ -97,6 +98,12 @@ def check_budgets(params: Mapping[str, Any]) -> None:
     evaluate = eval_config(dict(params["evaluate"]), run.env)
     schedule = TrainConfig.from_dict({**params["train"], "method": run.method}, "train").schedule
     env = run.environment()()
+    try:
+        configured_planner(
+            build(SummarizeConfig, dict(params["summarize"]), "summarize"), lambda: env
+        )
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
     sizes: dict[str, int] = {}
     for field, split in [("collect.split", collect.split)] + [
         ("evaluate.splits", s) for s in evaluate.splits

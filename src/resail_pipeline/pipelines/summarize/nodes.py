@@ -7,7 +7,11 @@ from typing import Any
 import pandas as pd
 
 from resail_pipeline.config import build
-from resail_pipeline.experience import SummarizeConfig, summarize_trajectories
+from resail_pipeline.experience import (
+    SummarizeConfig,
+    configured_planner,
+    summarize_trajectories,
+)
 from resail_pipeline.experience.extraction import SOURCE_MODEL
 from resail_pipeline.pipelines.common import RunConfig, policy_info
 
@@ -23,7 +27,8 @@ def summarize_node(
     built from each trajectory (``source: rules``); rejections are recorded, never raised."""
     run = RunConfig.from_params(run_params)
     config = build(SummarizeConfig, summarize_params, "summarize")
+    planner = configured_planner(config, run.environment())
     if config.source != SOURCE_MODEL:
-        return summarize_trajectories(trajectories, steps, config, None)
+        return summarize_trajectories(trajectories, steps, config, None, planner=planner)
     with run.generator(policy_info(policy)) as generator:
-        return summarize_trajectories(trajectories, steps, config, generator)
+        return summarize_trajectories(trajectories, steps, config, generator, planner=planner)

@@ -1,0 +1,623 @@
+"""ALFWorld's rules-based summaries: what the episode revealed and what to do next.
+
+A reflecting agent that played an ALFWorld game knows three things a new attempt can use: the
+procedure of its task (find the object, take it, clean, heat or cool it, put it in place; or take
+it to a lamp and switch the lamp on) and which of its steps were done; where each object it saw
+was, and which receptacles it searched; and, after a failure, the steps that follow from what it
+saw. The summary says that, in the two appendix-G formats, built from the episode alone:
+
+- The task comes from its sentence (the six templates of ALFWorld's goal library, :data:`TASKS`),
+  the room's receptacles from the opening text, and the world from every accepted action's result
+  (:class:`World`: where each object was seen, which receptacles were opened and what they held,
+  which were found closed, what the agent took, cleaned, heated, cooled, switched on and put where).
+- Success ("Guidance summary"). *Minimal plan*: the procedure done with the objects and
+  receptacles the episode used, one action a step (a receptacle opened where the episode opened
+  it). *Critical actions*: the plan's steps that act on the task's object or lamp (take, clean,
+  heat, cool, use, move). *Checks*: the procedure, and where the task's objects were. *Avoid*: how
+  many actions were rejected and how many the episode repeated, counted.
+- Failure ("Failure analysis"). *Failure diagnosis*: the procedure, the steps done and the first
+  step not done, how the episode ended and whether it stopped progressing. *Useful evidence*: where
+  each object seen was, which receptacles were searched without the task's object, which were
+  found closed, which are still unsearched. *Corrected plan*: the next steps from where the episode
+  ended, as far as what it saw determines them (:func:`corrected_plan`): go where a task object was
+  seen (or search the unsearched receptacles that can hold one, named), take it, treat it, put it
+  in place. *Avoid*: counted, as in a success.
+
+With an oracle planner (:func:`walkthrough_planner`: the game's stored walkthrough, chosen by
+``summarize.corrected_plan: walkthrough``) a failure's corrected plan is that walkthrough instead;
+it names locations the episode never saw, so it is for comparison, not the default.
+
+What a summary never holds: an action the episode took :data:`LOOP_REPEATS` or more times, or one
+that was rejected (:func:`looped_actions`). A small policy copies a quoted action from its context
+whatever the words around it say, so a quoted loop invites its own repetition. Where such an action
+is still a step of a plan (the agent looped at the receptacle it must later go back to, say), the
+step is said in words (:func:`in_words`: "head to desk 1", "pick up the mug 1 from the countertop
+1"). Observations are never quoted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+from resail_pipeline.experience.evidence import Evidence, Planner, ending_text
+
+#: Times an action may occur in an episode before it counts as looped and is never quoted.
+LOOP_REPEATS = 3
+#: Receptacles named in one list of a summary at most (the rest are counted).
+LIST_NAMES = 10
+
+#: Sentence patterns of the six task types (ALFWorld's goal library), specialised ones first.
+TASKS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (kind, re.compile(pattern))
+    for kind, pattern in (
+        ("clean", r"^(?:put a clean (?P<a>\w+) in|clean some (?P<b>\w+) and put it in) (?P<r>\w+)$"),
+        ("heat", r"^(?:put a hot (?P<a>\w+) in|heat some (?P<b>\w+) and put it in) (?P<r>\w+)$"),
+        ("cool", r"^(?:put a cool (?P<a>\w+) in|cool some (?P<b>\w+) and put it in) (?P<r>\w+)$"),
+        ("two", r"^(?:put two (?P<a>\w+) in|find two (?P<b>\w+) and put them in) (?P<r>\w+)$"),
+        ("look", r"^(?:look at (?P<a>\w+) under the|examine the (?P<b>\w+) with the) (?P<r>\w+)$"),
+        ("place", r"^put (?:a|some) (?P<a>\w+) (?:in|on) (?P<r>\w+)$"),
+    )
+)  # fmt: skip
+#: Task kind -> (appliance class, verb) for the state-change tasks.
+APPLIANCES = {
+    "clean": ("sinkbasin", "clean"),
+    "heat": ("microwave", "heat"),
+    "cool": ("fridge", "cool"),
+}
+#: Task kind -> its procedure's steps, in order.
+PROCEDURES = {
+    "place": ("find a {obj}", "take it", "put it in/on a {recep}"),
+    "two": ("find a {obj}", "take it", "put it in/on a {recep}", "find a second {obj}",
+            "take it", "put it in/on the {recep}"),
+    "look": ("find a {obj}", "take it", "find a {recep}", "switch the {recep} on holding the {obj}"),
+    "clean": ("find a {obj}", "take it", "clean it with a sinkbasin", "put it in/on a {recep}"),
+    "heat": ("find a {obj}", "take it", "heat it with a microwave", "put it in/on a {recep}"),
+    "cool": ("find a {obj}", "take it", "cool it with a fridge", "put it in/on a {recep}"),
+}  # fmt: skip
+
+_TASK_PREFIX = "Your task is to: "
+_NAME = r"[a-z]+ \d+"
+_ROOM = re.compile(r"Looking quickly around you, you see (?P<items>.*?)\.(?:\s|$)")
+_ARRIVE = re.compile(rf"^You arrive at (?P<r>{_NAME})\.")
+_OPEN = re.compile(rf"^You open the (?P<r>{_NAME})\.")
+_ON = re.compile(rf"On the (?P<r>{_NAME}), you see (?P<items>[^.]*)\.")
+_IN = re.compile(rf"The (?P<r>{_NAME}) is open\. In it, you see (?P<items>[^.]*)\.")
+_CLOSED = re.compile(rf"The (?P<r>{_NAME}) is closed\.")
+_TAKE = re.compile(rf"^You pick up the (?P<o>{_NAME}) from the (?P<r>{_NAME})\.")
+_MOVE = re.compile(rf"^You (?:move|put) the (?P<o>{_NAME}) (?:to|in|on) the (?P<r>{_NAME})\.")
+_TREAT = re.compile(rf"^You (?P<v>clean|heat|cool) the (?P<o>{_NAME}) using the (?P<r>{_NAME})\.")
+_TURN_ON = re.compile(rf"^You turn on the (?P<o>{_NAME})\.")
+_CLOSE = re.compile(rf"^You close the (?P<r>{_NAME})\.")
+
+
+@dataclass(frozen=True)
+class Task:
+    """A task as its sentence states it: ``kind`` (a key of :data:`PROCEDURES`), the object class
+    and the receptacle class it goes to (the lamp's class for ``look``)."""
+
+    kind: str
+    obj: str
+    recep: str
+
+    def procedure(self) -> list[str]:
+        steps = (step.format(obj=self.obj, recep=self.recep) for step in PROCEDURES[self.kind])
+        return [re.sub(r"\ba (?=[aeiou])", "an ", step) for step in steps]
+
+
+def parse_task(sentence: str) -> Task | None:
+    """The task of ``sentence`` (final period optional); ``None`` when no template matches."""
+    text = " ".join(sentence.split()).rstrip(".").lower()
+    for kind, pattern in TASKS:
+        if match := pattern.match(text):
+            return Task(kind, match.group("a") or match.group("b"), match.group("r"))
+    return None
+
+
+def task_sentence(initial_observation: str) -> str:
+    """The line after "Your task is to: " in the opening text (``""`` if there is none)."""
+    _, found, rest = initial_observation.partition(_TASK_PREFIX)
+    lines = rest.strip().splitlines()
+    return lines[0] if found and lines else ""
+
+
+def names(items: str) -> list[str]:
+    """``"a mug 1, a pen 2, and a cd 1"`` -> ``["mug 1", "pen 2", "cd 1"]``; ``"nothing"`` -> []."""
+    return re.findall(rf"\b(?:an?\s+)({_NAME})\b", items)
+
+
+def class_of(name: str) -> str:
+    """``"mug 1"`` -> ``"mug"``."""
+    return name.rsplit(" ", 1)[0]
+
+
+def room_receptacles(initial_observation: str) -> list[str]:
+    """The receptacles the opening text lists, in its order."""
+    match = _ROOM.search(" ".join(initial_observation.split()))
+    return names(match.group("items")) if match else []
+
+
+@dataclass
+class World:
+    """What the episode's accepted actions revealed.
+
+    Attributes:
+        receptacles: the room's receptacles (the opening text), in its order.
+        contents: receptacle -> the objects last seen in it (searched receptacles only).
+        closed: receptacles found closed and not opened since.
+        opened: receptacles the agent opened.
+        seen_at: object -> the receptacle it was first seen in.
+        taken_from: object -> the receptacle it was last picked up from.
+        holding: the object in hand at the end, if any.
+        treated: object -> the treatments done to it ("clean", "heat", "cool"), with where.
+        placed: object -> the receptacle it was last put in (while it stays there).
+        switched_on: (lamp, the object held then or ``None``), in order.
+        at: the receptacle the agent stood at last.
+    """
+
+    receptacles: list[str]
+    contents: dict[str, list[str]] = field(default_factory=dict)
+    closed: set[str] = field(default_factory=set)
+    opened: set[str] = field(default_factory=set)
+    seen_at: dict[str, str] = field(default_factory=dict)
+    taken_from: dict[str, str] = field(default_factory=dict)
+    holding: str | None = None
+    treated: dict[str, dict[str, str]] = field(default_factory=dict)
+    placed: dict[str, str] = field(default_factory=dict)
+    switched_on: list[tuple[str, str | None]] = field(default_factory=list)
+    at: str | None = None
+
+    def observe(self, observation: str) -> None:
+        """Update from the result of one accepted action."""
+        text = " ".join(observation.split())
+        if match := _ARRIVE.match(text):
+            self.at = match.group("r")
+        if match := _OPEN.match(text):
+            self.opened.add(match.group("r"))
+        for match in _CLOSED.finditer(text):
+            self.closed.add(match.group("r"))
+        for match in (*_ON.finditer(text), *_IN.finditer(text)):
+            receptacle, items = match.group("r", "items")
+            self.contents[receptacle] = names(items)
+            self.closed.discard(receptacle)
+            for obj in self.contents[receptacle]:
+                self.seen_at.setdefault(obj, receptacle)
+        if match := _TAKE.match(text):
+            obj, receptacle = match.group("o", "r")
+            self.seen_at.setdefault(obj, receptacle)
+            self.taken_from[obj] = receptacle
+            self.placed.pop(obj, None)
+            held = self.contents.get(receptacle, [])
+            if obj in held:
+                held.remove(obj)
+            self.holding = obj
+        elif match := _MOVE.match(text):
+            obj, receptacle = match.group("o", "r")
+            self.placed[obj] = receptacle
+            self.contents.setdefault(receptacle, []).append(obj)
+            if self.holding == obj:
+                self.holding = None
+        elif match := _TREAT.match(text):
+            verb, obj, where = match.group("v", "o", "r")
+            self.treated.setdefault(obj, {})[verb] = where
+        elif match := _TURN_ON.match(text):
+            self.switched_on.append((match.group("o"), self.holding))
+        elif match := _CLOSE.match(text):
+            self.closed.add(match.group("r"))
+
+    def of_class(self, cls: str) -> list[str]:
+        """Objects of class ``cls`` the episode saw, in the order it saw them."""
+        return [obj for obj in self.seen_at if class_of(obj) == cls]
+
+    def receptacles_of(self, cls: str) -> list[str]:
+        """The room's receptacles of class ``cls`` (with any seen that the room list lacks)."""
+        listed = [r for r in self.receptacles if class_of(r) == cls]
+        return listed + [r for r in self.contents if class_of(r) == cls and r not in listed]
+
+    def where(self, obj: str) -> str | None:
+        """Where ``obj`` is as far as the episode knows (``None`` while held)."""
+        if obj == self.holding:
+            return None
+        return self.placed.get(obj) or self.seen_at.get(obj)
+
+
+def read_world(evidence: Evidence) -> World:
+    """The :class:`World` of ``evidence``: the opening text, then every accepted action's result."""
+    world = World(room_receptacles(evidence.initial_observation))
+    for record in evidence.records:
+        if record.valid:
+            world.observe(record.observation)
+    return world
+
+
+def looped_actions(evidence: Evidence) -> frozenset[str]:
+    """The actions a summary of ``evidence`` may not quote: those taken :data:`LOOP_REPEATS` or
+    more times, and those rejected."""
+    counts = Counter(r.action for r in evidence.records if r.action)
+    rejected = {r.action for r in evidence.records if r.action and not r.valid}
+    return frozenset(a for a, n in counts.items() if n >= LOOP_REPEATS) | rejected
+
+
+#: Command pattern -> the same step in words, none of which reproduces a command.
+_WORDS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern), words)
+    for pattern, words in (
+        (r"^go to (.+)$", r"head to \1"),
+        (r"^open (.+)$", r"open the \1 up"),
+        (r"^close (.+)$", r"shut the \1"),
+        (r"^take (.+) from (.+)$", r"pick up the \1 from the \2"),
+        (r"^move (.+) to (.+)$", r"put the \1 in/on the \2"),
+        (r"^(clean|heat|cool) (.+) with (.+)$", r"\1 the \2 in the \3"),
+        (r"^use (.+)$", r"switch on the \1"),
+        (r"^examine (.+)$", r"look over the \1"),
+    )
+)
+
+
+def in_words(action: str) -> str:
+    """``action`` said in words, without its command text."""
+    for pattern, words in _WORDS:
+        if pattern.match(action):
+            return pattern.sub(words, action)
+    return "the step that follows"
+
+
+class Plan:
+    """Steps of a plan: commands, quoted unless looped (then in words), and steps in words."""
+
+    def __init__(self, looped: frozenset[str]) -> None:
+        self.looped = looped
+        self.steps: list[tuple[str, str]] = []  # (kind, text): kind "action" or "words"
+
+    def act(self, *actions: str) -> None:
+        self.steps.extend(("action", a) for a in actions)
+
+    def say(self, words: str) -> None:
+        self.steps.append(("words", words))
+
+    @property
+    def actions(self) -> list[str]:
+        return [text for kind, text in self.steps if kind == "action"]
+
+    def text(self) -> str:
+        def render(kind: str, text: str) -> str:
+            if kind == "words":
+                return text
+            return in_words(text) if text in self.looped else f"`{text}`"
+
+        return ", then ".join(render(kind, text) for kind, text in self.steps)
+
+
+@cache
+def _alfred() -> tuple[dict[str, frozenset[str]], frozenset[str]] | None:
+    """ALFRED's rules in lower-case class names: receptacle -> the objects it may hold, and the
+    receptacles that open; ``None`` where the ``alfworld`` package is not installed."""
+    try:
+        from alfworld.gen import constants
+    except ImportError:
+        return None
+    holds = {
+        receptacle.lower(): frozenset(obj.lower() for obj in objects)
+        for receptacle, objects in constants.VAL_RECEPTACLE_OBJECTS.items()
+    }
+    return holds, frozenset(cls.lower() for cls in constants.OPENABLE_CLASS_LIST)
+
+
+def can_hold(receptacle_cls: str, obj_cls: str) -> bool:
+    """Whether a receptacle of ``receptacle_cls`` may hold an ``obj_cls`` (ALFRED's rule; true
+    for any pair without the ``alfworld`` package)."""
+    rules = _alfred()
+    return rules is None or obj_cls in rules[0].get(receptacle_cls, frozenset())
+
+
+def opens(receptacle_cls: str) -> bool:
+    """Whether a receptacle of ``receptacle_cls`` opens and closes (false for every class without
+    the ``alfworld`` package: the plan then opens only what the episode found closed)."""
+    rules = _alfred()
+    return rules is not None and receptacle_cls in rules[1]
+
+
+def _a(noun: str) -> str:
+    """``noun`` with its indefinite article."""
+    return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
+
+
+def _listed(items: Sequence[str]) -> str:
+    more = f" and {len(items) - LIST_NAMES} more" if len(items) > LIST_NAMES else ""
+    return ", ".join(items[:LIST_NAMES]) + more
+
+
+def _done(task: Task, world: World, obj: str) -> tuple[bool, bool, bool]:
+    """Whether ``obj`` was taken, treated as ``task`` needs (true where it needs nothing) and put
+    in place (after its treatment)."""
+    appliance = APPLIANCES.get(task.kind)
+    treated = appliance is None or appliance[1] in world.treated.get(obj, {})
+    placed = treated and class_of(world.placed.get(obj, "")) == task.recep
+    return obj in world.taken_from, treated, placed
+
+
+def progress(task: Task, world: World) -> list[bool]:
+    """Which of ``task``'s procedure steps (:meth:`Task.procedure`) the episode did."""
+    rows = [(obj, *_done(task, world, obj)) for obj in world.of_class(task.obj)]
+    taken = [row for row in rows if row[1]]
+    if task.kind == "two":
+        placed = sum(1 for row in rows if row[3])
+        return [len(rows) >= 1, len(taken) >= 1, placed >= 1,
+                len(rows) >= 2, len(taken) >= 2, placed >= 2]  # fmt: skip
+    if task.kind == "look":
+        lamp_seen = bool(world.of_class(task.recep)) or bool(world.receptacles_of(task.recep))
+        lit = any(
+            class_of(lamp) == task.recep and held is not None and class_of(held) == task.obj
+            for lamp, held in world.switched_on
+        )
+        return [bool(rows), bool(taken), lamp_seen, lit]
+    flags = [bool(rows), bool(taken)]
+    if task.kind in APPLIANCES:
+        flags.append(any(row[1] and row[2] for row in rows))
+    return [*flags, any(row[3] for row in rows)]
+
+
+def _first(world: World, cls: str) -> str | None:
+    """The receptacle of class ``cls`` to use: the first the room lists (or the episode saw)."""
+    found = world.receptacles_of(cls)
+    return found[0] if found else None
+
+
+def _go(plan: Plan, world: World, receptacle: str, at: str | None, *, into: bool = False) -> str:
+    """Steps to stand at ``receptacle``, opened where it was found closed, or, when something is
+    to go ``into`` it, where it opens and the episode never saw it open; returns it."""
+    if at != receptacle:
+        plan.act(f"go to {receptacle}")
+    never_open = receptacle not in world.contents and receptacle not in world.opened
+    if receptacle in world.closed or (into and never_open and opens(class_of(receptacle))):
+        plan.act(f"open {receptacle}")
+    return receptacle
+
+
+def _unsearched(task: Task, world: World) -> list[str]:
+    """The room's receptacles not yet searched that can hold a task object, in the room's order
+    (the task's own receptacle class left out: the object has to leave it)."""
+    return [
+        r
+        for r in world.receptacles
+        if r not in world.contents and class_of(r) != task.recep and can_hold(class_of(r), task.obj)
+    ]
+
+
+def _finish(plan: Plan, task: Task, world: World, obj: str | None, at: str | None) -> None:
+    """Steps from holding ``obj`` (``None``: a task object not yet seen) to its part of the task
+    done: the treatment, then the place or the lamp."""
+    thing = obj or f"the {task.obj}"
+    appliance = APPLIANCES.get(task.kind)
+    if appliance is not None and (obj is None or appliance[1] not in world.treated.get(obj, {})):
+        where = _first(world, appliance[0])
+        if where is None:
+            plan.say(f"find {_a(appliance[0])} and {appliance[1]} {thing} with it")
+        else:
+            at = _go(plan, world, where, at)
+            if obj is None:
+                plan.say(f"{appliance[1]} the {task.obj} in the {where}")
+            else:
+                plan.act(f"{appliance[1]} {obj} with {where}")
+    if task.kind == "look":
+        lamps = world.of_class(task.recep)
+        if not lamps:
+            plan.say(f"find {_a(task.recep)} and switch it on while holding {thing}")
+            return
+        _go(plan, world, world.where(lamps[0]) or lamps[0], at)
+        plan.act(f"use {lamps[0]}")
+        return
+    target = _first(world, task.recep)
+    if target is None:
+        plan.say(f"find {_a(task.recep)} and put {thing} in/on it")
+        return
+    _go(plan, world, target, at, into=True)
+    if obj is None:
+        plan.say(f"put the {task.obj} in/on the {target}")
+    else:
+        plan.act(f"move {obj} to {target}")
+
+
+def corrected_plan(task: Task, world: World, looped: frozenset[str]) -> str:
+    """The next steps from where the episode ended, as far as what it saw determines them: for
+    each task object still to be put in place, fetch it (where it was seen, else search the
+    unsearched receptacles that can hold one, named), then :func:`_finish` it."""
+    plan = Plan(looped)
+    flags = progress(task, world)
+    if all(flags):
+        return "every step of the procedure was done; nothing is left to do"
+    done = [obj for obj in world.of_class(task.obj) if _done(task, world, obj)[2]]
+    wanted = (2 if task.kind == "two" else 1) - len(done)
+    candidates = [obj for obj in world.of_class(task.obj) if obj not in done]
+    if world.holding in candidates:  # the one in hand first
+        candidates.remove(world.holding)
+        candidates.insert(0, world.holding)
+    at = world.at
+    for obj in candidates[:wanted]:
+        if obj != world.holding:
+            at = _go(plan, world, world.where(obj) or "", at)
+            plan.act(f"take {obj} from {world.where(obj)}")
+        _finish(plan, task, world, obj, at)
+        at = None
+    if wanted > len(candidates):  # a task object the episode never saw
+        unsearched = _unsearched(task, world)
+        places = f": {_listed(unsearched)}" if unsearched else ""
+        plan.say(f"search the receptacles not yet searched for {_a(task.obj)}{places}")
+        plan.say(f"take the {task.obj} from where it is")
+        _finish(plan, task, world, None, None)
+    return plan.text()
+
+
+def _where_seen(task: Task, world: World) -> str:
+    """Where the task's objects (and its lamp) were, then the other objects seen."""
+    relevant = [f"{o} was in/on {w}" for o, w in world.seen_at.items()
+                if class_of(o) in (task.obj, task.recep)]  # fmt: skip
+    others = [f"{o} in/on {w}" for o, w in world.seen_at.items()
+              if class_of(o) not in (task.obj, task.recep)]  # fmt: skip
+    text = "; ".join(relevant) if relevant else f"no {task.obj} was seen"
+    if others:
+        text += f"; also seen: {_listed(others)}"
+    return text
+
+
+def _searched(task: Task, world: World) -> str:
+    """Receptacles searched without a task object, found closed, and not yet searched."""
+    empty = [r for r, items in world.contents.items()
+             if not any(class_of(i) == task.obj for i in items)]  # fmt: skip
+    parts = []
+    if empty:
+        parts.append(f"searched without {_a(task.obj)}: {_listed(empty)}")
+    if world.closed:
+        parts.append(f"found closed and not opened: {_listed(sorted(world.closed))}")
+    unsearched = _unsearched(task, world)
+    if unsearched:
+        parts.append(f"not yet searched that can hold {_a(task.obj)}: {_listed(unsearched)}")
+    return "; ".join(parts)
+
+
+def _counts(evidence: Evidence) -> str:
+    """How many actions were rejected and how many distinct ones were repeated: counts only."""
+    total = len(evidence.records)
+    rejected = sum(1 for r in evidence.records if not r.valid)
+    counts = Counter(r.action for r in evidence.records if r.action)
+    repeated = sum(1 for n in counts.values() if n >= LOOP_REPEATS)
+    parts = [f"rejected actions ({rejected} of {total})" if rejected else "no action was rejected"]
+    if repeated:
+        parts.append(f"repeating an action ({repeated} repeated {LOOP_REPEATS} or more times)")
+    return "; ".join(parts)
+
+
+def _stalled(evidence: Evidence, world: World) -> str:
+    """``"; its last N actions ... changed nothing"`` where the episode ended on a run of
+    :data:`LOOP_REPEATS` or more rejected or repeated actions, else ``""``."""
+    seen: Counter[str] = Counter(r.action for r in evidence.records)
+    run = 0
+    for record in reversed(evidence.records):
+        if record.valid and seen[record.action] < 2:
+            break
+        run += 1
+    if run < LOOP_REPEATS:
+        return ""
+    where = f" at {world.at}" if world.at else ""
+    return f"; its last {run} actions{where} were rejected or repeated and changed nothing"
+
+
+def _success_plan(task: Task, world: World, looped: frozenset[str]) -> Plan:
+    """The minimal plan of a success: the procedure done with the objects that completed it."""
+    plan = Plan(looped)
+    if task.kind == "look":
+        used = [held for lamp, held in world.switched_on
+                if held is not None and class_of(held) == task.obj][:1]  # fmt: skip
+    else:
+        used = [obj for obj in world.of_class(task.obj) if _done(task, world, obj)[2]]
+        used = used[: 2 if task.kind == "two" else 1]
+    at: str | None = None
+
+    def go(receptacle: str) -> None:  # as the episode did it: opened where it opened it
+        nonlocal at
+        if receptacle != at:
+            plan.act(f"go to {receptacle}")
+            if receptacle in world.opened:
+                plan.act(f"open {receptacle}")
+        at = receptacle
+
+    for obj in used:
+        source = world.taken_from.get(obj) or world.seen_at[obj]
+        go(source)
+        plan.act(f"take {obj} from {source}")
+        appliance = APPLIANCES.get(task.kind)
+        if appliance is not None:
+            go(world.treated[obj][appliance[1]])
+            plan.act(f"{appliance[1]} {obj} with {at}")
+        if task.kind == "look":
+            lamp = next(lamp for lamp, held in world.switched_on if held == obj)
+            go(world.where(lamp) or lamp)
+            plan.act(f"use {lamp}")
+        else:
+            go(world.placed[obj])
+            plan.act(f"move {obj} to {at}")
+    return plan
+
+
+def success_fields(evidence: Evidence, planner: Planner | None = None) -> list[str]:
+    """The four "Guidance summary" values of an ALFWorld success, in template order (``planner``
+    is not used: a success's plan is the episode's own)."""
+    looped = looped_actions(evidence)
+    world = read_world(evidence)
+    task = parse_task(task_sentence(evidence.initial_observation))
+    plan = _success_plan(task, world, looped) if task is not None else Plan(looped)
+    if not plan.steps:
+        minimal = "the task was completed, but its steps could not be read from the results"
+        return [minimal, "none beyond the plan", minimal, _counts(evidence)]
+    critical = Plan(looped)
+    critical.act(*(a for a in plan.actions if not a.startswith(("go to ", "open "))))
+    checks = (
+        f"the procedure ({'; '.join(task.procedure())}) was done in that order; "
+        f"{_where_seen(task, world)}"
+    )
+    avoid = f"{_counts(evidence)}; steps beyond the minimal plan are not needed"
+    return [plan.text(), critical.text(), checks, avoid]
+
+
+def failure_fields(evidence: Evidence, planner: Planner | None = None) -> list[str]:
+    """The four "Failure analysis" values of an ALFWorld failure, in template order.
+
+    ``planner``: where given (the oracle, :func:`walkthrough_planner`), the corrected plan is its
+    plan; else :func:`corrected_plan` from what the episode saw.
+    """
+    looped = looped_actions(evidence)
+    world = read_world(evidence)
+    task = parse_task(task_sentence(evidence.initial_observation))
+    ending = ending_text(evidence)
+    oracle = planner(evidence) if planner is not None else None
+    if oracle:
+        plan = Plan(looped)
+        plan.act(*oracle)
+        corrected = plan.text()
+    if task is None:
+        diagnosis = (
+            f"the task sentence is not one of ALFWorld's templates; {ending} without success"
+        )
+        useful = f"seen: {_listed([f'{o} in/on {w}' for o, w in world.seen_at.items()])}"
+        if not oracle:
+            corrected = "not derivable from the evidence: the task could not be read"
+        return [diagnosis, useful, corrected, _counts(evidence)]
+    steps = task.procedure()
+    flags = progress(task, world)
+    done = [step for step, flag in zip(steps, flags, strict=True) if flag]
+    missing = (
+        next(step for step, flag in zip(steps, flags, strict=True) if not flag)
+        if not all(flags)
+        else "none (the task's check did not pass)"
+    )
+    diagnosis = (
+        f"the task needs: {'; '.join(steps)}; done: {', '.join(done) or 'none'}; first step not "
+        f"done: {missing}; {ending} without success{_stalled(evidence, world)}"
+    )
+    searched = _searched(task, world)
+    useful = _where_seen(task, world) + (f"; {searched}" if searched else "")
+    if not oracle:
+        corrected = corrected_plan(task, world, looped)
+    avoid = f"{_counts(evidence)}; acting again where an action changed nothing"
+    return [diagnosis, useful, corrected, avoid]
+
+
+def walkthrough_planner(env: Any) -> Planner:
+    """The oracle planner: each trajectory's game's stored walkthrough (``env.walkthrough``), by
+    the evidence's ``task_id``. It knows locations no episode saw; offered for comparison."""
+    if not callable(getattr(env, "walkthrough", None)):
+        raise ValueError(
+            "summarize.corrected_plan: 'walkthrough' needs an environment that stores its games' "
+            f"walkthroughs (alfworld); {getattr(env, 'name', type(env).__name__)} has none"
+        )
+
+    def plan(evidence: Evidence) -> Sequence[str] | None:
+        if evidence.task_id is None:
+            return None
+        return env.walkthrough(evidence.task_id)
+
+    return plan
