@@ -124,4 +124,16 @@ def test_every_setting_an_environment_refuses_is_a_data_setting():
 
     names = {f.name for f in dataclasses.fields(DemonstrationSettings)}
     refused = {name for env in BUILDABLE_ENVS.values() for name, _ in env.unsupported}
-    assert refused == {"renamed_copies", "copying_drills"} and refused <= names
+    assert refused == {"renamed_copies", "copying_drills", "searching_expert"} and refused <= names
+
+
+def test_only_alfworld_has_a_searching_expert():
+    config = BootstrapConfig.from_dict({"env": "alfworld", "data": {"searching_expert": True}})
+    assert config.data.searching_expert is True
+    with pytest.raises(
+        ConfigError,
+        match=r"^bootstrap\.data\.searching_expert: must be false for textcraft \(got True\): ",
+    ):
+        BootstrapConfig.from_dict({"data": {"searching_expert": True}})
+    with pytest.raises(ConfigError, match=r"^bootstrap\.data\.searching_expert: must be"):
+        BootstrapConfig.from_dict({"env": "alfworld", "data": {"searching_expert": "yes"}})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 
 import pytest
@@ -299,3 +300,59 @@ def test_alfworld_collection_is_deterministic(alfworld):
         [s.action for s in d.steps] for d in again
     ]
     assert [d.stalled for d in first] == [True, False, True, False]
+
+
+@pytest.mark.alfworld
+@pytest.mark.parametrize("task_id", [0, 1, 100_000, 100_001, 200_000, 200_001])
+def test_the_searching_expert_wins_from_what_it_has_seen_and_is_informed_by_the_planner(
+    monkeypatch, task_id
+):
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parents[1] / "envs" / "alfworld_data"
+    monkeypatch.setenv("ALFWORLD_DATA", str(data))
+    env, expert = expert_env("alfworld", searching=True)
+    clean = play(env, task_id, episode=0, expert=expert)
+    assert clean.success and all(s.valid and not s.mistake for s in clean.steps)
+    # it searches, so it may take longer than the planner, which knows where things are
+    assert len(clean.steps) >= len(env.walkthrough(task_id))
+    for step in clean.steps:
+        assert step.expert in step.history.admissible_actions
+        assert step.privileged_expert in step.history.admissible_actions
+    # where it went to a receptacle the object was not in, the planner knew better
+    if len(clean.steps) > len(env.walkthrough(task_id)):
+        assert any(step.informed for step in clean.steps)
+    noisy = play(env, task_id, episode=1, mistake_rate=0.4, rng=random.Random(7), expert=expert)
+    assert noisy.success and any(s.mistake for s in noisy.steps)
+    record = json.loads(json.dumps(demonstration_record(noisy)))
+    assert demonstration_from_record(record) == noisy
+
+
+def test_a_step_with_an_informed_action_trains_it_in_the_privileged_view_only(tiny_tokenizer):
+    from resail_pipeline.bootstrap.demonstrations import Demonstration, DemoStep
+    from resail_pipeline.bootstrap.packing import group_steps
+    from resail_pipeline.envs.base import Observation
+    from resail_pipeline.prompts import EpisodeHistory
+
+    initial = Observation(text="You are in a room.\n\nYour task is to: put a mug in shelf.",
+                          task="put a mug in shelf.", admissible_actions=("go to desk 1",))  # fmt: skip
+    history = EpisodeHistory.start("alfworld", initial)
+    step = DemoStep(history, "go to desk 1", "go to desk 1", "", True, "You arrive.", "go to bed 1")
+    demos = [
+        Demonstration(
+            task_id=0,
+            episode=k,
+            env="alfworld",
+            initial=initial,
+            steps=(step,),
+            success=False,
+            end_reason="step_limit",
+        )
+        for k in range(2)
+    ]
+    groups = {g.response: g for g in group_steps(demos, demos, privileged_share=1.0, seed=0)}
+    searched, informed = (
+        groups[demonstration_response(a)] for a in ("go to desk 1", "go to bed 1")
+    )
+    assert (searched.ordinary, sum(searched.summaries.values())) == (2, 0)
+    assert (informed.ordinary, sum(informed.summaries.values())) == (0, 2)

@@ -13,20 +13,18 @@ from pathlib import Path
 import pytest
 
 from resail_pipeline.envs import make_env
+from resail_pipeline.envs.alfworld_world import World, room_receptacles
 from resail_pipeline.experience.alfworld_rules import (
     LOOP_REPEATS,
-    World,
     in_words,
     looped_actions,
-    parse_task,
-    room_receptacles,
     walkthrough_planner,
 )
 from resail_pipeline.experience.evidence import build_evidence_table
 from resail_pipeline.experience.rules import rules_summary
 from resail_pipeline.experience.validation import validate_summary
 
-from ._episodes import ALFWORLD_FAILURE, ALFWORLD_INITIAL, ALFWORLD_SUCCESS, Episode, play, tables
+from ._episodes import ALFWORLD_FAILURE, ALFWORLD_SUCCESS, Episode, play, tables
 
 FIXTURE_DATA = Path(__file__).parents[1] / "envs" / "alfworld_data"
 
@@ -119,57 +117,6 @@ def test_a_failures_corrected_plan_completes_the_task_from_where_it_ended(task_i
 
 
 # ---- the parts ----------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("sentence", "task"),
-    [
-        ("put a mug in shelf.", ("place", "mug", "shelf")),
-        ("put some spraybottle on toilet", ("place", "spraybottle", "toilet")),
-        ("look at alarmclock under the desklamp.", ("look", "alarmclock", "desklamp")),
-        ("examine the cd with the desklamp", ("look", "cd", "desklamp")),
-        ("put a clean plate in cabinet.", ("clean", "plate", "cabinet")),
-        ("clean some apple and put it in fridge.", ("clean", "apple", "fridge")),
-        ("put a hot potato in diningtable.", ("heat", "potato", "diningtable")),
-        ("heat some egg and put it in garbagecan", ("heat", "egg", "garbagecan")),
-        ("put a cool tomato in countertop.", ("cool", "tomato", "countertop")),
-        ("cool some pan and put it in stoveburner.", ("cool", "pan", "stoveburner")),
-        ("put two pencil in drawer.", ("two", "pencil", "drawer")),
-        ("find two book and put them in sofa.", ("two", "book", "sofa")),
-    ],
-)
-def test_every_goal_template_is_read(sentence, task):
-    got = parse_task(sentence)
-    assert (got.kind, got.obj, got.recep) == task
-
-
-def test_an_unknown_sentence_is_none():
-    assert parse_task("bake a cake") is None
-
-
-def test_the_world_follows_the_results():
-    world = World(room_receptacles(ALFWORLD_INITIAL))
-    assert world.receptacles == [
-        "cabinet 1", "coffeemachine 1", "countertop 1", "sinkbasin 1", "toaster 1"
-    ]  # fmt: skip
-    for observation in (
-        "You arrive at cabinet 1. The cabinet 1 is closed.",
-        "You open the cabinet 1. The cabinet 1 is open. In it, you see a cup 1, and a mug 2.",
-        "You arrive at countertop 1. On the countertop 1, you see a mug 1, a apple 1, and a pen 3.",
-        "You pick up the mug 1 from the countertop 1.",
-        "You clean the mug 1 using the sinkbasin 1.",
-        "You move the mug 1 to the coffeemachine 1.",
-    ):
-        world.observe(observation)
-    assert world.seen_at == {
-        "cup 1": "cabinet 1", "mug 2": "cabinet 1",
-        "mug 1": "countertop 1", "apple 1": "countertop 1", "pen 3": "countertop 1",
-    }  # fmt: skip
-    assert world.opened == {"cabinet 1"} and not world.closed
-    assert world.contents["countertop 1"] == ["apple 1", "pen 3"]
-    assert world.treated == {"mug 1": {"clean": "sinkbasin 1"}}
-    assert world.placed == {"mug 1": "coffeemachine 1"} and world.holding is None
-    assert world.at == "countertop 1"
 
 
 def test_looped_and_rejected_actions_are_said_in_words_in_a_plan():

@@ -488,6 +488,7 @@ def prepare_training_data(
         env_options=environment.options,
         progress=progress,
         cache_dir=cache_dir,
+        searching=data.searching_expert,
     )
     on_policy = on_policy_demonstrations(
         config, task_ids, warm_start, env_options=environment.options, progress=progress

@@ -17,6 +17,7 @@ from resail_pipeline.bootstrap.environments import check_supported
 from resail_pipeline.config import (
     ConfigError,
     build,
+    check_bool,
     check_choice,
     check_int,
     check_number,
@@ -134,6 +135,11 @@ class DemonstrationSettings:
     max_branches: int = 4
     #: use only the first this many train tasks (``None``: all); for quick builds and tests
     task_limit: int | None = None
+    #: play the demonstrations with the environment's searching expert (ALFWorld only): the
+    #: ordinary view learns to act on what it has seen (fetch an object it saw, else search the
+    #: receptacles not yet searched), the privileged view the planner's action, which knows where
+    #: the objects are, as the summary of another episode of the game tells
+    searching_expert: bool = False
 
     def __post_init__(self) -> None:
         check_int("episodes_per_task", self.episodes_per_task, low=1)
@@ -163,6 +169,7 @@ class DemonstrationSettings:
             )
         check_number("on_policy_temperature", self.on_policy_temperature, low=0.0, high=2.0)
         check_int("task_limit", self.task_limit, low=1, optional=True)
+        check_bool("searching_expert", self.searching_expert)
         if self.stalled_share > 0 and self.episodes_per_task < 2:
             raise ConfigError(
                 "episodes_per_task: stalled demonstrations need at least 2 episodes per task"

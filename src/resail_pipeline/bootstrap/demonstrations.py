@@ -45,6 +45,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from resail_pipeline.envs import Environment, make_env
+from resail_pipeline.envs.alfworld_world import World, parse_task, room_receptacles, search_plan
 from resail_pipeline.envs.base import Observation, StepResult
 from resail_pipeline.envs.planner import CraftingProblem, parse_problem, plan
 from resail_pipeline.experience.evidence import Evidence, build_evidence
@@ -254,6 +255,10 @@ class DemoStep:
         mistake: the mistake kind executed, ``""`` when the expert action was executed.
         valid: the environment accepted the executed action.
         observation: the observation the executed action produced.
+        informed: the action of an expert that knows what the privileged view tells, the
+            privileged view's training target where it differs from ``expert`` (ALFWorld's
+            searching expert, :class:`AlfWorldSearchExpert`: the planner's action, which knows
+            where the objects are); ``""``: the same as ``expert``.
     """
 
     history: EpisodeHistory
@@ -262,6 +267,12 @@ class DemoStep:
     mistake: str
     valid: bool
     observation: str
+    informed: str = ""
+
+    @property
+    def privileged_expert(self) -> str:
+        """The privileged view's training target."""
+        return self.informed or self.expert
 
 
 @dataclass(frozen=True)
@@ -372,6 +383,10 @@ class Expert(Protocol):
         """Follow the step that executed ``action`` with ``result``."""
         ...
 
+    def informed(self) -> str:
+        """The privileged view's target here where it differs from ``plan()[0]``, else ``""``."""
+        ...
+
 
 class TextCraftExpert:
     """TextCraft's exact planner (:mod:`resail_pipeline.envs.planner`), replanning from the
@@ -418,6 +433,9 @@ class TextCraftExpert:
         self._inventory = after
         self._accepted.append(action)
 
+    def informed(self) -> str:
+        return ""
+
 
 #: ALFWorld commands that only report (no change to the game).
 ALFWORLD_INFORMATION = ("look", "inventory")
@@ -426,7 +444,8 @@ ALFWORLD_INFORMATION = ("look", "inventory")
 class AlfWorldExpert:
     """ALFWorld's planner expert: the engine's plan from the state the game is in
     (:attr:`~resail_pipeline.envs.alfworld.AlfWorldEnv.expert_plan`, an environment built with
-    ``expert=True``); its mistakes are :data:`ALFWORLD_MISTAKES`."""
+    ``expert=True``); its mistakes are :data:`ALFWORLD_MISTAKES`. It knows the game's hidden state
+    (where every object is), so it goes straight to the object."""
 
     def __init__(self, env: Any) -> None:
         if not getattr(env, "expert", False):
@@ -461,6 +480,40 @@ class AlfWorldExpert:
         self._offered = tuple(result.admissible_actions or ())
         if result.action_valid:
             self._accepted.append(action)
+
+    def informed(self) -> str:
+        return ""
+
+
+class AlfWorldSearchExpert(AlfWorldExpert):
+    """ALFWorld's searching expert: it acts on what the episode has shown, as an agent without the
+    game's hidden state must (:func:`~resail_pipeline.envs.alfworld_world.search_plan`: fetch a
+    task object it has seen, else search the receptacles not yet searched that can hold one, in
+    the room's order); its mistakes are the planner expert's. Its informed action
+    (:meth:`informed`) is the planner's, which knows where the objects are: the privileged view,
+    whose summary of another episode of the same game says where they were, learns that one.
+    Where the search finds nothing left to do (the task sentence unread, every receptacle
+    searched), it follows the planner."""
+
+    def start(self, task_id: int, initial: Observation) -> tuple[str, ...] | None:
+        if super().start(task_id, initial) is None:
+            return None
+        self._world = World(room_receptacles(initial.text))
+        self._task = parse_task(initial.task)
+        return self.plan()
+
+    def plan(self) -> tuple[str, ...]:
+        searched = search_plan(self._task, self._world) if self._task is not None else []
+        return tuple(searched) or self.env.expert_plan
+
+    def executed(self, action: str, result: StepResult, *, relabelled: bool) -> None:
+        super().executed(action, result, relabelled=relabelled)
+        if result.action_valid:
+            self._world.observe(result.observation)
+
+    def informed(self) -> str:
+        planner = self.env.expert_plan
+        return planner[0] if planner else ""
 
 
 @dataclass(frozen=True)
@@ -535,21 +588,28 @@ EXPERTS: dict[str, tuple[Callable[[Any], Expert], dict[str, Any]]] = {
     "textcraft": (TextCraftExpert, {}),
     "alfworld": (AlfWorldExpert, {"expert": True}),
 }
+#: Environment name -> its searching expert (``data.searching_expert``), built like its expert.
+SEARCHING_EXPERTS: dict[str, Callable[[Any], Expert]] = {"alfworld": AlfWorldSearchExpert}
 #: Environments with an expert, the only ones demonstrations can be played in.
 PLANNER_ENVS = tuple(EXPERTS)
 
 
 def expert_env(
-    env_name: str, env_options: Mapping[str, Any] | None = None
+    env_name: str, env_options: Mapping[str, Any] | None = None, *, searching: bool = False
 ) -> tuple[Environment, Expert]:
     """``env_name``'s environment, built with ``env_options`` (the adapter's options: where
-    ALFWorld's data is, say) and those its expert needs, and the expert."""
+    ALFWorld's data is, say) and those its expert needs, and the expert (its searching expert,
+    :data:`SEARCHING_EXPERTS`, with ``searching``)."""
     if env_name not in EXPERTS:
         raise ValueError(
             f"env: {env_name!r} has no expert to demonstrate with (only {PLANNER_ENVS}); "
             "configure an initial policy checkpoint instead"
         )
     factory, options = EXPERTS[env_name]
+    if searching:
+        if env_name not in SEARCHING_EXPERTS:
+            raise ValueError(f"data.searching_expert: {env_name!r} has no searching expert")
+        factory = SEARCHING_EXPERTS[env_name]
     env = make_env(env_name, **{**(env_options or {}), **options})
     return env, factory(env)
 
@@ -605,12 +665,20 @@ def play(
             mistake = "" if action == remaining[0] else POLICY_MISTAKE
         elif stalled or (rng is not None and rng.random() < mistake_rate):
             mistake, action = expert.mistake(remaining, rng, no_progress=stalled)
+        informed = expert.informed()
+        informed = "" if informed == remaining[0] else informed
         result = env.step(action)
         executed = action or ""
         expert.executed(executed, result, relabelled=actions is not None)
         steps.append(
             DemoStep(
-                history, remaining[0], executed, mistake, result.action_valid, result.observation
+                history,
+                remaining[0],
+                executed,
+                mistake,
+                result.action_valid,
+                result.observation,
+                informed,
             )
         )
         history = history.advance(executed, result)
@@ -648,6 +716,7 @@ def demonstration_record(demo: Demonstration) -> dict[str, Any]:
                 "valid": step.valid,
                 "observation": step.observation,
                 "admissible_after": None if after is None else list(after),
+                "informed": step.informed,
             }
         )
     initial = demo.initial
@@ -694,6 +763,7 @@ def demonstration_from_record(record: Mapping[str, Any]) -> Demonstration:
                 step["mistake"],
                 step["valid"],
                 step["observation"],
+                step.get("informed", ""),
             )
         )
         after = step["admissible_after"]
@@ -731,6 +801,7 @@ def collect_demonstrations(
     env_options: Mapping[str, Any] | None = None,
     progress: bool = True,
     cache_dir: Path | None = None,
+    searching: bool = False,
 ) -> list[Demonstration]:
     """``episodes_per_task`` demonstrations of every task the planner solves, task-major.
 
@@ -743,8 +814,9 @@ def collect_demonstrations(
     per task, atomically) and read back instead of played again, so that an interrupted
     collection resumes where it stopped (ALFWorld's expert plans at every step: about a second a
     demonstration). The caller keys the folder by everything the demonstrations depend on.
+    ``searching``: played by the environment's searching expert (:data:`SEARCHING_EXPERTS`).
     """
-    env, expert = expert_env(env_name, env_options)
+    env, expert = expert_env(env_name, env_options, searching=searching)
     stalled = round(stalled_share * episodes_per_task)
     if stalled_share > 0:
         stalled = max(1, stalled)

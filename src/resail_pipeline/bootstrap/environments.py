@@ -81,6 +81,13 @@ BUILDABLE_ENVS: dict[str, BuildableEnv] = {
     "textcraft": BuildableEnv(
         demonstration_splits=("train", "dev"),
         clone_option="clone_tasks",
+        unsupported=(
+            (
+                "searching_expert",
+                "the searching expert acts on what ALFWorld's rooms show (envs/alfworld_world.py); "
+                "{env}'s planner already acts on the observation alone",
+            ),
+        ),
         sources=("envs/textcraft.py",),
         packages=("textcraft",),
     ),
@@ -90,7 +97,7 @@ BUILDABLE_ENVS: dict[str, BuildableEnv] = {
             ("renamed_copies", "renamed copies " + _TEXTCRAFT_TEXT),
             ("copying_drills", "copying drills " + _TEXTCRAFT_TEXT),
         ),
-        sources=("envs/alfworld.py",),
+        sources=("envs/alfworld.py", "envs/alfworld_world.py", "experience/alfworld_rules.py"),
         packages=("alfworld", "textworld"),
         data_sha256="resail_pipeline.envs.alfworld_games:splits_sha256",
     ),
@@ -118,6 +125,7 @@ def check_supported(env: str, data: Any) -> None:
     for name, reason in support.unsupported:
         value = getattr(data, name)
         if value:
+            off = "false" if isinstance(value, bool) else "0"
             raise ConfigError(
-                f"data.{name}: must be 0 for {env} (got {value}): " + reason.format(env=env)
+                f"data.{name}: must be {off} for {env} (got {value}): " + reason.format(env=env)
             )

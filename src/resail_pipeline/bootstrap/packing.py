@@ -2,7 +2,9 @@
 
 Each demonstrated step is trained in the ordinary view, ``chat_prompt(tok, render_user_message(h))``
 followed by the expert response, and, for a share of its occurrences, in the privileged view, where
-the user message ends with the rules-based summary of *another* demonstration of the same task.
+the user message ends with the rules-based summary of *another* demonstration of the same task
+(followed by the informed expert's response where the step has one: ALFWorld's searching
+demonstrations, whose privileged target is the planner's, which knows where the objects are).
 (A curriculum may keep only a share of the ordinary occurrences, down to none: ``ordinary_share``.
 The steps of a policy's episode rolled out in the privileged view may instead be trained as they
 were generated, in that view alone with the episode's own summary: :func:`guided_groups`.)
@@ -127,17 +129,24 @@ def group_steps(
             if traj_id != demo.traj_id
         ]
         for step in demo.steps:
-            message, expert = r(render_user_message(step.history)), r(step.expert)
-            key = (message, expert)
-            group = groups.get(key)
-            if group is None:
-                group = groups[key] = StepGroup(message, demonstration_response(expert))
+            message = r(render_user_message(step.history))
+            group = _group(groups, message, r(step.expert))
             group.count += 1
             if ordinary_share >= 1.0 or rng.random() < ordinary_share:
                 group.ordinary += 1
             if others and rng.random() < privileged_share:
-                group.summaries[rng.choice(others)] += 1
+                # the privileged view's own target where the step has one (an informed expert's)
+                informed = _group(groups, message, r(step.privileged_expert))
+                informed.summaries[rng.choice(others)] += 1
     return list(groups.values())
+
+
+def _group(groups: dict[tuple[str, str], StepGroup], message: str, expert: str) -> StepGroup:
+    """The group of (``message``, ``expert``), made on first use."""
+    group = groups.get((message, expert))
+    if group is None:
+        group = groups[(message, expert)] = StepGroup(message, demonstration_response(expert))
+    return group
 
 
 def guided_groups(demos: Sequence[Demonstration]) -> list[StepGroup]:

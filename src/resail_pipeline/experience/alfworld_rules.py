@@ -40,189 +40,28 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from functools import cache
 from typing import Any
 
+from resail_pipeline.envs.alfworld_world import (
+    APPLIANCES,
+    Task,
+    World,
+    class_of,
+    done_flags,
+    first_of,
+    opens,
+    parse_task,
+    progress,
+    room_receptacles,
+    task_sentence,
+    unsearched,
+)
 from resail_pipeline.experience.evidence import Evidence, Planner, ending_text
 
 #: Times an action may occur in an episode before it counts as looped and is never quoted.
 LOOP_REPEATS = 3
 #: Receptacles named in one list of a summary at most (the rest are counted).
 LIST_NAMES = 10
-
-#: Sentence patterns of the six task types (ALFWorld's goal library), specialised ones first.
-TASKS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (kind, re.compile(pattern))
-    for kind, pattern in (
-        ("clean", r"^(?:put a clean (?P<a>\w+) in|clean some (?P<b>\w+) and put it in) (?P<r>\w+)$"),
-        ("heat", r"^(?:put a hot (?P<a>\w+) in|heat some (?P<b>\w+) and put it in) (?P<r>\w+)$"),
-        ("cool", r"^(?:put a cool (?P<a>\w+) in|cool some (?P<b>\w+) and put it in) (?P<r>\w+)$"),
-        ("two", r"^(?:put two (?P<a>\w+) in|find two (?P<b>\w+) and put them in) (?P<r>\w+)$"),
-        ("look", r"^(?:look at (?P<a>\w+) under the|examine the (?P<b>\w+) with the) (?P<r>\w+)$"),
-        ("place", r"^put (?:a|some) (?P<a>\w+) (?:in|on) (?P<r>\w+)$"),
-    )
-)  # fmt: skip
-#: Task kind -> (appliance class, verb) for the state-change tasks.
-APPLIANCES = {
-    "clean": ("sinkbasin", "clean"),
-    "heat": ("microwave", "heat"),
-    "cool": ("fridge", "cool"),
-}
-#: Task kind -> its procedure's steps, in order.
-PROCEDURES = {
-    "place": ("find a {obj}", "take it", "put it in/on a {recep}"),
-    "two": ("find a {obj}", "take it", "put it in/on a {recep}", "find a second {obj}",
-            "take it", "put it in/on the {recep}"),
-    "look": ("find a {obj}", "take it", "find a {recep}", "switch the {recep} on holding the {obj}"),
-    "clean": ("find a {obj}", "take it", "clean it with a sinkbasin", "put it in/on a {recep}"),
-    "heat": ("find a {obj}", "take it", "heat it with a microwave", "put it in/on a {recep}"),
-    "cool": ("find a {obj}", "take it", "cool it with a fridge", "put it in/on a {recep}"),
-}  # fmt: skip
-
-_TASK_PREFIX = "Your task is to: "
-_NAME = r"[a-z]+ \d+"
-_ROOM = re.compile(r"Looking quickly around you, you see (?P<items>.*?)\.(?:\s|$)")
-_ARRIVE = re.compile(rf"^You arrive at (?P<r>{_NAME})\.")
-_OPEN = re.compile(rf"^You open the (?P<r>{_NAME})\.")
-_ON = re.compile(rf"On the (?P<r>{_NAME}), you see (?P<items>[^.]*)\.")
-_IN = re.compile(rf"The (?P<r>{_NAME}) is open\. In it, you see (?P<items>[^.]*)\.")
-_CLOSED = re.compile(rf"The (?P<r>{_NAME}) is closed\.")
-_TAKE = re.compile(rf"^You pick up the (?P<o>{_NAME}) from the (?P<r>{_NAME})\.")
-_MOVE = re.compile(rf"^You (?:move|put) the (?P<o>{_NAME}) (?:to|in|on) the (?P<r>{_NAME})\.")
-_TREAT = re.compile(rf"^You (?P<v>clean|heat|cool) the (?P<o>{_NAME}) using the (?P<r>{_NAME})\.")
-_TURN_ON = re.compile(rf"^You turn on the (?P<o>{_NAME})\.")
-_CLOSE = re.compile(rf"^You close the (?P<r>{_NAME})\.")
-
-
-@dataclass(frozen=True)
-class Task:
-    """A task as its sentence states it: ``kind`` (a key of :data:`PROCEDURES`), the object class
-    and the receptacle class it goes to (the lamp's class for ``look``)."""
-
-    kind: str
-    obj: str
-    recep: str
-
-    def procedure(self) -> list[str]:
-        steps = (step.format(obj=self.obj, recep=self.recep) for step in PROCEDURES[self.kind])
-        return [re.sub(r"\ba (?=[aeiou])", "an ", step) for step in steps]
-
-
-def parse_task(sentence: str) -> Task | None:
-    """The task of ``sentence`` (final period optional); ``None`` when no template matches."""
-    text = " ".join(sentence.split()).rstrip(".").lower()
-    for kind, pattern in TASKS:
-        if match := pattern.match(text):
-            return Task(kind, match.group("a") or match.group("b"), match.group("r"))
-    return None
-
-
-def task_sentence(initial_observation: str) -> str:
-    """The line after "Your task is to: " in the opening text (``""`` if there is none)."""
-    _, found, rest = initial_observation.partition(_TASK_PREFIX)
-    lines = rest.strip().splitlines()
-    return lines[0] if found and lines else ""
-
-
-def names(items: str) -> list[str]:
-    """``"a mug 1, a pen 2, and a cd 1"`` -> ``["mug 1", "pen 2", "cd 1"]``; ``"nothing"`` -> []."""
-    return re.findall(rf"\b(?:an?\s+)({_NAME})\b", items)
-
-
-def class_of(name: str) -> str:
-    """``"mug 1"`` -> ``"mug"``."""
-    return name.rsplit(" ", 1)[0]
-
-
-def room_receptacles(initial_observation: str) -> list[str]:
-    """The receptacles the opening text lists, in its order."""
-    match = _ROOM.search(" ".join(initial_observation.split()))
-    return names(match.group("items")) if match else []
-
-
-@dataclass
-class World:
-    """What the episode's accepted actions revealed.
-
-    Attributes:
-        receptacles: the room's receptacles (the opening text), in its order.
-        contents: receptacle -> the objects last seen in it (searched receptacles only).
-        closed: receptacles found closed and not opened since.
-        opened: receptacles the agent opened.
-        seen_at: object -> the receptacle it was first seen in.
-        taken_from: object -> the receptacle it was last picked up from.
-        holding: the object in hand at the end, if any.
-        treated: object -> the treatments done to it ("clean", "heat", "cool"), with where.
-        placed: object -> the receptacle it was last put in (while it stays there).
-        switched_on: (lamp, the object held then or ``None``), in order.
-        at: the receptacle the agent stood at last.
-    """
-
-    receptacles: list[str]
-    contents: dict[str, list[str]] = field(default_factory=dict)
-    closed: set[str] = field(default_factory=set)
-    opened: set[str] = field(default_factory=set)
-    seen_at: dict[str, str] = field(default_factory=dict)
-    taken_from: dict[str, str] = field(default_factory=dict)
-    holding: str | None = None
-    treated: dict[str, dict[str, str]] = field(default_factory=dict)
-    placed: dict[str, str] = field(default_factory=dict)
-    switched_on: list[tuple[str, str | None]] = field(default_factory=list)
-    at: str | None = None
-
-    def observe(self, observation: str) -> None:
-        """Update from the result of one accepted action."""
-        text = " ".join(observation.split())
-        if match := _ARRIVE.match(text):
-            self.at = match.group("r")
-        if match := _OPEN.match(text):
-            self.opened.add(match.group("r"))
-        for match in _CLOSED.finditer(text):
-            self.closed.add(match.group("r"))
-        for match in (*_ON.finditer(text), *_IN.finditer(text)):
-            receptacle, items = match.group("r", "items")
-            self.contents[receptacle] = names(items)
-            self.closed.discard(receptacle)
-            for obj in self.contents[receptacle]:
-                self.seen_at.setdefault(obj, receptacle)
-        if match := _TAKE.match(text):
-            obj, receptacle = match.group("o", "r")
-            self.seen_at.setdefault(obj, receptacle)
-            self.taken_from[obj] = receptacle
-            self.placed.pop(obj, None)
-            held = self.contents.get(receptacle, [])
-            if obj in held:
-                held.remove(obj)
-            self.holding = obj
-        elif match := _MOVE.match(text):
-            obj, receptacle = match.group("o", "r")
-            self.placed[obj] = receptacle
-            self.contents.setdefault(receptacle, []).append(obj)
-            if self.holding == obj:
-                self.holding = None
-        elif match := _TREAT.match(text):
-            verb, obj, where = match.group("v", "o", "r")
-            self.treated.setdefault(obj, {})[verb] = where
-        elif match := _TURN_ON.match(text):
-            self.switched_on.append((match.group("o"), self.holding))
-        elif match := _CLOSE.match(text):
-            self.closed.add(match.group("r"))
-
-    def of_class(self, cls: str) -> list[str]:
-        """Objects of class ``cls`` the episode saw, in the order it saw them."""
-        return [obj for obj in self.seen_at if class_of(obj) == cls]
-
-    def receptacles_of(self, cls: str) -> list[str]:
-        """The room's receptacles of class ``cls`` (with any seen that the room list lacks)."""
-        listed = [r for r in self.receptacles if class_of(r) == cls]
-        return listed + [r for r in self.contents if class_of(r) == cls and r not in listed]
-
-    def where(self, obj: str) -> str | None:
-        """Where ``obj`` is as far as the episode knows (``None`` while held)."""
-        if obj == self.holding:
-            return None
-        return self.placed.get(obj) or self.seen_at.get(obj)
 
 
 def read_world(evidence: Evidence) -> World:
@@ -292,35 +131,6 @@ class Plan:
         return ", then ".join(render(kind, text) for kind, text in self.steps)
 
 
-@cache
-def _alfred() -> tuple[dict[str, frozenset[str]], frozenset[str]] | None:
-    """ALFRED's rules in lower-case class names: receptacle -> the objects it may hold, and the
-    receptacles that open; ``None`` where the ``alfworld`` package is not installed."""
-    try:
-        from alfworld.gen import constants
-    except ImportError:
-        return None
-    holds = {
-        receptacle.lower(): frozenset(obj.lower() for obj in objects)
-        for receptacle, objects in constants.VAL_RECEPTACLE_OBJECTS.items()
-    }
-    return holds, frozenset(cls.lower() for cls in constants.OPENABLE_CLASS_LIST)
-
-
-def can_hold(receptacle_cls: str, obj_cls: str) -> bool:
-    """Whether a receptacle of ``receptacle_cls`` may hold an ``obj_cls`` (ALFRED's rule; true
-    for any pair without the ``alfworld`` package)."""
-    rules = _alfred()
-    return rules is None or obj_cls in rules[0].get(receptacle_cls, frozenset())
-
-
-def opens(receptacle_cls: str) -> bool:
-    """Whether a receptacle of ``receptacle_cls`` opens and closes (false for every class without
-    the ``alfworld`` package: the plan then opens only what the episode found closed)."""
-    rules = _alfred()
-    return rules is not None and receptacle_cls in rules[1]
-
-
 def _a(noun: str) -> str:
     """``noun`` with its indefinite article."""
     return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
@@ -329,42 +139,6 @@ def _a(noun: str) -> str:
 def _listed(items: Sequence[str]) -> str:
     more = f" and {len(items) - LIST_NAMES} more" if len(items) > LIST_NAMES else ""
     return ", ".join(items[:LIST_NAMES]) + more
-
-
-def _done(task: Task, world: World, obj: str) -> tuple[bool, bool, bool]:
-    """Whether ``obj`` was taken, treated as ``task`` needs (true where it needs nothing) and put
-    in place (after its treatment)."""
-    appliance = APPLIANCES.get(task.kind)
-    treated = appliance is None or appliance[1] in world.treated.get(obj, {})
-    placed = treated and class_of(world.placed.get(obj, "")) == task.recep
-    return obj in world.taken_from, treated, placed
-
-
-def progress(task: Task, world: World) -> list[bool]:
-    """Which of ``task``'s procedure steps (:meth:`Task.procedure`) the episode did."""
-    rows = [(obj, *_done(task, world, obj)) for obj in world.of_class(task.obj)]
-    taken = [row for row in rows if row[1]]
-    if task.kind == "two":
-        placed = sum(1 for row in rows if row[3])
-        return [len(rows) >= 1, len(taken) >= 1, placed >= 1,
-                len(rows) >= 2, len(taken) >= 2, placed >= 2]  # fmt: skip
-    if task.kind == "look":
-        lamp_seen = bool(world.of_class(task.recep)) or bool(world.receptacles_of(task.recep))
-        lit = any(
-            class_of(lamp) == task.recep and held is not None and class_of(held) == task.obj
-            for lamp, held in world.switched_on
-        )
-        return [bool(rows), bool(taken), lamp_seen, lit]
-    flags = [bool(rows), bool(taken)]
-    if task.kind in APPLIANCES:
-        flags.append(any(row[1] and row[2] for row in rows))
-    return [*flags, any(row[3] for row in rows)]
-
-
-def _first(world: World, cls: str) -> str | None:
-    """The receptacle of class ``cls`` to use: the first the room lists (or the episode saw)."""
-    found = world.receptacles_of(cls)
-    return found[0] if found else None
 
 
 def _go(plan: Plan, world: World, receptacle: str, at: str | None, *, into: bool = False) -> str:
@@ -378,23 +152,13 @@ def _go(plan: Plan, world: World, receptacle: str, at: str | None, *, into: bool
     return receptacle
 
 
-def _unsearched(task: Task, world: World) -> list[str]:
-    """The room's receptacles not yet searched that can hold a task object, in the room's order
-    (the task's own receptacle class left out: the object has to leave it)."""
-    return [
-        r
-        for r in world.receptacles
-        if r not in world.contents and class_of(r) != task.recep and can_hold(class_of(r), task.obj)
-    ]
-
-
 def _finish(plan: Plan, task: Task, world: World, obj: str | None, at: str | None) -> None:
     """Steps from holding ``obj`` (``None``: a task object not yet seen) to its part of the task
     done: the treatment, then the place or the lamp."""
     thing = obj or f"the {task.obj}"
     appliance = APPLIANCES.get(task.kind)
     if appliance is not None and (obj is None or appliance[1] not in world.treated.get(obj, {})):
-        where = _first(world, appliance[0])
+        where = first_of(world, appliance[0])
         if where is None:
             plan.say(f"find {_a(appliance[0])} and {appliance[1]} {thing} with it")
         else:
@@ -411,7 +175,7 @@ def _finish(plan: Plan, task: Task, world: World, obj: str | None, at: str | Non
         _go(plan, world, world.where(lamps[0]) or lamps[0], at)
         plan.act(f"use {lamps[0]}")
         return
-    target = _first(world, task.recep)
+    target = first_of(world, task.recep)
     if target is None:
         plan.say(f"find {_a(task.recep)} and put {thing} in/on it")
         return
@@ -430,7 +194,7 @@ def corrected_plan(task: Task, world: World, looped: frozenset[str]) -> str:
     flags = progress(task, world)
     if all(flags):
         return "every step of the procedure was done; nothing is left to do"
-    done = [obj for obj in world.of_class(task.obj) if _done(task, world, obj)[2]]
+    done = [obj for obj in world.of_class(task.obj) if done_flags(task, world, obj)[2]]
     wanted = (2 if task.kind == "two" else 1) - len(done)
     candidates = [obj for obj in world.of_class(task.obj) if obj not in done]
     if world.holding in candidates:  # the one in hand first
@@ -444,8 +208,8 @@ def corrected_plan(task: Task, world: World, looped: frozenset[str]) -> str:
         _finish(plan, task, world, obj, at)
         at = None
     if wanted > len(candidates):  # a task object the episode never saw
-        unsearched = _unsearched(task, world)
-        places = f": {_listed(unsearched)}" if unsearched else ""
+        remaining = unsearched(task, world)
+        places = f": {_listed(remaining)}" if remaining else ""
         plan.say(f"search the receptacles not yet searched for {_a(task.obj)}{places}")
         plan.say(f"take the {task.obj} from where it is")
         _finish(plan, task, world, None, None)
@@ -473,9 +237,9 @@ def _searched(task: Task, world: World) -> str:
         parts.append(f"searched without {_a(task.obj)}: {_listed(empty)}")
     if world.closed:
         parts.append(f"found closed and not opened: {_listed(sorted(world.closed))}")
-    unsearched = _unsearched(task, world)
-    if unsearched:
-        parts.append(f"not yet searched that can hold {_a(task.obj)}: {_listed(unsearched)}")
+    remaining = unsearched(task, world)
+    if remaining:
+        parts.append(f"not yet searched that can hold {_a(task.obj)}: {_listed(remaining)}")
     return "; ".join(parts)
 
 
@@ -513,7 +277,7 @@ def _success_plan(task: Task, world: World, looped: frozenset[str]) -> Plan:
         used = [held for lamp, held in world.switched_on
                 if held is not None and class_of(held) == task.obj][:1]  # fmt: skip
     else:
-        used = [obj for obj in world.of_class(task.obj) if _done(task, world, obj)[2]]
+        used = [obj for obj in world.of_class(task.obj) if done_flags(task, world, obj)[2]]
         used = used[: 2 if task.kind == "two" else 1]
     at: str | None = None
 
