@@ -328,9 +328,9 @@ def test_the_searching_expert_wins_from_what_it_has_seen_and_is_informed_by_the_
     assert demonstration_from_record(record) == noisy
 
 
-def test_a_step_with_an_informed_action_trains_it_in_the_privileged_view_only(tiny_tokenizer):
+def test_a_step_with_an_informed_action_trains_it_in_the_privileged_view_only():
     from resail_pipeline.bootstrap.demonstrations import Demonstration, DemoStep
-    from resail_pipeline.bootstrap.packing import group_steps
+    from resail_pipeline.bootstrap.packing import group_steps, pack_rows
     from resail_pipeline.envs.base import Observation
     from resail_pipeline.prompts import EpisodeHistory
 
@@ -356,3 +356,11 @@ def test_a_step_with_an_informed_action_trains_it_in_the_privileged_view_only(ti
     )
     assert (searched.ordinary, sum(searched.summaries.values())) == (2, 0)
     assert (informed.ordinary, sum(informed.summaries.values())) == (0, 2)
+    # both share one row: the message once as its trunk, each branch with its own response
+    from resail_pipeline.modeling import build_word_tokenizer
+
+    tokenizer = build_word_tokenizer([initial.text, "go to desk bed 1 You arrive", "Avoid Useful"])
+    (row,) = pack_rows([searched, informed], tokenizer, max_branches=4)
+    assert [(b.privileged, b.weight) for b in row.branches] == [(False, 2.0), (True, 2.0)]
+    ends = [tokenizer.decode(b.ids[b.prompt_len :]) for b in row.branches]
+    assert [e.count("desk") for e in ends] == [1, 0] and [e.count("bed") for e in ends] == [0, 1]

@@ -174,31 +174,38 @@ def guided_groups(demos: Sequence[Demonstration]) -> list[StepGroup]:
 def pack_rows(groups: Sequence[StepGroup], tokenizer, *, max_branches: int) -> list[PackedRow]:
     """Tokenize ``groups`` into rows of at most ``max_branches`` branches each.
 
-    The first row of a group carries its ordinary view (if any occurrence is trained in it);
-    privileged views fill the remaining branches, and further rows repeat the trunk. A group
-    trained in no view yields no row.
+    Groups of the same message (a step whose privileged view has a target of its own) share
+    their rows: the first row of a message carries its ordinary views (of the groups trained in
+    it), privileged views fill the remaining branches, each branch with its own group's response,
+    and further rows repeat the trunk. A message trained in no view yields no row.
     """
     if max_branches < 1:
         raise ValueError(f"max_branches: must be >= 1, got {max_branches}")
     eos = tokenizer.eos_token_id
-    rows: list[PackedRow] = []
+    by_message: dict[str, list[StepGroup]] = defaultdict(list)
     for group in groups:
-        views = [(group.message, float(group.ordinary), False)] if group.ordinary else []
+        by_message[group.message].append(group)
+    rows: list[PackedRow] = []
+    for message, same in by_message.items():
+        # (user message, weight, privileged, response) of every sequence of this message
+        views = [(message, float(g.ordinary), False, g.response) for g in same if g.ordinary]
         views += [
-            (add_privileged(group.message, s), float(n), True) for s, n in group.summaries.items()
+            (add_privileged(message, s), float(n), True, g.response)
+            for g in same
+            for s, n in g.summaries.items()
         ]
         if not views:
             continue
         prompts = [
             tokenizer(chat_prompt(tokenizer, m), add_special_tokens=False).input_ids
-            for m, _, _ in views
+            for m, _, _, _ in views
         ]
-        response = [*tokenizer(group.response, add_special_tokens=False).input_ids, eos]
+        responses = {r: [*tokenizer(r, add_special_tokens=False).input_ids, eos] for *_, r in views}
         trunk_len = common_prefix_length(prompts)
         trunk = tuple(prompts[0][:trunk_len])
         branches = [
-            Branch(tuple(p[trunk_len:] + response), len(p) - trunk_len, weight, privileged)
-            for p, (_, weight, privileged) in zip(prompts, views, strict=True)
+            Branch(tuple(p[trunk_len:] + responses[r]), len(p) - trunk_len, weight, privileged)
+            for p, (_, weight, privileged, r) in zip(prompts, views, strict=True)
         ]
         for start in range(0, len(branches), max_branches):
             rows.append(PackedRow(trunk, tuple(branches[start : start + max_branches])))
