@@ -147,6 +147,7 @@ kill-check: $(VENV)/.installed-$(RUN_EXTRAS)
 # pytest exits 5 when it collects no test; that is not a failure of the code under test.
 test: $(VENV)/.installed-$(TEST_EXTRAS)
 	$(BIN)/ruff check src tests benchmarks scripts
+	$(BIN)/lint-imports
 	$(BIN)/pytest $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # The numerics-sensitive tests again with oneDNN, MKL and ATen's own kernels held to AVX2, as on a

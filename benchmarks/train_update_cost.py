@@ -62,8 +62,8 @@ from resail_pipeline.experience.rules import rules_summary
 from resail_pipeline.modeling import build_qwen3, build_word_tokenizer, small_qwen3_config
 from resail_pipeline.prompts import EpisodeHistory, render_user_message
 from resail_pipeline.training import TrainConfig, write_inputs
+from resail_pipeline.training.records import PHASES, UpdateRecord
 from resail_pipeline.training.run import TrainingRun
-from resail_pipeline.training.trainer import PHASES, UpdateRecord
 
 METHODS = ("oel", "oel_resail")
 ROOT = Path(__file__).resolve().parents[1]

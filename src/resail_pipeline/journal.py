@@ -33,9 +33,9 @@ from typing import Any
 
 import pandas as pd
 
+from resail_pipeline.episodes import Episode, EpisodeSpec, StepRecord
 from resail_pipeline.io import atomic_path
 from resail_pipeline.prompts import Summary
-from resail_pipeline.rollout import Episode, EpisodeSpec, StepRecord
 
 __all__ = ["EpisodeJournal", "journal_key"]
 
@@ -61,7 +61,7 @@ def episode_to_json(episode: Episode) -> str:
 
 
 def episode_from_json(text: str) -> Episode:
-    """The :class:`~resail_pipeline.rollout.Episode` that :func:`episode_to_json` wrote."""
+    """The :class:`~resail_pipeline.episodes.Episode` that :func:`episode_to_json` wrote."""
     data = json.loads(text)
     spec = data["spec"]
     summary = spec["summary"]

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
+import yaml
 
 from resail_pipeline.objectives import ResailConfig
 from resail_pipeline.training import ConfigError, TrainConfig
 from resail_pipeline.training.config import EngineConfig
+
+
+def test_weight_decay_default_is_the_projects():
+    base = Path(__file__).resolve().parents[2] / "conf" / "base" / "parameters_train.yml"
+    optimizer = yaml.safe_load(base.read_text())["train"]["optimizer"]
+    assert TrainConfig().optimizer.weight_decay == optimizer["weight_decay"] == 0.0
 
 
 def test_defaults_are_the_papers():

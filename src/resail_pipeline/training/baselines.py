@@ -29,8 +29,9 @@ from resail_pipeline.objectives import cross_entropy_loss, group_advantages, grp
 from resail_pipeline.objectives.divergences import token_logprobs
 from resail_pipeline.prompts import parse_action
 from resail_pipeline.training.data import StepExample
+from resail_pipeline.training.records import PhaseTimer, UpdateRecord
 from resail_pipeline.training.scoring import step_seed
-from resail_pipeline.training.trainer import PhaseTimer, UpdateLoop, UpdateRecord
+from resail_pipeline.training.trainer import UpdateLoop
 from resail_pipeline.training.views import ORDINARY, ResponseLogits, view_logits
 
 __all__ = ["CrossEntropyTrainer", "GrpoTrainer", "action_reward", "normalise_action"]

@@ -8,7 +8,9 @@ the run and what the trainer reads.
 Defaults are the paper's (appendix B.3-B.4, table 4 for TextCraft): AdamW with a constant
 learning rate of 1e-6 and no warm-up, 30 updates of 8 trajectories, ``rho = 0.25``,
 ``lambda = 1.0``, Top-20 plus tail. The paper does not state AdamW's betas, epsilon, weight decay
-or the clipping norm; the defaults here are Megatron-LM's (its training framework).
+or the clipping norm: betas, epsilon and clipping here are Megatron-LM's (its training framework);
+weight decay is 0.0, what conf/base sets and every committed run trained with (the paper-scale
+configurations, conf/paper*, set Megatron-LM's 0.01).
 """
 
 from __future__ import annotations
@@ -97,8 +99,9 @@ class OptimizerConfig:
     betas: tuple[float, float] = (0.9, 0.999)
     # AdamW epsilon, > 0
     eps: float = 1e-8
-    # decoupled weight decay, >= 0
-    weight_decay: float = 0.01
+    # decoupled weight decay, >= 0; 0.0 as in conf/base/parameters_train.yml, which every committed
+    # run trained with (conf/paper* set 0.01; AITZ's offline training sets its own)
+    weight_decay: float = 0.0
     # clip the global gradient norm to this value; None: no clipping
     grad_clip: float | None = 1.0
 

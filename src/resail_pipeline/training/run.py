@@ -54,9 +54,10 @@ from resail_pipeline.training.data import (
 )
 from resail_pipeline.training.engine import Engine, barrier, build_engine, init_distributed
 from resail_pipeline.training.probe import ProbeSet, SensitivityProbe, build_probe_set, probe_frame
+from resail_pipeline.training.records import UpdateRecord
 from resail_pipeline.training.scoring import score_steps
 from resail_pipeline.training.snapshots import Snapshots, keeps_snapshots, run_key
-from resail_pipeline.training.trainer import Trainer, UpdateLoop, UpdateRecord
+from resail_pipeline.training.trainer import Trainer, UpdateLoop
 from resail_pipeline.training.views import ResponseLogits
 
 __all__ = [

@@ -42,7 +42,7 @@ from safetensors.torch import load_file, save_file
 from resail_pipeline.io import atomic_path
 from resail_pipeline.training.config import TrainConfig
 from resail_pipeline.training.engine import Engine
-from resail_pipeline.training.trainer import UpdateRecord
+from resail_pipeline.training.records import UpdateRecord
 
 __all__ = [
     "STATE_FILE",

@@ -32,10 +32,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import time
-from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -59,6 +57,7 @@ from resail_pipeline.objectives import (
 from resail_pipeline.training.config import TrainConfig
 from resail_pipeline.training.data import StepExample, TrainingData
 from resail_pipeline.training.engine import Engine
+from resail_pipeline.training.records import PhaseTimer, UpdateRecord
 from resail_pipeline.training.scoring import TeacherTargets, step_seed, teacher_targets
 from resail_pipeline.training.views import (
     ORDINARY,
@@ -71,12 +70,9 @@ from resail_pipeline.training.views import (
 if TYPE_CHECKING:
     from resail_pipeline.training.snapshots import Snapshots
 
-__all__ = ["PHASES", "PhaseTimer", "Selection", "Trainer", "UpdateLoop", "UpdateRecord", "select"]
+__all__ = ["Selection", "Trainer", "UpdateLoop", "select"]
 
 logger = logging.getLogger(__name__)
-
-#: the cost categories of table 6; "other" is the residual of the update's wall time
-PHASES = ("response", "scoring", "optimisation", "other")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -138,102 +134,6 @@ def select(
     else:
         w_ret = torch.zeros(n)
     return Selection(chosen=chosen, w_sel=w_sel, w_ret=w_ret)
-
-
-# ----------------------------------------------------------------------------------------------
-# records and timing
-
-
-@dataclass(frozen=True)
-class UpdateRecord:
-    """What one update did: the ``train_metrics`` row and the ``selected_steps`` rows.
-
-    Attributes:
-        update: 0-based update index.
-        loss: ``L_sel + lambda L_ret`` (the parents: their uniform mean of ``l_dist``).
-        loss_sel: ``L_sel``.
-        loss_ret: ``L_ret`` (0 without retention).
-        num_trajectories: ``|B|``.
-        num_steps: ``|U|``.
-        num_selected: ``K``.
-        selected_per_traj: selected steps of each trajectory of ``B``.
-        score_selected_mean: mean sensitivity of the selected steps (NaN where not scored).
-        score_all_mean: mean sensitivity over ``U`` (NaN where not scored).
-        tokens: valid response tokens over ``U``.
-        grad_norm: global gradient norm before clipping.
-        seconds: seconds per phase of :data:`PHASES` (rank 0's clock).
-        selected: ``(traj_id, t, score)`` of each selected step.
-        extra: further ``train_metrics`` columns of the method (e.g. GRPO's mean reward).
-    """
-
-    update: int
-    loss: float
-    loss_sel: float
-    loss_ret: float
-    num_trajectories: int
-    num_steps: int
-    num_selected: int
-    selected_per_traj: list[int]
-    score_selected_mean: float
-    score_all_mean: float
-    tokens: int
-    grad_norm: float
-    seconds: dict[str, float]
-    selected: list[tuple[str, int, float]] = field(default_factory=list)
-    extra: dict[str, float] = field(default_factory=dict)
-
-    def metrics_row(self) -> dict[str, Any]:
-        """One ``train_metrics`` row (its schema's columns, plus ``num_trajectories`` and ``grad_norm``)."""
-        return {
-            "update": self.update,
-            "loss": self.loss,
-            "loss_sel": self.loss_sel,
-            "loss_ret": self.loss_ret,
-            "num_trajectories": self.num_trajectories,
-            "num_steps": self.num_steps,
-            "num_selected": self.num_selected,
-            "selected_per_traj": self.selected_per_traj,
-            "score_selected_mean": self.score_selected_mean,
-            "score_all_mean": self.score_all_mean,
-            "tokens": self.tokens,
-            "grad_norm": self.grad_norm,
-            **{f"seconds_{phase}": self.seconds[phase] for phase in PHASES},
-            **self.extra,
-        }
-
-    def selected_rows(self) -> list[dict[str, Any]]:
-        return [
-            {"update": self.update, "traj_id": traj, "t": t, "score": score}
-            for traj, t, score in self.selected
-        ]
-
-
-class PhaseTimer:
-    """Wall time per phase; with CUDA, the device is synchronised at every boundary."""
-
-    def __init__(self, device: torch.device) -> None:
-        self._cuda = device.type == "cuda"
-        self.seconds: dict[str, float] = defaultdict(float)
-
-    def now(self) -> float:
-        """The clock, after the device has finished its queued work."""
-        if self._cuda:
-            torch.cuda.synchronize()
-        return time.perf_counter()
-
-    @contextlib.contextmanager
-    def __call__(self, phase: str) -> Iterator[None]:
-        start = self.now()
-        try:
-            yield
-        finally:
-            self.seconds[phase] += self.now() - start
-
-    def breakdown(self, total: float) -> dict[str, float]:
-        """Seconds of each phase, ``other`` being the rest of ``total``."""
-        out = {phase: self.seconds.get(phase, 0.0) for phase in PHASES if phase != "other"}
-        out["other"] = max(total - sum(out.values()), 0.0)
-        return out
 
 
 # ----------------------------------------------------------------------------------------------
