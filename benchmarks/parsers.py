@@ -3,7 +3,7 @@
 Model output is untrusted: an action parser or summary validator that backtracks over a long run
 of tags or spaces stalls a whole rollout. This script times ``parse_action``, ``strip_thinking``
 and ``validate_summary`` (with a trajectory's evidence, so the copy rule runs too), and the GUI
-path's ``accepted_remark`` and ``predicted_action``, on inputs built to defeat backtracking, at
+path's ``accepted_remark``, ``predicted_action`` and ``without_placeholders``, on inputs built to defeat backtracking, at
 three sizes, and prints each time and the worst per function. Linear scans keep every call far
 below the 50 ms the hardening issue allows at 1 MB.
 
@@ -22,7 +22,7 @@ from resail_pipeline.evaluation.gui_actions import predicted_action
 from resail_pipeline.experience.evidence import build_evidence
 from resail_pipeline.experience.validation import validate_summary
 from resail_pipeline.prompts import parse_action, strip_thinking
-from resail_pipeline.prompts.gui import accepted_remark
+from resail_pipeline.prompts.gui import IMAGE_PLACEHOLDER, accepted_remark, without_placeholders
 
 SIZES = (128 * 1024, 512 * 1024, 1024 * 1024)
 
@@ -41,6 +41,10 @@ def hostile(size: int) -> dict[str, str]:
         "remark headers": "<remark>\nHow to do:\nWatch out:\n" * (size // 33),
         "open remarks": "<remark>How to do:\n" * (size // 19),
         "open tool calls": "<tool_call>" * (size // 11),
+        "nested tool call": "<tool_call>" + "[" * (size // 2) + "]" * (size // 2) + "</tool_call>",
+        "nested placeholders": (
+            IMAGE_PLACEHOLDER[:7] * (size // 27) + IMAGE_PLACEHOLDER[7:] * (size // 27)
+        ),
     }
 
 
@@ -81,13 +85,14 @@ def main() -> None:
         "validate_summary": lambda text: validate_summary(text, "success", evidence),
         "accepted_remark": accepted_remark,
         "predicted_action": predicted_action,
+        "without_placeholders": without_placeholders,
     }
     worst = dict.fromkeys(functions, (0.0, ""))
     for size in SIZES:
         for case, text in hostile(size).items():
             for name, function in functions.items():
                 seconds = _timed(function, text)
-                print(f"{name:17s} {len(text):>9,d} chars  {case:24s} {1e3 * seconds:8.2f} ms")
+                print(f"{name:20s} {len(text):>9,d} chars  {case:24s} {1e3 * seconds:8.2f} ms")
                 if seconds > worst[name][0]:
                     worst[name] = (seconds, f"{case}, {len(text):,d} chars")
     for name, (seconds, case) in worst.items():

@@ -75,6 +75,8 @@ def test_predictions_are_read_from_the_tool_call():
         call(action="open", text="Maps"),
         call(action="wait", time=2),
         None,
+        "<tool_call>" + "[" * 1000 + "</tool_call>",  # deeper than the JSON parser's stack
+        "<tool_call>" + '{"a":' * 5000 + "1" + "}" * 5000 + "</tool_call>",
     ],
 )
 def test_unreadable_or_unknown_predictions_are_invalid(response):

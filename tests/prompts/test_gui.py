@@ -226,6 +226,14 @@ def test_model_written_text_loses_its_image_placeholders(written, kept):
     assert gui.without_placeholders(written) == kept
 
 
+def test_placeholders_nested_thousands_deep_are_all_taken_out():
+    # each one taken out joins the halves around it into the next (the time: benchmarks/parsers.py)
+    head, tail = gui.IMAGE_PLACEHOLDER[:7], gui.IMAGE_PLACEHOLDER[7:]
+    assert gui.without_placeholders("x" + head * 2_000 + tail * 2_000 + "y") == "xy"
+    # the one-pass scan relies on every placeholder ending in the same character
+    assert {p[-1] for p in gui.IMAGE_PLACEHOLDERS} == {gui._PLACEHOLDER_END}
+
+
 def test_a_prompt_has_one_image_slot_per_screenshot_whatever_the_model_wrote():
     """An attempt or a remark holding a placeholder would add a slot no screenshot fills."""
     attempt = f"click {gui.SUMMARY_IMAGE_PLACEHOLDER} then {gui.IMAGE_PLACEHOLDER}"

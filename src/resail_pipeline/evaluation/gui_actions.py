@@ -163,7 +163,7 @@ def predicted_action(response: str) -> GuiAction | None:
         return None
     try:
         call = json.loads(response[start + len(_OPEN) : end])
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # nesting deeper than the parser's stack
         return None
     arguments = call.get("arguments") if isinstance(call, dict) else None
     if not isinstance(arguments, dict):

@@ -130,17 +130,35 @@ SUMMARY_IMAGE_PLACEHOLDER = "<IMAGE: SCREENSHOT_AT_THIS_STEP>"
 
 #: where a rendered prompt puts one of its call's screenshots
 IMAGE_PLACEHOLDERS = (IMAGE_PLACEHOLDER, SUMMARY_IMAGE_PLACEHOLDER)
+#: the last character of every image placeholder (:func:`without_placeholders` relies on it)
+_PLACEHOLDER_END = ">"
 
 
 def without_placeholders(text: str) -> str:
     """Model-written ``text`` (an attempt, a remark) with every image placeholder taken out. In a
     rendered prompt each placeholder is a slot for one of the call's screenshots: one written by
-    the model would be a slot no image fills. Repeated until none is left, since taking one out
-    can join the text around it into another."""
-    while any(placeholder in text for placeholder in IMAGE_PLACEHOLDERS):
+    the model would be a slot no image fills. Taking one out can join the text around it into
+    another, so none is left in the result, nested ones included.
+
+    One pass, linear in the text: the text is copied piece by piece up to each ``>`` (every
+    placeholder ends in one), and a placeholder the copy then ends with is dropped from it. The
+    end of the copy after a drop was checked when it was written, so one check per ``>`` is
+    enough.
+    """
+    if not any(placeholder in text for placeholder in IMAGE_PLACEHOLDERS):
+        return text
+    kept: list[str] = []
+    pieces = text.split(_PLACEHOLDER_END)
+    for i, piece in enumerate(pieces):
+        kept.extend(piece)
+        if i == len(pieces) - 1:
+            break
+        kept.append(_PLACEHOLDER_END)
         for placeholder in IMAGE_PLACEHOLDERS:
-            text = text.replace(placeholder, "")
-    return text
+            if len(kept) >= len(placeholder) and "".join(kept[-len(placeholder) :]) == placeholder:
+                del kept[-len(placeholder) :]
+                break
+    return "".join(kept)
 
 
 # --- Rendering ---------------------------------------------------------------------------------
