@@ -83,6 +83,18 @@ def test_an_unknown_pipeline_is_one_line_naming_the_pipelines(option):
     assert "the pipelines are aitz, bootstrap, collect, cycle," in line
 
 
+@pytest.mark.parametrize("value", ["0", "abc", "-1", ""])
+def test_a_bad_number_of_cycles_is_one_line(value, monkeypatch):
+    from kedro.framework.cli.project import run
+
+    monkeypatch.setenv("RESAIL_CYCLES", value)
+    result = CliRunner().invoke(one_line_errors(run), ["--pipelines=cycle"])
+    assert result.exit_code == 2
+    assert result.output.splitlines() == [
+        f"Error: RESAIL_CYCLES: expected a positive integer, got {value!r}"
+    ]
+
+
 def test_the_guarded_run_keeps_kedros_options():
     from kedro.framework.cli.project import run
 

@@ -6,7 +6,8 @@ error (:class:`~resail_pipeline.config.ConfigError`: a parameter out of range, a
 an initial policy or a shared corpus that differs from what the run asks for), a checkpoint that
 cannot be used, or AITZ episodes that are missing or malformed print one line naming the field,
 value and what is allowed, and exit with status 2, instead of a page of traceback; so does a
-``--pipelines`` name that is not a pipeline of the project (checked before a session starts), and
+``--pipelines`` name that is not a pipeline of the project or a ``RESAIL_CYCLES`` that is not a
+positive integer (both checked before a session starts), and
 such an error raised while Kedro loads or saves a dataset (it arrives wrapped in Kedro's
 ``DatasetError``). Every other error keeps its traceback.
 
@@ -28,6 +29,7 @@ from resail_pipeline.checkpoints import CheckpointError
 from resail_pipeline.config import ConfigError
 from resail_pipeline.gui.episodes import EpisodeError
 from resail_pipeline.pipeline_registry import pipeline_names
+from resail_pipeline.pipelines.cycle.pipeline import num_cycles
 
 #: errors whose message says all a user needs: what to change, and where
 USER_ERRORS = (ConfigError, CheckpointError, EpisodeError)
@@ -73,6 +75,7 @@ def one_line_errors(command: click.Command) -> click.Command:
         try:
             check_pipeline_names(kwargs.get("pipelines"))
             check_pipeline_names(kwargs.get("pipeline"))
+            num_cycles()  # every pipeline is built when the registry loads, the cycle's too
             return callback(*args, **kwargs)
         except USER_ERRORS as error:
             raise UserError(str(error)) from None

@@ -16,6 +16,7 @@ import os
 
 from kedro.pipeline import Pipeline
 
+from resail_pipeline.config import ConfigError
 from resail_pipeline.pipelines import bootstrap, collect, evaluate, score, summarize, train
 from resail_pipeline.pipelines.common import in_cycle
 
@@ -23,9 +24,11 @@ DEFAULT_CYCLES = 3
 
 
 def num_cycles() -> int:
+    """``RESAIL_CYCLES`` (default :data:`DEFAULT_CYCLES`); anything but a positive integer raises
+    a :class:`~resail_pipeline.config.ConfigError` naming the variable."""
     value = os.environ.get("RESAIL_CYCLES", str(DEFAULT_CYCLES))
     if not value.isdigit() or int(value) < 1:
-        raise ValueError(f"RESAIL_CYCLES: expected a positive integer, got {value!r}")
+        raise ConfigError(f"RESAIL_CYCLES: expected a positive integer, got {value!r}")
     return int(value)
 
 
