@@ -7,6 +7,7 @@ import fcntl
 import hashlib
 import logging
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -69,17 +70,26 @@ def fresh_staging_path(staging_dir: str | os.PathLike, prefix: str) -> Path:
     return keyed_staging_path(staging_dir, prefix, uuid.uuid4().hex[:12])
 
 
+#: A staging key: 12 hex digits (a fresh one, or a hash of settings).
+STAGING_KEY = re.compile(r"[0-9a-f]{12}")
+
+
 def keyed_staging_path(
     staging_dir: str | os.PathLike, prefix: str, key: str, suffix: str = ""
 ) -> Path:
     """``staging_dir / (prefix + key + suffix)`` (not created), for work a rerun with the same
-    ``key`` continues; whatever else is there between ``prefix`` and ``suffix`` (another key's) is
-    removed first."""
+    ``key`` continues; another key's folder of the same ``prefix`` and ``suffix`` is removed
+    first. ``key`` is :data:`STAGING_KEY`'s form, and only names of exactly that form are
+    removed: a name that merely starts with ``prefix`` (experiment ``px-cycle_1``'s folders,
+    when ``px`` cleans ``px-cycle_1-``) belongs to someone else."""
+    if not STAGING_KEY.fullmatch(key):
+        raise ValueError(f"key: must be 12 hex digits, got {key!r}")
     staging = Path(staging_dir)
     path = staging / f"{prefix}{key}{suffix}"
     if staging.is_dir():
-        for stale in staging.glob(f"{prefix}*{suffix}"):
-            if stale != path:
+        stale_name = re.compile(re.escape(prefix) + STAGING_KEY.pattern + re.escape(suffix))
+        for stale in staging.iterdir():
+            if stale != path and stale_name.fullmatch(stale.name):
                 shutil.rmtree(stale, ignore_errors=True)
     return path
 

@@ -60,7 +60,13 @@ def test_a_fresh_staging_path_removes_what_a_killed_run_of_the_same_label_left(t
     other = RunConfig.from_params({**base, "staging_dir": str(tmp_path), "experiment": "other"})
     stale = tmp_path / f"{run.experiment}-cycle_2-0123456789ab"
     (stale / "policy").mkdir(parents=True)
-    kept = [tmp_path / f"{run.experiment}-cycle_1-0123456789ab", tmp_path / "other-cycle_2-ab"]
+    kept = [
+        tmp_path / f"{run.experiment}-cycle_1-0123456789ab",
+        tmp_path / "other-cycle_2-abcdef012345",
+        # experiment "<name>-cycle_2"'s own folders and snapshots start with the same prefix
+        tmp_path / f"{run.experiment}-cycle_2-cycle_1-0123456789ab",
+        tmp_path / f"{run.experiment}-cycle_2-cycle_1.snapshots",
+    ]
     for path in kept:
         path.mkdir()
     fresh = run.staging_path("cycle_2")
@@ -68,6 +74,7 @@ def test_a_fresh_staging_path_removes_what_a_killed_run_of_the_same_label_left(t
     assert not stale.exists() and all(path.exists() for path in kept)
     assert other.staging_path("cycle_2").name.startswith("other-cycle_2-")
     assert not kept[1].exists()  # the other experiment's own stale folder
+    assert all(path.exists() for path in kept[2:])
 
 
 def test_the_paper_environments_differ_only_in_table_4s_rows():
