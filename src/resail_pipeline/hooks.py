@@ -13,6 +13,7 @@ from resail_pipeline.collection import check_collection_settings
 from resail_pipeline.config import ConfigError
 from resail_pipeline.devices import release_device_memory
 from resail_pipeline.envs import provide_env_data
+from resail_pipeline.generation import check_installed
 from resail_pipeline.generation.cuda import check_vllm_cuda, visible_gpus
 from resail_pipeline.initial_policy import check_published, requested_policy
 from resail_pipeline.io import LockedError, ProcessLock
@@ -122,14 +123,16 @@ class PreflightHook:
        first ALFWorld set takes minutes to write): an ALFWorld run that names none (no
        ``run.env_options.data_path``, ``ALFWORLD_DATA`` unset) gets the generated set that
        mirrors the official split, with its ``dev`` and ``clone`` splits, in
-       ``data/01_raw/alfworld_games`` (written on the first run, resumed if cut short, extended
-       when it lacks a split), and ``ALFWORLD_DATA`` names it for this process and the workers it
-       starts (:func:`~resail_pipeline.envs.provide_env_data`, which the initial-policy builder
-       calls too).
+       ``data/01_raw/alfworld_games/<12 hex digits of its settings' sha256>`` (written on the
+       first run, resumed if cut short, extended when it lacks a split), and ``ALFWORLD_DATA``
+       names it for this process and the workers it starts
+       (:func:`~resail_pipeline.envs.provide_env_data`, which the initial-policy builder calls
+       too).
     4. A pipeline that acts in the environment has its split names and budgets compared with the
        environment's splits (:func:`~resail_pipeline.pipelines.parameters.check_budgets`). A
-       pipeline that generates with vLLM has the longest prompt it can send, estimated, and its
-       new tokens compared with ``run.generation.vllm.max_model_len``
+       pipeline that generates with vLLM finds it installed (else one line names the extra), and
+       has the longest prompt it can send estimated and its new tokens compared with
+       ``run.generation.vllm.max_model_len``
        (:func:`~resail_pipeline.pipelines.parameters.check_context_length`), and, on a GPU
        machine, the NVIDIA driver with what the vLLM CUDA wheel needs
        (:func:`~resail_pipeline.generation.cuda.check_vllm_cuda`). A pipeline that trains on GPUs
@@ -163,6 +166,13 @@ class PreflightHook:
             requested_policy(bootstrap)  # a reference that names no directory is an error
         acts = _writes_any(writes, _ACTS_IN_ENV)
         generates = run.backend == "vllm" and _writes_any(writes, _GENERATES)
+        # the aitz pipeline's initial policy generates with its own backend (aitz.generation)
+        aitz_vllm = (
+            "aitz.attempts" in names
+            and (params.get("aitz") or {}).get("generation", {}).get("backend") == "vllm"
+        )
+        if generates or aitz_vllm:
+            check_installed("vllm")  # before any node publishes anything
         trains = any(name.endswith(".checkpoint") and name != INITIAL_POLICY for name in writes)
         gpus = visible_gpus() if trains else []
         # the longest prompt is estimated by playing the environment (prompt_budget.py)
@@ -174,11 +184,6 @@ class PreflightHook:
             self._take_lock(run, names, catalog)
         if acts:
             check_budgets(params)
-        # the aitz pipeline's initial policy generates with its own backend (aitz.generation)
-        aitz_vllm = (
-            "aitz.attempts" in names
-            and (params.get("aitz") or {}).get("generation", {}).get("backend") == "vllm"
-        )
         if generates or aitz_vllm:
             check_vllm_cuda()
         if estimates:

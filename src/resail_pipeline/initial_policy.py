@@ -56,12 +56,19 @@ def requested_policy(config: BootstrapConfig) -> Path | None:
     ``reference``; ``None`` for a build (``reference: null``, found by its configuration and code).
 
     Raises:
-        ConfigError: ``reference`` names no directory (a typo must not silently build a policy,
+        ConfigError: ``checkpoint`` names no checkpoint directory (one with a ``config.json``);
+            ``reference`` names no directory (a typo must not silently build a policy,
             or silently reuse the one published before), or the policy was built here for
             another environment than ``config.env`` (its manifest says which).
     """
     if config.checkpoint is not None:
         field, policy = "bootstrap.checkpoint", Path(config.checkpoint)
+        if not (policy / "config.json").is_file():
+            what = "no directory" if not policy.is_dir() else "a directory without config.json"
+            raise ConfigError(
+                f"bootstrap.checkpoint: {policy} is {what}; give a local Hugging Face "
+                "causal-LM checkpoint directory, or null for the shipped policy"
+            )
     elif config.reference is None:
         return None
     elif not Path(config.reference).is_dir():

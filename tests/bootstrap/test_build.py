@@ -207,7 +207,7 @@ def test_training_on_a_missing_gpu_is_refused_before_any_work(tmp_path, monkeypa
 
 def test_a_missing_checkpoint_is_named(tmp_path):
     config = BootstrapConfig.from_dict({**TINY, "checkpoint": str(tmp_path / "nope")})
-    with pytest.raises(CheckpointError, match="nope: no such directory"):
+    with pytest.raises(ConfigError, match=r"^bootstrap\.checkpoint: .*nope is no directory"):
         resolve_initial_policy(config, tmp_path)
 
 
@@ -665,6 +665,7 @@ def test_a_policy_built_for_another_environment_is_refused(tmp_path):
     policy.mkdir()
     assert built_environment(policy) is None  # no manifest: a foreign checkpoint, not checked
     (policy / MANIFEST_NAME).write_text(json.dumps({"configuration": {"env": "textcraft"}}))
+    (policy / "config.json").write_text("{}")  # a checkpoint directory, as far as looked
     assert built_environment(policy) == "textcraft"
     for field in ("reference", "checkpoint"):
         ok = BootstrapConfig.from_dict({**TINY, "env": "textcraft", field: str(policy)})

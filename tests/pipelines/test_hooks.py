@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
+from resail_pipeline import hooks
 from resail_pipeline.hooks import (
     DeviceMemoryHook,
     NodeTimingHook,
@@ -190,6 +191,7 @@ def test_a_vllm_run_whose_longest_prompt_does_not_fit_is_refused_before_any_node
     from resail_pipeline.config import ConfigError
     from resail_pipeline.generation import cuda
 
+    monkeypatch.setattr(hooks, "check_installed", lambda _backend: None)  # fake: vLLM there
     monkeypatch.setattr(cuda, "cuda_runtime", lambda: None)  # fake: torch without CUDA
     policy, _ = cycle_1
     evaluating = Pipeline([node(lambda x: x, "cycle_0.checkpoint", "cycle_1.eval_results")])
@@ -211,6 +213,7 @@ def test_an_nvidia_driver_too_old_for_the_vllm_wheel_is_refused_before_any_node(
     from resail_pipeline.config import ConfigError
     from resail_pipeline.generation import cuda
 
+    monkeypatch.setattr(hooks, "check_installed", lambda _backend: None)  # fake: vLLM there
     monkeypatch.setattr(cuda, "cuda_runtime", lambda: "13.0")  # fakes: a GPU node's readings
     monkeypatch.setattr(cuda, "driver_version", lambda: "550.54.15")
     monkeypatch.setattr(cuda, "vllm_version", lambda: "0.32.0")
@@ -234,6 +237,7 @@ def test_the_aitz_pipelines_vllm_generation_is_checked_against_the_driver(cycle_
     from resail_pipeline.config import ConfigError
     from resail_pipeline.generation import cuda
 
+    monkeypatch.setattr(hooks, "check_installed", lambda _backend: None)  # fake: vLLM there
     monkeypatch.setattr(cuda, "cuda_runtime", lambda: "13.0")  # fakes: a GPU node's readings
     monkeypatch.setattr(cuda, "driver_version", lambda: "550.54.15")
     monkeypatch.setattr(cuda, "vllm_version", lambda: "0.32.0")

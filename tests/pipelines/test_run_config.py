@@ -268,6 +268,10 @@ def test_a_budget_that_does_not_fit_its_split_is_refused_naming_the_field(sectio
         ),
         ({"staging_dir": "README.md"}, r"run\.staging_dir: README\.md is a file; give a folder"),
         ({"experiment": "shared"}, r"run\.experiment: 'shared' is the folder every experiment"),
+        (
+            {"generation": {"transformers": {"policy_id": "evil"}}},
+            r"run\.generation\.transformers\.policy_id: set by the run itself",
+        ),
     ],
 )
 def test_a_bad_run_value_is_refused_before_any_node(values, message):
@@ -332,3 +336,26 @@ def test_a_rollout_journal_is_kept_per_label_and_settings(tmp_path):
         {**_run_params("base"), "staging_dir": str(tmp_path), "env_options": {"max_steps": 10}}
     )
     assert elsewhere.journal("x", policy="a").folder != run.journal("x", policy="a").folder
+
+
+def test_a_backend_whose_package_is_missing_names_the_extra(monkeypatch):
+    from resail_pipeline import generation
+    from resail_pipeline.config import ConfigError
+
+    monkeypatch.setitem(generation.BACKEND_PACKAGES, "vllm", ("no_such_package_here", "gpu"))
+    with pytest.raises(
+        ConfigError, match=r"^backend: vllm needs the no_such_package_here .* `gpu`"
+    ):
+        generation.check_installed("vllm")
+    generation.check_installed("transformers")  # needs nothing beyond the base install
+
+
+def test_a_missing_initial_checkpoint_is_refused_before_any_node(tmp_path):
+    from resail_pipeline.bootstrap.config import BootstrapConfig
+    from resail_pipeline.config import ConfigError
+    from resail_pipeline.initial_policy import requested_policy
+
+    for checkpoint, what in ((tmp_path / "nonexistent", "no directory"), (tmp_path, "without")):
+        config = BootstrapConfig.from_dict({"checkpoint": str(checkpoint)})
+        with pytest.raises(ConfigError, match=rf"^bootstrap\.checkpoint: .* {what}"):
+            requested_policy(config)

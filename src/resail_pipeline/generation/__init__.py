@@ -11,6 +11,7 @@ GUI path's :class:`~resail_pipeline.gui.policy.VisionPolicy` (:data:`VISION_GENE
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import json
 from collections.abc import Callable, Mapping
@@ -34,6 +35,12 @@ GENERATOR_REGISTRY: dict[str, str] = {
     "transformers": "resail_pipeline.generation.transformers_backend:TransformersGenerator",
     "vllm": "resail_pipeline.generation.vllm_backend:VLLMGenerator",
 }
+
+#: backend -> (the package it needs, the project's extra that installs it)
+BACKEND_PACKAGES: dict[str, tuple[str, str]] = {"vllm": ("vllm", "gpu")}
+#: ``from_checkpoint`` options the pipeline passes itself (from the policy's manifest), never set
+#: in a run's configuration
+RUN_SUPPLIED_OPTIONS = ("policy_id",)
 
 #: name -> "module:class" where a backend serves a vision-language checkpoint with another class
 #: than its text one (vLLM's serves both)
@@ -79,6 +86,19 @@ def keyword_names(*functions: Callable[..., Any]) -> set[str]:
     }
 
 
+def check_installed(backend: str) -> None:
+    """Raise a :class:`ConfigError` naming the extra to install where ``backend`` needs a package
+    this machine does not have (vLLM without the ``gpu`` extra); before anything is loaded."""
+    needed = BACKEND_PACKAGES.get(backend)
+    if needed is not None and importlib.util.find_spec(needed[0]) is None:
+        package, extra = needed
+        raise ConfigError(
+            f"backend: {backend} needs the {package} package, which is not installed here; "
+            f"install the `{extra}` extra (pip install -e '.[{extra}]') on a GPU machine, or "
+            "choose transformers"
+        )
+
+
 def check_options(
     backend: str, options: Mapping[str, Any], source: str = "options", *, vision: bool = False
 ) -> None:
@@ -112,7 +132,9 @@ def make_generator(backend: str, checkpoint: str | Path, **options: Any) -> Gene
 
 
 __all__ = [
+    "BACKEND_PACKAGES",
     "GENERATOR_REGISTRY",
+    "RUN_SUPPLIED_OPTIONS",
     "VISION_GENERATORS",
     "VISION_MODEL_TYPES",
     "Generation",
@@ -120,6 +142,7 @@ __all__ = [
     "Prompt",
     "SamplingParams",
     "VisionPrompt",
+    "check_installed",
     "check_options",
     "derive_seed",
     "is_vision_checkpoint",

@@ -26,6 +26,7 @@ from resail_pipeline.devices import visible_devices
 from resail_pipeline.envs import Environment, check_env_name, check_env_options, make_env
 from resail_pipeline.generation import (
     GENERATOR_REGISTRY,
+    RUN_SUPPLIED_OPTIONS,
     Generator,
     check_options,
     make_generator,
@@ -132,6 +133,12 @@ class RunConfig:
                 )
             if not isinstance(options, dict):
                 raise ConfigError(f"generation.{backend}: expected a mapping, got {options!r}")
+        for option in RUN_SUPPLIED_OPTIONS:
+            if option in self.generation_options:
+                raise ConfigError(
+                    f"generation.{self.backend}.{option}: set by the run itself (the policy's id "
+                    "from its manifest); remove it"
+                )
         check_options(self.backend, self.generation_options, f"generation.{self.backend}")
         if self.shards != "auto":
             check_int("shards", self.shards, low=1)
