@@ -113,3 +113,18 @@ def execute_notebook():
         )
 
     return execute
+
+
+@pytest.fixture(scope="session")
+def process_alive():
+    """``pid -> bool``: whether the process runs (a zombie waiting for its new parent to reap it
+    does not)."""
+
+    def alive(pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    return alive

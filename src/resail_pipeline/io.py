@@ -3,15 +3,18 @@ ever half-replaced, and no configured name writes outside its folder."""
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import hashlib
 import logging
 import os
 import re
 import shutil
+import signal
+import sys
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -92,6 +95,40 @@ def keyed_staging_path(
             if stale != path and stale_name.fullmatch(stale.name):
                 shutil.rmtree(stale, ignore_errors=True)
     return path
+
+
+#: prctl(2) option: the signal a process receives when the thread that started it ends
+_PR_SET_PDEATHSIG = 1
+
+
+def tied_to_this_process() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has the child receive ``SIGTERM`` when this process dies, however it
+    dies (``SIGKILL`` included), so that a killed run leaves no child behind to share the cores
+    with its rerun (torchrun, on ``SIGTERM``, stops its workers). ``None`` where the kernel has no
+    parent-death signal (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here, not in the forked child
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before the signal was armed
+            os._exit(1)
+
+    return preexec
+
+
+def die_with(parent: int) -> None:
+    """Have this process receive ``SIGTERM`` when ``parent``, the process that started it, dies
+    however it dies; exit at once where it is gone already. For a child started without a
+    ``preexec_fn`` (a ``spawn`` worker calls it first thing). Nothing where the kernel has no
+    parent-death signal (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 class LockedError(RuntimeError):

@@ -57,7 +57,7 @@ import pandas as pd
 import yaml
 
 from resail_pipeline.config import ConfigError, build, check_folder_name, check_int
-from resail_pipeline.io import atomic_path
+from resail_pipeline.io import atomic_path, tied_to_this_process
 from resail_pipeline.training.config import METHODS, REACT
 
 __all__ = [
@@ -516,7 +516,11 @@ def _run(
     every: float = HEARTBEAT_S,
 ) -> int:
     """Run ``command`` to its end; call ``heartbeat`` every ``every`` seconds while it runs."""
-    process = subprocess.Popen(list(command), cwd=project, env=dict(env))
+    # the child dies with this process, however it dies: a killed runner leaves no run holding
+    # the experiment's lock (and its trainer dies with it in turn)
+    process = subprocess.Popen(
+        list(command), cwd=project, env=dict(env), preexec_fn=tied_to_this_process()
+    )
     while True:
         try:
             return process.wait(timeout=every if heartbeat is not None else None)

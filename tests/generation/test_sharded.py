@@ -69,3 +69,43 @@ def test_the_run_config_shards_where_asked(tiny_checkpoint):
         assert isinstance(sharded, ShardedGenerator) and sharded.shards == 2
     with pytest.raises(ValueError, match=r"run\.shards: must be a positive integer"):
         RunConfig.from_params({**params, "shards": 0})
+
+
+def test_the_workers_die_with_the_process_that_started_them(
+    tiny_checkpoint, tmp_path, process_alive
+):
+    """A SIGKILL of the process holding a sharded generator (Kedro's) leaves no worker behind."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pids = tmp_path / "workers.pid"
+    script = (
+        "import os, time\n"
+        "from resail_pipeline.generation import SamplingParams\n"
+        "from resail_pipeline.generation.sharded import ShardedGenerator\n"
+        f"g = ShardedGenerator('transformers', {str(tiny_checkpoint)!r}, shards=2, progress=False)\n"
+        "g.generate(['a', 'b'], SamplingParams(max_new_tokens=2))\n"
+        "workers = [p for w in g._workers for p in w._processes]\n"
+        f"open({str(pids)!r}, 'w').write(' '.join(map(str, workers)))\n"
+        "time.sleep(120)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.monotonic() + 120
+        while not pids.exists() or not pids.read_text():
+            assert parent.poll() is None, "the parent failed before its workers started"
+            assert time.monotonic() < deadline, "the workers never started"
+            time.sleep(0.2)
+        workers = [int(p) for p in pids.read_text().split()]
+        assert len(workers) == 2 and all(process_alive(p) for p in workers)
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 20
+        while any(process_alive(p) for p in workers):
+            assert time.monotonic() < deadline, f"workers {workers} outlived their parent"
+            time.sleep(0.1)
+    finally:
+        parent.kill()

@@ -133,7 +133,7 @@ def test_the_command_starts_one_torchrun_agent_per_node(tmp_path):
     assert ids == {a for a in command(config, "other.yaml") if a.startswith("--rdzv-id=")}
 
 
-def test_the_trainer_dies_with_the_process_that_launched_it(tmp_path):
+def test_the_trainer_dies_with_the_process_that_launched_it(tmp_path, process_alive):
     """A SIGKILL of the Kedro process must not leave its trainer running: the child the launcher
     starts gets SIGTERM when its parent dies (here a parent started for the purpose)."""
     import os
@@ -148,7 +148,7 @@ def test_the_trainer_dies_with_the_process_that_launched_it(tmp_path):
             sys.executable,
             "-c",
             "import subprocess, sys, time\n"
-            "from resail_pipeline.training.launcher import tied_to_this_process\n"
+            "from resail_pipeline.io import tied_to_this_process\n"
             "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'],\n"
             "                         preexec_fn=tied_to_this_process())\n"
             f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
@@ -164,17 +164,8 @@ def test_the_trainer_dies_with_the_process_that_launched_it(tmp_path):
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait()
         deadline = time.monotonic() + 10
-        while _alive(child):
+        while process_alive(child):
             assert time.monotonic() < deadline, f"the child {child} outlived its parent"
             time.sleep(0.1)
     finally:
         parent.kill()
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie waiting for its new parent to reap it does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False

@@ -25,6 +25,7 @@ from typing import Any
 from resail_pipeline.checkpoints import load_tokenizer, read_checkpoint_info
 from resail_pipeline.devices import pin_worker, visible_devices
 from resail_pipeline.generation.base import Generation, Generator, SamplingParams, prompt_seeds
+from resail_pipeline.io import die_with
 
 __all__ = ["ShardedGenerator"]
 
@@ -41,10 +42,12 @@ def _start(
     options: dict[str, Any],
     device: str | None,
     threads: int,
+    parent: int,
 ) -> None:
-    """Worker initialiser: pin the worker to its GPU (or its share of the CPU cores), then build
-    its generator."""
+    """Worker initialiser: die with ``parent`` (the process that started it, however that one
+    dies), pin the worker to its GPU (or its share of the CPU cores), then build its generator."""
     global _GENERATOR
+    die_with(parent)
     pin_worker(device, threads)
     from resail_pipeline.generation import make_generator
 
@@ -110,6 +113,7 @@ class ShardedGenerator(Generator):
                     dict(options),
                     devices[k] if devices else None,
                     threads,
+                    os.getpid(),
                 ),
             )
             for k in range(shards)

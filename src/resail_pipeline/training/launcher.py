@@ -15,15 +15,12 @@ run's metrics and the PI-sensitivity probe's rows.
 from __future__ import annotations
 
 import collections
-import ctypes
 import hashlib
 import json
 import logging
 import os
-import signal
 import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +29,7 @@ import pandas as pd
 
 from resail_pipeline.checkpoints import CheckpointInfo, read_checkpoint_info
 from resail_pipeline.devices import off_process
+from resail_pipeline.io import tied_to_this_process
 from resail_pipeline.training.config import EngineConfig, TrainConfig
 from resail_pipeline.training.data import read_manifest
 from resail_pipeline.training.run import (
@@ -56,7 +54,6 @@ __all__ = [
     "module_command",
     "prepare",
     "run_job",
-    "tied_to_this_process",
 ]
 
 logger = logging.getLogger(__name__)
@@ -191,28 +188,6 @@ def collect(job: Job) -> TrainResult:
         config=job.config,
         log_path=job.log_path,
     )
-
-
-#: prctl(2) option: the signal a process receives when the thread that started it ends
-_PR_SET_PDEATHSIG = 1
-
-
-def tied_to_this_process() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that has the child receive ``SIGTERM`` when this process dies, however it
-    dies (``SIGKILL`` included), so that a killed run leaves no trainer behind to share the cores
-    with its rerun (torchrun, on ``SIGTERM``, stops its workers). ``None`` where the kernel has no
-    parent-death signal (not Linux)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here, not in the forked child
-    parent = os.getpid()
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != parent:  # the parent died before the signal was armed
-            os._exit(1)
-
-    return preexec
 
 
 def launch(
