@@ -665,3 +665,42 @@ def test_a_rerun_of_a_cell_the_grid_lacks_fails_before_anything_runs(
     with pytest.raises(ValueError, match=message):
         study.rerun_cell(plan, "study", project, name=name, cycle=cycle, seeds=seeds)
     assert not (data / "06_models" / "textcraft-g-seeds5").exists()
+
+
+def test_the_runners_child_dies_with_the_runner(tmp_path, process_alive):
+    """A SIGKILL of the study runner leaves no kedro run behind holding the experiment's lock:
+    its child (here a sleeper in the place of kedro) gets SIGTERM when the runner dies."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pid_file = tmp_path / "child.pid"
+    child = (
+        f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+    )
+    runner = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys\n"
+            "from pathlib import Path\n"
+            "from resail_pipeline.study import _run\n"
+            f"_run([sys.executable, '-c', {child!r}], Path('.'), {{}})\n",
+        ]
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() or not pid_file.read_text():
+            assert runner.poll() is None and time.monotonic() < deadline, "no child started"
+            time.sleep(0.1)
+        pid = int(pid_file.read_text())
+        os.kill(runner.pid, signal.SIGKILL)
+        runner.wait()
+        deadline = time.monotonic() + 10
+        while process_alive(pid):
+            assert time.monotonic() < deadline, f"the child {pid} outlived the runner"
+            time.sleep(0.1)
+    finally:
+        runner.kill()
