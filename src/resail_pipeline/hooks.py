@@ -10,11 +10,12 @@ from typing import Any, ClassVar
 from kedro.framework.hooks import hook_impl
 
 from resail_pipeline.collection import check_collection_settings
-from resail_pipeline.config import ConfigError
+from resail_pipeline.config import ConfigError, build
 from resail_pipeline.devices import release_device_memory
 from resail_pipeline.envs import provide_env_data
 from resail_pipeline.generation import check_installed
 from resail_pipeline.generation.cuda import check_vllm_cuda, visible_gpus
+from resail_pipeline.gui.config import AitzConfig
 from resail_pipeline.initial_policy import check_published, requested_policy
 from resail_pipeline.io import LockedError, ProcessLock
 from resail_pipeline.pipelines.bootstrap.nodes import bootstrap_config
@@ -36,6 +37,8 @@ INITIAL_POLICY = "cycle_0.checkpoint"
 #: datasets written by nodes that act in the environment: a pipeline with one of them has its
 #: budgets compared with the environment's splits before it starts
 _ACTS_IN_ENV = ("tasks", "eval_results", "experience")
+#: the datasets of the aitz pipeline (its own data tag, staging folder and lock)
+AITZ_PREFIX = "aitz."
 #: datasets written by nodes that generate with the policy: a pipeline with one of them has the
 #: longest prompt it can send compared with the engine's context, and the machine's CUDA driver
 #: with what the vLLM wheel needs, before it starts
@@ -181,7 +184,12 @@ class PreflightHook:
         if acts or estimates:
             provide_env_data(run.env, run.env_options)
         if any(name.startswith("cycle_") for name in writes):
-            self._take_lock(run, names, catalog)
+            checkpoints = {n for n in names if n.endswith(".checkpoint")}
+            self._take_lock("run", run.staging_dir, run.experiment, checkpoints, catalog)
+        if any(name.startswith(AITZ_PREFIX) for name in writes):
+            aitz = build(AitzConfig, dict(params["aitz"]), "aitz")
+            checkpoints = {n for n in names if n.startswith(AITZ_PREFIX) and "checkpoint" in n}
+            self._take_lock("aitz", aitz.staging_dir, "aitz", checkpoints, catalog)
         if acts:
             check_budgets(params)
         if generates or aitz_vllm:
@@ -213,29 +221,35 @@ class PreflightHook:
             expected = settings_of(config, run, policy_info(catalog.load(policy)))
             check_collection_settings(catalog.load(tasks), expected, source)
 
-    def _take_lock(self, run: RunConfig, names: set[str], catalog: Any) -> None:
-        """Stage where the catalog publishes from, and hold the experiment's lock.
+    def _take_lock(
+        self, section: str, staging_dir: str, experiment: str, checkpoints: set[str], catalog: Any
+    ) -> None:
+        """Stage where the catalog publishes ``checkpoints`` from, and hold ``experiment``'s lock
+        in ``staging_dir`` (``section``'s: ``run`` for the cycles, ``aitz`` for its pipeline,
+        whose data tag names its staging folder).
 
         A staging folder other than the catalog's left published manifests pointing into staging
         (where a later run's cleanup deletes them); a second run of the same experiment in the
         same data folder cleaned up the first one's live trainer folder.
         """
-        staging = Path(run.staging_dir).resolve()
-        for name in sorted(n for n in names if n.endswith(".checkpoint")):
+        staging = Path(staging_dir).resolve()
+        for name in sorted(checkpoints):
             published_from = _described(catalog, name).get("staging_dir")
             if published_from is not None and Path(published_from).resolve() != staging:
                 raise ConfigError(
-                    f"run.staging_dir: {run.staging_dir} is not the folder the catalog publishes "
-                    f"checkpoints from ({published_from}); leave run.staging_dir at its default"
+                    f"{section}.staging_dir: {staging_dir} is not the folder the catalog "
+                    f"publishes checkpoints from ({published_from}); leave {section}.staging_dir "
+                    "at its default"
                 )
         self._release()
-        lock = ProcessLock(staging / f"{run.experiment}.lock")
+        lock = ProcessLock(staging / f"{experiment}.lock")
         try:
             lock.acquire()
         except LockedError as error:
+            field = "run.experiment" if section == "run" else "data_tag"
             raise ConfigError(
-                f"run.experiment: another run of {run.experiment!r} is writing this data folder "
-                f"({error}); wait for it, or give this run another --params run.experiment"
+                f"{field}: another run of {experiment!r} is writing this data folder ({error}); "
+                f"wait for it, or give this run another --params {field}"
             ) from None
         self._lock = lock
 

@@ -64,7 +64,7 @@ def _catalog(tasks: pd.DataFrame | None, policy: pd.DataFrame, **sections):
     datasets = {"cycle_0.checkpoint": MemoryDataset(policy), "parameters": MemoryDataset(params)}
     if tasks is not None:
         datasets["cycle_1.tasks"] = MemoryDataset(tasks)
-    for name in ("run", "collect", "train"):
+    for name in ("run", "collect", "train", "aitz"):
         datasets[f"params:{name}"] = MemoryDataset(params[name], copy_mode="deepcopy")
     return DataCatalog(datasets)
 
@@ -408,6 +408,34 @@ def test_a_second_run_of_an_experiment_is_refused_while_the_first_holds_its_lock
     first.on_pipeline_error()  # the lock goes with the run, however it ends
     second.before_pipeline_run({}, writer, _catalog(None, policy, run=run))
     second.after_pipeline_run()
+
+
+def test_two_aitz_runs_of_one_tag_are_locked_apart_and_stage_where_the_catalog_publishes(
+    cycle_1, tmp_path
+):
+    from kedro.io import MemoryDataset
+    from kedro.pipeline import Pipeline, node
+
+    from resail_pipeline.config import ConfigError
+
+    policy, _ = cycle_1
+    writer = Pipeline([node(lambda x: x, "params:aitz", "aitz.pool", name="writer")])
+    params = _catalog(None, policy).load("parameters")
+    aitz = {**params["aitz"], "staging_dir": str(tmp_path / "staging")}
+    first, second = PreflightHook(), PreflightHook()
+    first.before_pipeline_run({}, writer, _catalog(None, policy, aitz=aitz))
+    assert (tmp_path / "staging" / "aitz.lock").read_text() == str(os.getpid())
+    with pytest.raises(ConfigError, match=r"^data_tag: another run of 'aitz' is writing"):
+        second.before_pipeline_run({}, writer, _catalog(None, policy, aitz=aitz))
+    first.after_pipeline_run()
+    # a staging folder other than the one the catalog publishes the checkpoints from
+    publishing = Pipeline([node(lambda x: x, "params:aitz", "aitz.initial.checkpoint")])
+    catalog = _catalog(None, policy, aitz=aitz)
+    described = MemoryDataset(None, metadata=None)
+    described._describe = lambda: {"staging_dir": str(tmp_path / "elsewhere")}  # fake: a catalog
+    catalog["aitz.initial.checkpoint"] = described
+    with pytest.raises(ConfigError, match=r"^aitz\.staging_dir: .* is not the folder the catalog"):
+        second.before_pipeline_run({}, publishing, catalog)
 
 
 def test_a_killed_runs_lock_is_free():
