@@ -80,9 +80,10 @@ study-rerun: $(VENV)/.installed-$(STUDY_EXTRAS)
 # on (default: the environment's evaluation splits), e.g. the regime question's lever (a),
 # evaluated on dev only: `make reference REFERENCE=textcraft-clone REFERENCE_SPLITS=dev`
 # (reference/textcraft-clone-chain/, shipped to reference/textcraft-clone-initial).
-# REFERENCE_TASKS evaluates that many tasks of each split (default: all), e.g. ALFWorld's policy,
-# on 100 of each split's 128 games as its comparison evaluates (conf/study-alfworld):
-# `make reference REFERENCE_ENV=alfworld REFERENCE_TASKS=100`.
+# REFERENCE_TASKS evaluates that many tasks of each split (default: all) and REFERENCE_SEEDS with
+# those decoding seeds (default: 0 1 2), e.g. ALFWorld's policy on every game of its evaluation
+# splits, with two seeds (tasks, not seeds, carry its evaluation; docs/environments.md):
+# `make reference REFERENCE_ENV=alfworld REFERENCE_SEEDS="0 1"`.
 REFERENCE_ENV ?= textcraft
 REFERENCE ?= $(REFERENCE_ENV)
 REFERENCE_EXTRAS := $(RUN_EXTRAS)$(if $(filter alfworld,$(REFERENCE_ENV)),$(comma)alfworld)
@@ -102,7 +103,8 @@ reference: $(VENV)/.installed-$(REFERENCE_EXTRAS)
 	done
 	$(BOOTSTRAP) evaluate --policy $(LAST_STAGE) \
 		$(if $(REFERENCE_SPLITS),--splits $(REFERENCE_SPLITS)) \
-		$(if $(REFERENCE_TASKS),--tasks $(REFERENCE_TASKS))
+		$(if $(REFERENCE_TASKS),--tasks $(REFERENCE_TASKS)) \
+		$(if $(REFERENCE_SEEDS),--seeds $(REFERENCE_SEEDS))
 	$(BOOTSTRAP) ship --policy $(LAST_STAGE) --to reference/$(REFERENCE)-initial
 
 # The GPU path rehearsed on CPU (conf/rehearsal: conf/paper-textcraft with only sizes changed):
