@@ -704,3 +704,62 @@ def test_the_runners_child_dies_with_the_runner(tmp_path, process_alive):
             time.sleep(0.1)
     finally:
         runner.kill()
+
+
+_ONE = "experiments: [{method: oel, cycles: 1}]"
+
+
+@pytest.mark.parametrize(
+    ("text", "argv", "message"),
+    [
+        # a data folder outside data/ (the plan's, its source's, an experiment's)
+        (f"cycle_0_from: -a\nparams: {{data_tag: /../../../out}}\n{_ONE}", [], r"params\.data_tag"),
+        (f"cycle_0_from: /../../../out\n{_ONE}", [], r"cycle_0_from: must be a folder name"),
+        (
+            "experiments: [{method: oel, cycles: 1, params: {data_tag: ../out}}]",
+            [],
+            r"experiments\[0\]\.params\.data_tag: must be a folder name",
+        ),
+        # a folder the runs write outside data/, dotted or nested
+        (f"params: {{bootstrap.build_dir: /tmp/out}}\n{_ONE}", [], r"params\.bootstrap\.build_dir"),
+        (
+            f"params: {{bootstrap: {{build_dir: data/../../out}}}}\n{_ONE}",
+            [],
+            r"params\.bootstrap\.build_dir: must be a folder under data/",
+        ),
+        ("experiments: [{method: nope, cycles: 1}]", [], r"experiments\[0\]\.method: must be"),
+        ("experiments: [{method: oel, cycles: 1}", [], r"plan\.yml: not a YAML"),
+        ("", [], r"plan\.yml: experiments: the plan has no experiments"),
+        ("- method: oel", [], r"plan\.yml: must be a mapping"),
+        (f"params: [data_tag]\n{_ONE}", [], r"plan\.yml: params: must be a mapping"),
+        ("experiments: {method: oel, cycles: 1}", [], r"plan\.yml: experiments: must be a list"),
+        (
+            "rule: {parameter: train.resail.retention, method: oel_resail}\n"
+            "experiments: [{method: oel_resail, cycles: 1, params: {train.resail.retention: none}}]",
+            [],
+            r"plan\.yml: rule: 'oel_resail' sets train\.resail\.retention to 'none'",
+        ),
+        (_ONE, ["--tier", "0"], r"--tier: the plan's tiers are \[1\], got 0"),
+        (_ONE, ["--tier", "2"], r"--tier: the plan's tiers are \[1\], got 2"),
+    ],
+)
+def test_a_bad_plan_is_refused_in_one_line_before_anything_runs(
+    tmp_path, monkeypatch, capsys, text, argv, message
+):
+    """``python -m resail_pipeline.study``: a plan that would write outside the data folder, or
+    that cannot run, exits with status 2 and one line naming the field; nothing is run or copied."""
+    import re
+
+    import resail_pipeline.study as study
+
+    project, _ = _cycle_0_project(tmp_path, text)
+    monkeypatch.setattr(study, "_kedro", lambda *a, **k: pytest.fail("nothing may run"))
+    before = sorted(tmp_path.rglob("*"))
+    with pytest.raises(SystemExit) as exit_:
+        study.main(
+            ["--env", "base", "--project", str(project), "--plan", str(project / "plan.yml"), *argv]
+        )
+    assert exit_.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and re.search(message, lines[0]), lines
+    assert sorted(tmp_path.rglob("*")) == before  # nothing copied, no time row

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 from kedro.framework.hooks import hook_impl
 
+from resail_pipeline.checkpoints import CheckpointError
 from resail_pipeline.collection import check_collection_settings
-from resail_pipeline.config import ConfigError, build
+from resail_pipeline.config import ConfigError, build, check_folder_name
 from resail_pipeline.devices import release_device_memory
 from resail_pipeline.envs import provide_env_data
 from resail_pipeline.generation import check_installed
@@ -46,39 +48,59 @@ _GENERATES = (*_ACTS_IN_ENV, "summaries", "responses")
 
 
 class RunFolderHook:
-    """Puts the catalog's folders where the run's resolved parameters say.
+    """Resolves the run's folders once, from its parameters, for the catalog and the nodes alike.
 
-    The catalog names each dataset's folder after the run's environment and experiment
-    (``data/<layer>/<env><data_tag>/<experiment>/``), but a catalog cannot read parameters: it
-    saw only the command line and ``globals.yml``, so ``run: {method: sdpo}`` in an environment's
-    parameters (as ``conf/local`` would hold it) trained SDPO into the default method's folder,
-    or, with ``--only-missing-outputs``, skipped every node as done. Once the context exists, and
-    before the catalog is built, this hook resolves ``params:run`` and hands its ``env`` and
-    ``experiment`` to the catalog's ``${run:...}`` resolver (:func:`run_value`), with
-    ``cycle_start``, the folder of cycle 1's shared responses and scores
-    (:func:`~resail_pipeline.pipelines.score.nodes.cycle_start_key`).
+    The catalog names each dataset's folder after the run's environment, data tag and experiment
+    (``data/<layer>/<env><data_tag>/<experiment>/``), and the parameters name the staging folders
+    after the same (``run.staging_dir``, ``aitz.staging_dir``, ``aitz.data.root``). A YAML file
+    cannot read what the other files of its environment merge over it (``run: {env: alfworld}``
+    or ``data_tag: -mine`` in an environment's parameters), so once the context exists, and before
+    the parameters and the catalog are resolved for the run, this hook resolves them
+    (:func:`resolve_run`) and hands the result to the ``${run:...}`` resolver (:func:`run_value`)
+    that both read: a value set on the command line, in an environment's parameters or in its
+    ``globals.yml`` names the same folder everywhere, and a ``data_tag`` that is no folder name
+    is refused before any path is made from it.
     """
 
-    #: ``env``, ``experiment`` and ``cycle_start`` of the current context's run
+    #: ``env``, ``data_tag``, ``experiment`` and ``cycle_start`` of the current context's run
     resolved: ClassVar[dict[str, str]] = {}
 
     @hook_impl
     def after_context_created(self, context: Any) -> None:
-        params = context.params
-        run = RunConfig.from_params(dict(params["run"]))
-        RunFolderHook.resolved = {
-            "env": run.env,
-            "experiment": run.experiment,
-            "cycle_start": cycle_start_key(
-                dict(params["train"]), dict(params["score"]), dict(params["run"])
-            ),
-        }
+        RunFolderHook.resolved = {}  # a previous session's run must not reach this one's
+        # read afresh, not through context.params: its cache would keep the staging folders the
+        # parameters resolved to before this hook, for the run's catalog and nodes
+        loader = context.config_loader
+        RunFolderHook.resolved = resolve_run(loader["parameters"], loader["globals"])
+
+
+def resolve_run(params: Mapping[str, Any], globals_: Mapping[str, Any]) -> dict[str, str]:
+    """The run's ``env``, ``data_tag``, ``experiment`` and ``cycle_start`` from its merged
+    parameters (the command line's ``--params`` included) and its ``globals.yml``: ``data_tag`` is
+    the parameters' where any file or the command line sets it, else the globals'.
+
+    Raises:
+        ConfigError: a bad ``run`` value, or a ``data_tag`` that is no folder name (``/../x``
+            would put the data folder elsewhere), naming the field.
+    """
+    run = RunConfig.from_params(dict(params["run"]))
+    data_tag = params["data_tag"] if "data_tag" in params else globals_.get("data_tag", "")
+    check_folder_name(data_tag, "data_tag", empty=True)
+    return {
+        "env": run.env,
+        "data_tag": data_tag,
+        "experiment": run.experiment,
+        "cycle_start": cycle_start_key(
+            dict(params["train"]), dict(params["score"]), dict(params["run"])
+        ),
+    }
 
 
 def run_value(key: str, default: str) -> str:
-    """``${run:<key>, <default>}`` in the catalog: ``env``, ``experiment`` or ``cycle_start`` of the
-    run, as its parameters resolve them (:class:`RunFolderHook`); ``default`` where no context was created
-    (a configuration loaded outside a session)."""
+    """``${run:<key>, <default>}`` in the catalog and the parameters: ``env``, ``data_tag``,
+    ``experiment`` or ``cycle_start`` of the run, as its parameters resolve them
+    (:class:`RunFolderHook`); ``default`` where no context was created (a configuration loaded
+    outside a session)."""
     return RunFolderHook.resolved.get(key, default)
 
 
@@ -214,8 +236,10 @@ class PreflightHook:
                 continue
             source = _filepath(catalog, tasks)
             if not catalog.exists(policy):
-                raise ValueError(
-                    f"{source}: a collection exists, but not the policy that made it ({policy})"
+                raise CheckpointError(
+                    f"{source}: a collection exists, but not the policy that made it "
+                    f"({_filepath(catalog, policy)}); restore that policy, or remove the outputs "
+                    f"of cycle {cycle} and of every later cycle and rerun"
                 )
             config = collect_config(params["collect"], params["train"], run)
             expected = settings_of(config, run, policy_info(catalog.load(policy)))

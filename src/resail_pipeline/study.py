@@ -20,6 +20,12 @@ starting Kedro, and without a row.
     python -m resail_pipeline.study --env study --tier 1    # its first tier (make study TIER=1)
     python -m resail_pipeline.study --env study --plan conf/study/budgets.yml
 
+The plan is checked whole before anything runs or is copied: its YAML, its keys, each experiment's
+method, cycles, tier and name, the data tags (``params.data_tag``, ``cycle_0_from``: folder names,
+never a path out of ``data/``), the folders its runs write (``bootstrap.build_dir``: under
+``data/``) and ``--tier`` (one of the plan's tiers). A refusal is one line naming the field, and
+the exit status is 2.
+
 A plan may take its cycle 0 from another data folder of the same environment (``cycle_0_from:``,
 that folder's data tag): the initial policy's record, reference episodes, fixed Experience, probe
 set and evaluation depend on the policy and the evaluation settings only, so a plan that changes
@@ -105,6 +111,9 @@ class Experiment:
         if not self.name:
             object.__setattr__(self, "name", self.method)
         check_folder_name(self.name, "name")
+        if self.params is None:  # `params:` left empty
+            object.__setattr__(self, "params", {})
+        check_overrides(self.params, "params")
         for key in self.params:
             if key.split(".")[0] == "run":
                 raise ConfigError(f"params: {key!r}; the method and name are given as such")
@@ -128,6 +137,51 @@ def nest(dotted: Mapping[str, Any]) -> dict[str, Any]:
                 raise ConfigError(f"params: {key!r} sets a key below a value")
         node[leaf] = value
     return out
+
+
+def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}, "c.d": 2}`` -> ``{"a.b": 1, "c.d": 2}``: overrides as dotted keys, however
+    a plan nests them."""
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{dotted}."))
+        else:
+            out[dotted] = value
+    return out
+
+
+#: the folders a plan's runs write that a plan may set: each must lie under the data folder
+WRITTEN_FOLDERS = ("bootstrap.build_dir",)
+
+
+def check_overrides(params: Any, field: str) -> None:
+    """Raise :class:`ConfigError` naming ``field`` (``params``) where a plan's or an experiment's
+    parameter overrides are no mapping, or would put a data folder (``data_tag``) or a folder the
+    runs write (:data:`WRITTEN_FOLDERS`) outside the project's data folder."""
+    if not isinstance(params, Mapping):
+        raise ConfigError(f"{field}: must be a mapping of parameter overrides, got {params!r}")
+    flat = flatten(params)
+    if "data_tag" in flat:
+        check_folder_name(flat["data_tag"], f"{field}.data_tag", empty=True)
+    for key in WRITTEN_FOLDERS:
+        value = flat.get(key)
+        parts = Path(value).parts if isinstance(value, str) else ()
+        if key in flat and (len(parts) < 2 or parts[0] != "data" or ".." in parts):
+            raise ConfigError(
+                f"{field}.{key}: must be a folder under data/ (a relative path without '..'), "
+                f"got {value!r}"
+            )
+
+
+def _is_number(value: Any) -> bool:
+    """A number, or a string YAML left one (PyYAML reads ``1e-5`` as a string)."""
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 #: the rules a plan may pre-register
@@ -163,54 +217,94 @@ class StudyPlan:
     rule: Rule | None = None
     cycle_0_from: str | None = None
 
-    def candidates(self) -> list[tuple[Experiment, float]]:
-        """The rule's candidates and their values of its parameter, in plan order."""
+    def __post_init__(self) -> None:
+        if not self.experiments:
+            raise ConfigError("experiments: the plan has no experiments")
+        check_overrides(self.params, "params")
+        source = self.cycle_0_from
+        if source is not None and not isinstance(source, str):
+            raise ConfigError(f"cycle_0_from: a data tag (a string), got {source!r}")
+        if source is not None:
+            check_folder_name(source, "cycle_0_from", empty=True)
+        if source is not None and source == flatten(self.params).get("data_tag"):
+            raise ConfigError(f"cycle_0_from: {source!r} is the plan's own data_tag")
+        methods: dict[str, str] = {}
+        for experiment in self.experiments:
+            if methods.setdefault(experiment.name, experiment.method) != experiment.method:
+                raise ConfigError(f"experiments: {experiment.name!r} is listed with two methods")
+        if self.rule is not None:
+            for experiment, _ in self._candidates():
+                value = experiment.params[self.rule.parameter]
+                if isinstance(value, bool) or not _is_number(value):
+                    raise ConfigError(
+                        f"rule: {experiment.name!r} sets {self.rule.parameter} to {value!r}; "
+                        "the rule compares numbers"
+                    )
+            if not self._candidates():
+                raise ConfigError(
+                    f"rule: no {self.rule.method} experiment sets {self.rule.parameter}; "
+                    "nothing to choose"
+                )
+
+    @property
+    def tiers(self) -> list[int]:
+        """The tiers the plan's experiments are in, in order."""
+        return sorted({experiment.tier for experiment in self.experiments})
+
+    def _candidates(self) -> list[tuple[Experiment, Any]]:
         if self.rule is None:
             return []
-        seen: dict[str, tuple[Experiment, float]] = {}
+        seen: dict[str, tuple[Experiment, Any]] = {}
         for experiment in self.experiments:
             if experiment.method == self.rule.method and self.rule.parameter in experiment.params:
-                seen[experiment.name] = (experiment, float(experiment.params[self.rule.parameter]))
+                seen[experiment.name] = (experiment, experiment.params[self.rule.parameter])
         return list(seen.values())
+
+    def candidates(self) -> list[tuple[Experiment, float]]:
+        """The rule's candidates and their values of its parameter, in plan order."""
+        return [(experiment, float(value)) for experiment, value in self._candidates()]
 
 
 def load_plan(path: str | Path) -> StudyPlan:
-    """Read and check a plan; errors name the file and the entry."""
+    """Read and check a plan, whole, before anything runs; every error is a :class:`ConfigError`
+    of one line naming the file and the entry (``study.yml: experiments[2].method: ...``)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: no such study plan")
-    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or " ".join(str(error).split())
+        raise ConfigError(f"{path}: not a YAML file: {problem}{where}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"{path}: must be a mapping (experiments, params, ...), got {type(data).__name__}"
+        )
     known = ["cycle_0_from", "experiments", "params", "rule"]
-    unknown = sorted(set(data) - set(known))
+    unknown = sorted(set(map(str, data)) - set(known))
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) {unknown}; known: {known}")
-    source = data.get("cycle_0_from")
-    if source is not None and not isinstance(source, str):
-        raise ConfigError(f"{path}: cycle_0_from: a data tag (a string), got {source!r}")
-    if source is not None and source == (data.get("params") or {}).get("data_tag"):
-        raise ConfigError(f"{path}: cycle_0_from: {source!r} is the plan's own data_tag")
     entries = data.get("experiments") or []
-    if not entries:
-        raise ConfigError(f"{path}: no experiments")
-    experiments = []
-    for i, entry in enumerate(entries):
-        experiments.append(build(Experiment, entry, f"{path}: experiments[{i}]"))
-    methods: dict[str, str] = {}
-    for experiment in experiments:
-        if methods.setdefault(experiment.name, experiment.method) != experiment.method:
-            raise ConfigError(f"{path}: experiment {experiment.name!r} is listed with two methods")
-    rule = build(Rule, data["rule"], f"{path}: rule") if data.get("rule") is not None else None
-    plan = StudyPlan(
-        experiments=tuple(experiments),
-        params=dict(data.get("params") or {}),
-        rule=rule,
-        cycle_0_from=source,
+    if not isinstance(entries, list):
+        raise ConfigError(f"{path}: experiments: must be a list of experiments, got {entries!r}")
+    experiments = tuple(
+        build(Experiment, entry, f"{path}: experiments[{i}]") for i, entry in enumerate(entries)
     )
-    if rule is not None and not plan.candidates():
-        raise ConfigError(
-            f"{path}: rule: no {rule.method} experiment sets {rule.parameter}; nothing to choose"
+    rule = build(Rule, data["rule"], f"{path}: rule") if data.get("rule") is not None else None
+    params = data.get("params")
+    try:
+        return StudyPlan(
+            experiments=experiments,
+            params={} if params is None else params,
+            rule=rule,
+            cycle_0_from=data.get("cycle_0_from"),
         )
-    return plan
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error}") from None
 
 
 def apply_rule(plan: StudyPlan, outputs: Path) -> tuple[pd.DataFrame, float | None]:
@@ -292,7 +386,9 @@ def data_folder(plan: StudyPlan, env: str, project: Path) -> tuple[str, str]:
             values.update(yaml.safe_load(path.read_text()) or {})
     if "env" not in values:
         raise ConfigError(f"{project / 'conf' / 'base' / 'globals.yml'}: names no env")
-    return str(values["env"]), str(plan.params.get("data_tag", values.get("data_tag")) or "")
+    env_name = check_folder_name(values["env"], "globals.yml: env")
+    tag = flatten(plan.params).get("data_tag", values.get("data_tag")) or ""
+    return env_name, check_folder_name(tag, "data_tag", empty=True)
 
 
 #: what the evaluation of a cycle writes, under ``07_model_output/<folder>/<experiment>/cycle_<r>``
@@ -610,7 +706,13 @@ def run_study(
     plan: StudyPlan, env: str, project: Path, *, log: Path, tier: int | None = None
 ) -> None:
     """Run the experiments of ``plan`` in order (those of tiers up to ``tier``; ``None``: all),
-    then the report; raise on the first failure."""
+    then the report; raise on the first failure.
+
+    Raises:
+        ConfigError: ``tier`` is none of the plan's tiers (before anything runs).
+    """
+    if tier is not None and tier not in plan.tiers:
+        raise ConfigError(f"--tier: the plan's tiers are {plan.tiers}, got {tier}")
     experiments = [e for e in plan.experiments if tier is None or e.tier <= tier]
     if len(experiments) < len(plan.experiments):
         logger.info(
@@ -685,14 +787,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error("--rerun, --cycle and --seeds go together")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     path = args.plan or plan_path(args.env, args.project)
-    plan = load_plan(path)
-    if args.rerun is not None:
-        rerun_cell(
-            plan, args.env, args.project, name=args.rerun, cycle=args.cycle, seeds=args.seeds
-        )
-        return
-    log = args.project / "data" / "08_reporting" / f"{path.stem}-{args.env}.csv"
-    run_study(plan, args.env, args.project, log=log, tier=args.tier)
+    try:
+        plan = load_plan(path)
+        if args.rerun is not None:
+            rerun_cell(
+                plan, args.env, args.project, name=args.rerun, cycle=args.cycle, seeds=args.seeds
+            )
+            return
+        log = args.project / "data" / "08_reporting" / f"{path.stem}-{args.env}.csv"
+        run_study(plan, args.env, args.project, log=log, tier=args.tier)
+    except ConfigError as error:  # a bad plan or option: one line naming the field, status 2
+        parser.exit(2, f"error: {error}\n")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ check of reused collections against the run's settings."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -13,6 +14,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 import torch
+import yaml
 
 from resail_pipeline import hooks
 from resail_pipeline.hooks import (
@@ -317,9 +319,11 @@ def test_a_reference_policy_that_does_not_exist_is_refused_before_any_node(cycle
     PreflightHook().before_pipeline_run({}, reader, _catalog(None, policy, bootstrap=built))
 
 
-def _catalog_paths(tmp_path, parameters, runtime, names):
-    """The file paths the project's catalog gives ``names`` in a session over a copy of conf/ with
-    ``parameters`` as conf/local's parameters and ``runtime`` as the command line's."""
+@contextlib.contextmanager
+def _session_catalog(tmp_path, parameters, runtime, env=None):
+    """The catalog of a session over a copy of conf/ (its folders under ``tmp_path``) with
+    ``parameters`` as the configuration environment's parameters (conf/local's where ``env`` is
+    None, else added to conf/<env>'s) and ``runtime`` as the command line's."""
     from kedro.framework.session import KedroSession
     from kedro.framework.startup import bootstrap_project
 
@@ -332,15 +336,37 @@ def _catalog_paths(tmp_path, parameters, runtime, names):
     shutil.copytree(root / "conf", project / "conf")
     (project / "src").mkdir()
     (project / "src" / "resail_pipeline").symlink_to(root / "src" / "resail_pipeline")
-    (project / "conf" / "local" / "parameters.yml").write_text(parameters)
+    own = project / "conf" / (env or "local") / "parameters.yml"
+    merged = _merged(yaml.safe_load(own.read_text()) if own.is_file() else {}, parameters)
+    own.write_text(yaml.safe_dump(merged, sort_keys=False))
     bootstrap_project(project)
     try:
-        with KedroSession.create(project_path=project, runtime_params=runtime) as session:
-            catalog = session.load_context().catalog
-            paths = [str(catalog.get(name)._describe()["filepath"]) for name in names]
+        with KedroSession.create(project_path=project, env=env, runtime_params=runtime) as session:
+            yield session.load_context().catalog
     finally:
         RunFolderHook.resolved = {}
-    return [path.split("/data/", 1)[1] for path in paths]
+
+
+def _merged(data: dict | None, overlay: str) -> dict:
+    """``data`` with the YAML ``overlay`` laid over it, mappings key by key."""
+    out = dict(data or {})
+    for key, value in (yaml.safe_load(overlay) or {}).items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            value = _merged(out[key], yaml.safe_dump(value))
+        out[key] = value
+    return out
+
+
+def _under_data(path) -> str:
+    """``path`` from the data folder on (``02_intermediate/...``)."""
+    return str(path).split("/data/", 1)[1]
+
+
+def _catalog_paths(tmp_path, parameters, runtime, names, env=None):
+    """The file paths the project's catalog gives ``names`` in a session over a copy of conf/ with
+    ``parameters`` as the environment's parameters and ``runtime`` as the command line's."""
+    with _session_catalog(tmp_path, parameters, runtime, env) as catalog:
+        return [_under_data(catalog.get(name)._describe()["filepath"]) for name in names]
 
 
 @pytest.mark.parametrize(
@@ -387,6 +413,76 @@ def test_cycle_ones_responses_and_scores_are_shared_where_their_settings_agree(t
     assert hotter[0] != responses and hotter[0].startswith(
         "04_feature/textcraft/shared/cycle_1/ordinary-"
     )
+
+
+@pytest.mark.parametrize(("env", "tag"), [(None, ""), ("smoke", "-smoke")])
+def test_an_env_set_in_a_parameter_file_moves_the_staging_folder_with_the_data_folder(
+    tmp_path, monkeypatch, env, tag
+):
+    """``run: {env: alfworld}`` in an environment's parameters (conf/local's, or conf/smoke's under
+    ``--env smoke``) moves the nodes' staging folder with the catalog's: the preflight takes the
+    run's lock instead of refusing a ``run.staging_dir`` left at its default."""
+    from kedro.pipeline import Pipeline, node
+
+    writer = Pipeline([node(lambda x: x, "params:run", "cycle_1.checkpoint", name="writer")])
+    with _session_catalog(tmp_path, "run:\n  env: alfworld\n", {}, env) as catalog:
+        monkeypatch.chdir(tmp_path / "project")  # the staging folder is relative to the run's
+        checkpoint = catalog.get("cycle_1.checkpoint")._describe()
+        staging = catalog.load("params:run")["staging_dir"]
+        hook = PreflightHook()
+        hook.before_pipeline_run({}, writer, catalog)
+        hook.after_pipeline_run()
+    folder = f"alfworld{tag}"
+    assert _under_data(checkpoint["filepath"]) == (
+        f"06_models/{folder}/oel_resail/cycle_1/checkpoint.parquet"
+    )
+    assert staging == f"data/06_models/.staging/{folder}"
+    assert _under_data(checkpoint["staging_dir"]) == f"06_models/.staging/{folder}"
+
+
+@pytest.mark.parametrize(
+    ("parameters", "runtime", "tag"),
+    [
+        ('data_tag: "-viaparams"\n', {}, "-viaparams"),
+        ('data_tag: "-viaparams"\n', {"data_tag": "-cli"}, "-cli"),  # the command line wins
+        ("", {"data_tag": "-cli"}, "-cli"),
+        ("", {}, "-smoke"),  # the environment's globals.yml
+    ],
+)
+def test_a_data_tag_set_in_a_parameter_file_names_the_data_folder(
+    tmp_path, parameters, runtime, tag
+):
+    """``data_tag`` in an environment's parameters names the data folder of the cycles and of the
+    aitz pipeline, and their staging folders, as ``--params data_tag=...`` does."""
+    names = ["cycle_2.trajectories", "cycle_0.checkpoint", "aitz.pool"]
+    with _session_catalog(tmp_path, parameters, runtime, "smoke") as catalog:
+        paths = [_under_data(catalog.get(name)._describe()["filepath"]) for name in names]
+        staging = _under_data(catalog.get("cycle_0.checkpoint")._describe()["staging_dir"])
+        aitz_staging = _under_data(
+            catalog.get("aitz.initial.checkpoint")._describe()["staging_dir"]
+        )
+        params = catalog.load("parameters")
+    assert paths == [
+        f"02_intermediate/textcraft{tag}/oel_resail/cycle_2/trajectories.parquet",
+        f"06_models/textcraft{tag}/shared/cycle_0/checkpoint.parquet",
+        f"02_intermediate/aitz{tag}/pool.parquet",
+    ]
+    assert staging == f"06_models/.staging/textcraft{tag}"
+    assert params["run"]["staging_dir"] == f"data/{staging}"
+    assert aitz_staging == f"06_models/.staging/aitz{tag}"
+    assert params["aitz"]["staging_dir"] == f"data/{aitz_staging}"
+    assert params["aitz"]["data"]["root"] == f"data/01_raw/aitz-synthetic{tag}"
+
+
+def test_a_data_tag_that_would_leave_the_data_folder_is_refused_before_the_catalog(tmp_path):
+    from resail_pipeline.config import ConfigError
+
+    evil = 'data_tag: "/../../x"\n'
+    with (
+        pytest.raises(ConfigError, match=r"^data_tag: must be a folder name"),
+        _session_catalog(tmp_path, evil, {}, "smoke"),
+    ):
+        pass
 
 
 def test_a_second_run_of_an_experiment_is_refused_while_the_first_holds_its_lock(cycle_1, tmp_path):

@@ -50,7 +50,8 @@ SECTIONS = (
     "report",
     "aitz",
 )
-#: top-level keys that are no section: the data folder's tag, given on the command line
+#: top-level keys that are no section: the data folder's tag, set on the command line or in an
+#: environment's parameters (the catalog follows it: :class:`~resail_pipeline.hooks.RunFolderHook`)
 RUNTIME_KEYS = ("data_tag",)
 
 logger = logging.getLogger(__name__)
