@@ -201,3 +201,83 @@ def test_the_shipped_reference_refuses_an_edited_config(tmp_path):
     (copy / "config.json").write_text(json.dumps({**config, "rope_theta": 10.0}))
     with pytest.raises(CheckpointError, match="config, tokenizer or chat template files changed"):
         verify_reference(copy)
+
+
+@pytest.mark.parametrize("drop", [None, "files_sha256"])
+def test_a_manifest_or_files_hash_that_is_gone_is_refused(copy_of, drop):
+    """Deleting the manifest, or only its files_sha256, used to switch the config check off; only
+    a checkpoint this project did not write (``foreign``) may have no manifest at all."""
+    from resail_pipeline.checkpoints import MANIFEST_NAME, CheckpointError, verify_files
+
+    policy = copy_of()
+    manifest = json.loads((policy / MANIFEST_NAME).read_text())
+    if drop is None:
+        (policy / MANIFEST_NAME).unlink()
+        missing = f"{policy}: {MANIFEST_NAME} is missing"
+    else:
+        (policy / MANIFEST_NAME).write_text(
+            json.dumps({k: v for k, v in manifest.items() if k != drop})
+        )
+        missing = f"{policy}: its {MANIFEST_NAME} has no files_sha256"
+    with pytest.raises(CheckpointError, match=missing):
+        verify_files(policy)
+    if drop is None:
+        assert verify_files(policy, foreign=True) == policy
+    else:
+        with pytest.raises(CheckpointError, match=missing):
+            verify_files(policy, foreign=True)  # a manifest of ours, cut short
+
+
+def test_an_unreadable_manifest_is_one_line_naming_it(copy_of):
+    from resail_pipeline.checkpoints import (
+        MANIFEST_NAME,
+        CheckpointError,
+        read_checkpoint_info,
+        verify_files,
+    )
+
+    policy = copy_of()
+    (policy / MANIFEST_NAME).write_text('{"policy_id": ')  # cut short
+    for check in (verify_files, read_checkpoint_info):
+        with pytest.raises(CheckpointError, match=f"{policy}: {MANIFEST_NAME} is unreadable"):
+            check(policy)
+
+
+def test_the_shipped_reference_refuses_a_manifest_without_its_files_hash(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    from resail_pipeline.checkpoints import MANIFEST_NAME, CheckpointError
+    from resail_pipeline.initial_policy import verify_reference
+
+    shipped = Path(__file__).resolve().parents[1] / "reference" / "textcraft-initial"
+    copy = shutil.copytree(shipped, tmp_path / "reference")
+    manifest = json.loads((copy / MANIFEST_NAME).read_text())
+    (copy / MANIFEST_NAME).write_text(json.dumps({**manifest, "files_sha256": None}))
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, "rope_theta": 10.0}))
+    with pytest.raises(CheckpointError, match="has no files_sha256"):
+        verify_reference(copy)
+
+
+@pytest.mark.parametrize("drop", [None, "files_sha256"])
+def test_the_published_reference_keeps_its_manifest_and_files_hash(copy_of, drop):
+    """The shipped reference is recorded where it lies; a rerun asking for it finds its manifest
+    and files_sha256 there, or stops in one line before any node."""
+    from resail_pipeline.bootstrap.config import BootstrapConfig
+    from resail_pipeline.checkpoints import MANIFEST_NAME, CheckpointError, read_checkpoint_info
+    from resail_pipeline.initial_policy import check_published
+
+    shipped = copy_of("shipped")
+    info = read_checkpoint_info(shipped)
+    config = BootstrapConfig(reference=str(shipped))
+    check_published(info, config)
+    manifest = json.loads((shipped / MANIFEST_NAME).read_text())
+    if drop is None:
+        (shipped / MANIFEST_NAME).unlink()
+    else:
+        (shipped / MANIFEST_NAME).write_text(json.dumps({**manifest, drop: None}))
+    config_json = json.loads((shipped / "config.json").read_text())
+    (shipped / "config.json").write_text(json.dumps({**config_json, "rope_theta": 2.0}))
+    with pytest.raises(CheckpointError, match=rf"^bootstrap\.reference: checkpoint {shipped}: "):
+        check_published(info, config)

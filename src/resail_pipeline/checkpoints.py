@@ -114,20 +114,53 @@ def files_sha256(path: str | Path) -> str:
     return sha256_files(sorted(f for f in path.iterdir() if f.is_file() and _decides_outputs(f)))
 
 
-def verify_files(path: str | Path) -> Path:
+def read_manifest(path: str | Path) -> dict[str, Any] | None:
+    """The checkpoint's :data:`MANIFEST_NAME` as a dict; ``None`` where it has none. An unreadable
+    manifest (not JSON, not an object) is a :class:`CheckpointError` naming it."""
+    manifest = Path(path) / MANIFEST_NAME
+    if not manifest.is_file():
+        return None
+    try:
+        data = json.loads(manifest.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(
+            f"checkpoint {path}: {MANIFEST_NAME} is unreadable ({error})"
+        ) from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"checkpoint {path}: {MANIFEST_NAME} is not a JSON object")
+    return data
+
+
+def verify_files(path: str | Path, *, foreign: bool = False) -> Path:
     """Return ``path`` if its config, tokenizer and template files are the ones its manifest
-    recorded (``files_sha256``; a manifest written before it was recorded is not checked), else
-    raise :class:`CheckpointError`: an edited ``rope_theta`` or chat template changes every
-    output under the same weights and policy id."""
+    recorded (``files_sha256``), else raise :class:`CheckpointError`: an edited ``rope_theta`` or
+    chat template changes every output under the same weights and policy id.
+
+    A manifest without ``files_sha256``, or no manifest at all, is refused too (deleting either
+    would switch the check off); only a ``foreign`` checkpoint, one given by path that this
+    project did not write (``bootstrap.checkpoint``: any local Hugging Face directory), may have
+    no manifest. The message says what is wrong; the caller adds what to do.
+    """
     path = Path(path)
-    manifest = path / MANIFEST_NAME
-    if manifest.is_file():
-        expected = json.loads(manifest.read_text()).get("files_sha256")
-        if expected is not None and files_sha256(path) != expected:
-            raise CheckpointError(
-                f"checkpoint {path}: its config, tokenizer or chat template files changed since "
-                "it was published (files_sha256 differs from its manifest); restore them"
-            )
+    manifest = read_manifest(path)
+    if manifest is None:
+        if foreign:
+            return path
+        raise CheckpointError(
+            f"checkpoint {path}: {MANIFEST_NAME} is missing, so its config, tokenizer and chat "
+            "template cannot be checked"
+        )
+    expected = manifest.get("files_sha256")
+    if expected is None:
+        raise CheckpointError(
+            f"checkpoint {path}: its {MANIFEST_NAME} has no files_sha256, so its config, "
+            "tokenizer and chat template cannot be checked"
+        )
+    if files_sha256(path) != expected:
+        raise CheckpointError(
+            f"checkpoint {path}: its config, tokenizer or chat template files changed since "
+            "it was published (files_sha256 differs from its manifest)"
+        )
     return path
 
 
@@ -296,10 +329,9 @@ def read_checkpoint_info(
     hash reads 8-16 GB); otherwise the weights are hashed here.
     """
     path = check_checkpoint(path)
-    manifest_path = path / MANIFEST_NAME
+    manifest = read_manifest(path)
     sha = known_sha256 if known_sha256 is not None else weights_sha256(path)
-    if manifest_path.is_file():
-        manifest = json.loads(manifest_path.read_text())
+    if manifest is not None:
         fields = {k: manifest[k] for k in CheckpointInfo.__dataclass_fields__ if k in manifest}
         fields.update(path=str(path), sha256=sha)
         fields.setdefault("policy_id", f"{path.name}@{sha[:12]}")

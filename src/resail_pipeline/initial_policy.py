@@ -23,6 +23,7 @@ from resail_pipeline.checkpoints import (
     CheckpointInfo,
     check_checkpoint,
     read_checkpoint_info,
+    read_manifest,
     verify_files,
     verify_weights,
     weights_sha256,
@@ -36,12 +37,13 @@ logger = logging.getLogger(__name__)
 
 def verify_reference(path: str | Path) -> CheckpointInfo:
     """The shipped reference policy's info, after checking its weights and its other files
-    (config, tokenizer, chat template) against its manifest."""
-    path = verify_files(check_checkpoint(path))
-    manifest = path / MANIFEST_NAME
-    if not manifest.is_file():
-        raise CheckpointError(f"reference policy {path}: {MANIFEST_NAME} is missing")
-    expected = json.loads(manifest.read_text()).get("sha256")
+    (config, tokenizer, chat template) against its manifest, which must be there and record
+    both."""
+    try:  # the manifest and its files_sha256 included
+        path = verify_files(check_checkpoint(path))
+    except CheckpointError as error:
+        raise CheckpointError(f"reference policy: {error}; restore it as shipped") from None
+    expected = (read_manifest(path) or {}).get("sha256")
     info = read_checkpoint_info(path)  # its sha256 is the weights' own, hashed here
     if info.sha256 != expected:
         raise CheckpointError(
@@ -107,8 +109,10 @@ def built_environment(policy: Path) -> str | None:
 def check_published(published: CheckpointInfo, config: BootstrapConfig) -> None:
     """Raise unless the initial policy ``config`` asks for is the one already ``published`` for
     the data folder (every experiment's cycles start from it): another directory, or the same
-    directory with other weights, is an error that says how to start from another policy. A
-    build is not compared (its key includes the code, which may change under the same recipe)."""
+    directory with other weights, is an error that says how to start from another policy; the
+    shipped reference must still have its manifest and the config, tokenizer and template files
+    it records (:func:`~resail_pipeline.checkpoints.verify_files`). A build is not compared (its
+    key includes the code, which may change under the same recipe)."""
     requested = requested_policy(config)
     if requested is None:
         return
@@ -119,6 +123,11 @@ def check_published(published: CheckpointInfo, config: BootstrapConfig) -> None:
             "data folder starts from the same policy; to start from another, give the run its "
             "own folder (--params data_tag=-<name>)."
         )
+    if config.checkpoint is None:  # the shipped reference: its manifest and files as shipped
+        try:
+            verify_files(requested)
+        except CheckpointError as error:
+            raise CheckpointError(f"bootstrap.reference: {error}; restore it as shipped") from None
     sha256 = weights_sha256(check_checkpoint(requested))
     if sha256 != published.sha256:
         raise ConfigError(

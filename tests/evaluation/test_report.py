@@ -655,3 +655,56 @@ def test_the_report_checks_each_summarys_episode_count_against_its_rows():
         check_episode_counts(summaries, truncated)
     with pytest.raises(ValueError, match=r"eval_summary: no summary of oel cycle 1"):
         check_episode_counts(summaries[summaries["experiment"] != "oel"], results)
+
+
+def _three_cycles(probed: bool = True) -> dict[str, pd.DataFrame]:
+    """Every per-cycle input of the report for ``oel`` over three cycles, and ``rft`` over two
+    with the probe off (``probed``: whether ``oel`` has probe rows)."""
+    summaries = [summary_row("shared", "react", 0, [0.4])]
+    metrics, probe, corpus = [], [], _collected("shared", "bootstrap", 1, [1, 0])
+    for experiment, cycles in (("oel", 3), ("rft", 2)):
+        summaries += [summary_row(experiment, experiment, c, [0.5]) for c in range(1, cycles + 1)]
+        metrics += [{"experiment": experiment, "cycle": c} for c in range(1, cycles + 1)]
+        corpus += [
+            row for c in range(2, cycles + 1) for row in _collected(experiment, experiment, c, [1])
+        ]
+    if probed:
+        probe = _probe("oel", 3, 1, 0.1)
+    return {
+        "eval_summary": pd.DataFrame(summaries),
+        "train_metrics": pd.DataFrame(metrics),
+        "probe": pd.DataFrame(probe, columns=list(SCHEMAS["probe"])),
+        "trajectories": pd.DataFrame(corpus),
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "cycle", "file"),
+    [
+        ("train_metrics", 2, "oel/cycle_2/train_metrics.parquet"),
+        ("probe", 2, "oel/cycle_2/probe.parquet"),
+        ("trajectories", 2, "oel/cycle_2/trajectories.parquet"),
+        ("trajectories", 3, "oel/cycle_3/trajectories.parquet"),
+        ("trajectories", 1, "shared/cycle_1/trajectories.parquet"),
+        ("eval_summary", 2, "oel/cycle_2/eval_summary.parquet"),
+        ("train_metrics", 3, "oel/cycle_3/train_metrics.parquet"),
+    ],
+)
+def test_a_cycle_one_input_lacks_is_an_error_naming_its_file(name, cycle, file):
+    """An empty but schema-valid file dropped its cycle in silence: the report said "2 trained
+    cycle(s)" without a cost row, figure 6 without a cycle, the collection table without a row."""
+    from resail_pipeline.evaluation.report import check_cycles_covered
+
+    inputs = _three_cycles()
+    check_cycles_covered(**inputs)  # everything there
+    frame = inputs[name]
+    experiment = "shared" if name == "trajectories" and cycle == 1 else "oel"
+    inputs[name] = frame[~((frame["experiment"] == experiment) & (frame["cycle"] == cycle))]
+    with pytest.raises(ValueError, match=rf"^{name} files: {file} has no rows or is missing"):
+        check_cycles_covered(**inputs)
+
+
+def test_an_experiment_without_the_probe_needs_no_probe_rows():
+    from resail_pipeline.evaluation.report import check_cycles_covered
+
+    check_cycles_covered(**_three_cycles(probed=False))  # train.probe.enabled off throughout

@@ -14,29 +14,45 @@ byte or an edited row would otherwise collect with other weights under the old `
 re-collect a cycle under another's label): the model beside the manifest is the one the row
 names, a manifest in a ``cycle_<r>`` folder has cycle ``r``, the weights hash to the row's
 ``sha256``, the checkpoint's own manifest records the same ``policy_id`` and its config,
-tokenizer and template files are the ones that manifest recorded (``files_sha256``).
+tokenizer and template files are the ones that manifest recorded (``files_sha256``). A model
+published beside its row was written with that manifest, which must be there with its
+``files_sha256``; a checkpoint recorded where it lies (``bootstrap.checkpoint``: any local
+Hugging Face directory) may have none, and the shipped reference policy's is checked where the
+run asks for it (:func:`~resail_pipeline.initial_policy.check_published`). Each refusal is one
+line naming the folder, what is wrong and what to do.
+
+The manifest row is a copy of what the published model's own manifest records, so a row that
+cannot be read (a truncated Parquet file beside an intact ``policy``) is rebuilt from it, written
+again and verified like any other; the node that trained the model does not run again, which
+would leave the later cycles made with the old model in place. Without a ``policy`` to rebuild
+from, the row is missing and its node runs again.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import logging
 import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 from kedro.io import DatasetError
 
 from resail_pipeline.checkpoints import (
     MANIFEST_NAME,
     CheckpointError,
+    CheckpointInfo,
     check_checkpoint,
+    read_manifest,
     verify_files,
     weights_sha256,
 )
 from resail_pipeline.datasets.parquet import AtomicParquetDataset
+
+logger = logging.getLogger(__name__)
 
 #: Folder name of the model directory beside its manifest.
 POLICY_DIR = "policy"
@@ -81,17 +97,78 @@ class CheckpointDataset(AtomicParquetDataset):
         self._staging = Path(staging_dir).resolve()
 
     def _load(self) -> pd.DataFrame:
-        frame = super()._load()
+        try:
+            frame = super()._load()
+        except (OSError, pa.ArrowException) as error:  # truncated or unreadable
+            frame = self._rebuilt(error)
         if len(frame) != 1:
             raise DatasetError(f"{self._filepath}: expected one checkpoint row, got {len(frame)}")
         frame = with_published_path(frame, self._filepath)
         self._verify(frame.iloc[0], self._filepath.parent / POLICY_DIR)
         return frame
 
+    def _exists(self) -> bool:
+        """The row can be read, or rebuilt from the published model's own manifest (when loaded);
+        otherwise it is missing, and its node runs again."""
+        if self._filepath.is_file() and self._unreadable() is not None and self._rebuildable():
+            return True
+        return super()._exists()
+
+    def _rebuildable(self) -> bool:
+        """An unreadable row beside a published model whose manifest records the row."""
+        if not self._filepath.is_file():
+            return False
+        try:
+            manifest = read_manifest(self._filepath.parent / POLICY_DIR)
+        except CheckpointError:
+            return False
+        return manifest is not None and set(CheckpointInfo.__dataclass_fields__) <= set(manifest)
+
+    def _rebuilt(self, error: Exception) -> pd.DataFrame:
+        """The row of the published model, from its own manifest, written again; the unreadable
+        file's ``error`` where there is no model to rebuild it from."""
+        if not self._rebuildable():
+            raise DatasetError(f"{self._filepath}: unreadable Parquet file ({error})") from None
+        manifest = read_manifest(self._filepath.parent / POLICY_DIR) or {}
+        row = {name: manifest[name] for name in CheckpointInfo.__dataclass_fields__}
+        frame = CheckpointInfo(**{**row, "path": POLICY_DIR}).to_frame()
+        logger.warning(
+            "%s: unreadable (%s); its row is rebuilt from %s and written again",
+            self._filepath,
+            error,
+            self._filepath.parent / POLICY_DIR / MANIFEST_NAME,
+        )
+        super()._save(frame)
+        return frame
+
+    def _remedy(self) -> str:
+        """What to do about a checkpoint that is not what its row says. The later cycles of a
+        cycle's checkpoint were made with it, so they go with it: a rerun that kept them would
+        refuse them, made by a policy that no longer exists."""
+        restore = "restore the checkpoint as it was published"
+        folder = _CYCLE_FOLDER.fullmatch(self._filepath.parent.name)
+        if folder is None:
+            return f"{restore}, or remove this checkpoint's outputs and rerun"
+        cycle = int(folder.group(1))
+        if cycle == 0:
+            return (
+                f"{restore} (every experiment of this data folder starts from it), or start a "
+                "new data folder (--params data_tag=-<name>)"
+            )
+        return (
+            f"{restore}, or remove the outputs of cycle {cycle} and of every later cycle (made "
+            "with this policy) and rerun"
+        )
+
     def _verify(self, row: pd.Series, own: Path) -> None:
         """Raise :class:`CheckpointError` where the checkpoint is not what ``row`` says."""
         where = f"{self._filepath}"
-        path = verify_files(check_checkpoint(row["path"])).resolve()
+        path = check_checkpoint(row["path"]).resolve()
+        published = own.is_dir() and path == own.resolve()  # written with its manifest
+        try:  # a checkpoint given by path may have none (the shipped one: check_published)
+            verify_files(path, foreign=not published)
+        except CheckpointError as error:
+            raise CheckpointError(f"{where}: {error}; {self._remedy()}") from None
         if own.is_dir() and path != own.resolve():
             raise CheckpointError(
                 f"{where}: names the model {row['path']}, but the model published with this "
@@ -106,16 +183,15 @@ class CheckpointDataset(AtomicParquetDataset):
         if sha != row["sha256"]:
             raise CheckpointError(
                 f"{where}: the weights in {path} hash to {sha[:12]}, the manifest says "
-                f"{str(row['sha256'])[:12]}; they changed since they were published (restore "
-                "them, or remove this cycle's outputs and rerun it)"
+                f"{str(row['sha256'])[:12]}; they changed since they were published: "
+                f"{self._remedy()}"
             )
-        manifest = path / MANIFEST_NAME
-        if manifest.is_file():
-            recorded = json.loads(manifest.read_text()).get("policy_id")
-            if recorded is not None and recorded != row["policy_id"]:
-                raise CheckpointError(
-                    f"{where}: records policy {row['policy_id']}, the model in {path} is {recorded}"
-                )
+        manifest = read_manifest(path)
+        recorded = manifest.get("policy_id") if manifest is not None else None
+        if recorded is not None and recorded != row["policy_id"]:
+            raise CheckpointError(
+                f"{where}: records policy {row['policy_id']}, the model in {path} is {recorded}"
+            )
 
     def _save(self, data: pd.DataFrame) -> None:
         if not isinstance(data, pd.DataFrame) or len(data) != 1:

@@ -60,9 +60,8 @@ class AtomicParquetDataset(AbstractDataset[pd.DataFrame, pd.DataFrame]):
         node again instead of skipping it and failing in the next node that reads it."""
         if not self._filepath.is_file():
             return False
-        try:
-            pq.read_metadata(self._filepath)  # the footer only
-        except (OSError, pa.ArrowException) as error:
+        error = self._unreadable()
+        if error is not None:
             logger.warning(
                 "%s: unreadable Parquet file (%s); treated as missing, its node runs again",
                 self._filepath,
@@ -70,6 +69,14 @@ class AtomicParquetDataset(AbstractDataset[pd.DataFrame, pd.DataFrame]):
             )
             return False
         return True
+
+    def _unreadable(self) -> Exception | None:
+        """Why the existing file's footer cannot be read; ``None`` where it can."""
+        try:
+            pq.read_metadata(self._filepath)  # the footer only
+        except (OSError, pa.ArrowException) as error:
+            return error
+        return None
 
     def _describe(self) -> dict[str, Any]:
         return {"filepath": str(self._filepath), "schema": self._schema}

@@ -36,8 +36,9 @@ Inputs are the catalog's tables concatenated over experiments, every row tagged 
   by the initial policy, is every experiment's.
 - ``probe``: the ``probe`` contract, one row per (update, probe step); update 0 is the cycle start.
 
-A table without rows is an error naming the dataset; a figure built from partial data shows what
-there is. :mod:`.tables` and :mod:`.figures` build them from what :mod:`.frames` reads; the
+A table without rows is an error naming the dataset, and so is a cycle an experiment trained that
+one of its inputs lacks (:func:`check_cycles_covered`: an empty ``train_metrics`` file would drop
+the cycle's cost row in silence); a figure built from partial data shows what there is. :mod:`.tables` and :mod:`.figures` build them from what :mod:`.frames` reads; the
 Kedro datasets write them.
 """
 
@@ -58,6 +59,7 @@ from resail_pipeline.evaluation.report.frames import (
     RESAIL_PARENTS,
     VIEWS,
     benchmark_label,
+    check_cycles_covered,
     check_episode_counts,
     comparisons,
     format_cell,
@@ -86,6 +88,7 @@ __all__ = [
     "VIEWS",
     "ablation_table",
     "benchmark_label",
+    "check_cycles_covered",
     "check_episode_counts",
     "collection_table",
     "comparisons",

@@ -216,6 +216,104 @@ def check_episode_counts(
         )
 
 
+#: the report's per-cycle inputs -> the file of each in a cycle's folder
+_CYCLE_FILES = {
+    "eval_summary": "eval_summary.parquet",
+    "train_metrics": "train_metrics.parquet",
+    "probe": "probe.parquet",
+    "trajectories": "trajectories.parquet",
+}
+
+
+def trained_cycles(
+    eval_summary: pd.DataFrame,
+    train_metrics: pd.DataFrame,
+    probe: pd.DataFrame,
+    trajectories: pd.DataFrame,
+) -> dict[tuple[str, int], list[str]]:
+    """(experiment, cycle) of every cycle an experiment trained -> the inputs that show it: its
+    evaluation, training metrics or probe rows at cycle ``r >= 1``, or its collection at cycle
+    ``r + 1`` (made by cycle ``r``'s policy). Each frame has ``experiment`` and ``cycle``."""
+    shown: dict[tuple[str, int], list[str]] = {}
+    for name, frame, offset in (
+        ("eval_summary", eval_summary, 0),
+        ("train_metrics", train_metrics, 0),
+        ("probe", probe, 0),
+        ("trajectories", trajectories, -1),
+    ):
+        if not frame.empty:
+            require(frame, ("experiment", "cycle"), f"{name} files")
+        for experiment, cycle in sorted(_cells(frame)):
+            if cycle + offset >= 1:
+                shown.setdefault((experiment, cycle + offset), []).append(name)
+    return dict(sorted(shown.items()))
+
+
+def _cells(frame: pd.DataFrame) -> set[tuple[str, int]]:
+    """The (experiment, cycle) pairs of ``frame``'s rows."""
+    if frame.empty:
+        return set()
+    pairs = frame[["experiment", "cycle"]].drop_duplicates()
+    return {(str(e), int(c)) for e, c in pairs.itertuples(index=False)}
+
+
+def check_cycles_covered(
+    eval_summary: pd.DataFrame,
+    train_metrics: pd.DataFrame,
+    probe: pd.DataFrame,
+    trajectories: pd.DataFrame,
+) -> None:
+    """Raise where a report input lacks a cycle it should cover, naming its file.
+
+    Every cycle ``r`` an experiment trained (:func:`trained_cycles`) must have its evaluation
+    (``<experiment>/cycle_<r>/eval_summary.parquet``), its per-update training metrics
+    (``train_metrics.parquet``) and the corpus it trained on (``trajectories.parquet``: cycle 1's
+    is every experiment's, in ``shared/cycle_1``); probe rows too, for an experiment that has
+    any (``train.probe.enabled`` may be off for a whole experiment, which then has none). An
+    empty but schema-valid file would otherwise drop its cycle from a table or a figure in silence
+    ("2 trained cycle(s)", no cost row). Each frame has ``experiment`` and ``cycle``; the
+    trajectories' ``experiment`` is their folder (``shared`` for cycle 1).
+
+    Raises:
+        ValueError: naming the file, the cycle and the inputs that show it was trained.
+    """
+    frames = {
+        "eval_summary": eval_summary,
+        "train_metrics": train_metrics,
+        "probe": probe,
+        "trajectories": trajectories,
+    }
+    trained = trained_cycles(*frames.values())  # checks the columns first
+    present = {name: _cells(frame) for name, frame in frames.items()}
+    probed = {experiment for experiment, _ in present["probe"]}
+    for (experiment, cycle), shown in trained.items():
+        for name, file in _CYCLE_FILES.items():
+            if name == "probe" and experiment not in probed:
+                continue
+            folder = "shared" if name == "trajectories" and cycle == 1 else experiment
+            if (folder, cycle) not in present[name]:
+                raise ValueError(
+                    f"{name} files: {folder}/cycle_{cycle}/{file} has no rows or is missing, "
+                    f"though the {' and '.join(shown)} files show that {experiment!r} trained "
+                    f"cycle {cycle}; {_remedy(name, cycle)}"
+                )
+
+
+def _remedy(name: str, cycle: int) -> str:
+    """What to do where input ``name`` lacks ``cycle``."""
+    if name == "eval_summary":
+        return (
+            "rerun that evaluation (remove the cycle's eval_* files, then run the cycle pipeline "
+            "with --only-missing-outputs)"
+        )
+    if name == "trajectories" and cycle == 1:
+        return "restore it: every experiment's cycle 1 trained on it"
+    return (
+        "rerun that cycle (remove its outputs and those of every later cycle, then run the cycle "
+        "pipeline with --only-missing-outputs)"
+    )
+
+
 def _same_sd(a: float, b: float) -> bool:
     return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, abs_tol=1e-9)
 

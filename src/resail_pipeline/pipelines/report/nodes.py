@@ -34,7 +34,9 @@ def report_node(
     """Every experiment and cycle in the catalog, as table 1 (Markdown, CSV), the paired
     differences of each ReSAIL variant and its parent (Markdown, CSV), the ablation tables of
     ``report.ablations`` (Markdown), the success of every cycle's collection (Markdown), the cost
-    table (Markdown, CSV) and figures 1a, 3, 5a and 6."""
+    table (Markdown, CSV) and figures 1a, 3, 5a and 6. Every cycle an experiment trained must be
+    in each input that covers it (:func:`~resail_pipeline.evaluation.report.check_cycles_covered`),
+    else the report fails naming the file."""
     unknown = sorted(set(report_params) - set(REPORT_KEYS))
     if unknown:
         raise ValueError(f"report: unknown parameter(s) {unknown}; known: {list(REPORT_KEYS)}")
@@ -52,8 +54,9 @@ def report_node(
         + "\n"
         for title, rows in (report_params.get("ablations") or {}).items()
     )
+    metrics, probe = _with_cycle(train_metrics), _with_cycle(probe)
+    report.check_cycles_covered(eval_summaries, metrics, probe, trajectories)
     collection = report.collection_table(trajectories, source="trajectories files")
-    metrics = _with_cycle(train_metrics)
     if metrics.empty:
         logger.warning("report: no train_metrics files yet; the cost table is empty")
         cost_md, cost_csv = "No training metrics yet.\n", ""
@@ -75,5 +78,5 @@ def report_node(
         report.success_figure(eval_summaries),
         report.dual_view_figure(eval_summaries),
         report.cost_figure(metrics),
-        report.sensitivity_figure(_with_cycle(probe)),
+        report.sensitivity_figure(probe),
     )
