@@ -146,9 +146,10 @@ def resolve_initial_policy(
     progress: bool = True,
 ) -> CheckpointInfo:
     """The initial policy, first match wins: ``config.checkpoint``, the shipped reference
-    ``config.reference`` (which must exist), else (``reference: null``) one built (or reused)
-    under ``out_dir``, in the environment built with ``env_options`` (a run's
-    ``run.env_options``). A given directory's
+    ``config.reference`` (which must exist), else (``reference: null``) one built (or reused) in
+    its configuration's own folder under ``out_dir``
+    (:func:`~resail_pipeline.bootstrap.build.configuration_folder`), in the environment built with
+    ``env_options`` (a run's ``run.env_options``). A given directory's
     weights are checked against its config (:func:`~resail_pipeline.checkpoints.verify_weights`)
     before it is returned to be published."""
     requested = requested_policy(config)
@@ -158,8 +159,14 @@ def resolve_initial_policy(
     if requested is not None:
         logger.info("bootstrap: using the shipped reference policy %s", requested)
         return verify_reference(verify_weights(requested))
-    from resail_pipeline.bootstrap.build import build_initial_policy  # the builder, only to build
+    # the builder, only to build
+    from resail_pipeline.bootstrap.build import (
+        BuildEnvironment,
+        build_initial_policy,
+        configuration_folder,
+    )
 
+    folder = configuration_folder(config, BuildEnvironment.resolve(config.env, env_options))
     return build_initial_policy(
-        config, out_dir, env_options=env_options, command=command, progress=progress
+        config, Path(out_dir) / folder, env_options=env_options, command=command, progress=progress
     )

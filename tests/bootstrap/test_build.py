@@ -34,8 +34,10 @@ TINY = {
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
+    """The tiny recipe built in its configuration's folder under a run's build directory."""
     config = BootstrapConfig.from_dict(TINY)
-    out = tmp_path_factory.mktemp("bootstrap")
+    folder = build.configuration_folder(config, build.BuildEnvironment.resolve(config.env))
+    out = tmp_path_factory.mktemp("bootstrap") / folder
     return config, out, build_initial_policy(config, out, progress=False)
 
 
@@ -98,12 +100,26 @@ def test_resolution_order(built, tmp_path):
     shipped = BootstrapConfig.from_dict({**TINY, "reference": str(policy)})
     assert resolve_initial_policy(shipped, tmp_path / "unused").policy_id == info.policy_id
     assert not (tmp_path / "unused").exists()
-    # 3. no reference: the build (cached here)
-    assert resolve_initial_policy(BootstrapConfig.from_dict(TINY), out).sha256 == info.sha256
+    # 3. no reference: the build (cached in its configuration's folder under the build directory)
+    assert resolve_initial_policy(BootstrapConfig.from_dict(TINY), out.parent).sha256 == info.sha256
     # a reference directory that does not exist (a typo) is an error, not a build
     absent = BootstrapConfig.from_dict({**TINY, "reference": str(tmp_path / "textcraft-initail")})
     with pytest.raises(ConfigError, match=r"bootstrap\.reference: no policy directory .*initail"):
         resolve_initial_policy(absent, out)
+
+
+def test_builds_of_other_configurations_never_replace_one_another(tmp_path, monkeypatch):
+    """Tag A builds its policy, tag B another configuration in the same build directory, A runs
+    again: A's policy is still where A's configuration builds it (the builder faked: it records
+    where it is asked to build)."""
+    asked = []
+    monkeypatch.setattr(build, "build_initial_policy", lambda config, out, **_: asked.append(out))
+    a = BootstrapConfig.from_dict(TINY)
+    b = BootstrapConfig.from_dict({**TINY, "seed": 1})
+    for config in (a, b, a):
+        resolve_initial_policy(config, tmp_path)
+    assert asked[0] == asked[2] != asked[1]
+    assert all(out.parent == tmp_path and len(out.name) == 12 for out in asked)
 
 
 @pytest.mark.parametrize("env", ["textcraft", "alfworld"])

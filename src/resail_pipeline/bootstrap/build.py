@@ -229,6 +229,17 @@ def _cache_key(recipe_key: str, environment: BuildEnvironment) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
+def configuration_folder(config: BootstrapConfig, environment: BuildEnvironment) -> str:
+    """The folder, under a run's build directory, of ``config``'s build in ``environment``: 12 hex
+    digits of the sha256 of its recipe and environment. Builds of other configurations (another
+    data folder's, say) go to other folders and never replace it; its code is left out, so that a
+    change of code rebuilds it in place (its cache key still counts the code)."""
+    payload = json.dumps(
+        {"recipe": _recipe_key(config), "environment": environment.key()}, sort_keys=True
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
 def rows_sha256(rows: Sequence[PackedRow]) -> str:
     """sha256 of the packed training data: every token, prompt length, weight and view."""
     digest = hashlib.sha256()
