@@ -8,6 +8,8 @@ import json
 import os
 import random
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -26,6 +28,7 @@ from resail_pipeline.envs.alfworld import (
     split_games,
 )
 from resail_pipeline.envs.alfworld_games import (
+    DEFAULT_ROOT,
     LOCK_FILE,
     MANIFEST,
     SETTINGS_FILE,
@@ -34,6 +37,8 @@ from resail_pipeline.envs.alfworld_games import (
     GameGenConfig,
     GameSpec,
     Placement,
+    check_candidate,
+    default_root,
     draw_stream,
     ensure_games,
     game_data,
@@ -53,8 +58,9 @@ pytestmark = pytest.mark.alfworld
 
 TRAIN_SCENES = sorted(constants.TRAIN_SCENE_NUMBERS)
 TEST_SCENES = sorted(constants.TEST_SCENE_NUMBERS)
-#: sha256 of game 0's files in the splits that existed before ``dev`` and ``clone``, at seed 0,
-#: as the generator wrote them then (and as the default set's games.json covers them).
+#: sha256 of game 0's files in the splits that existed before ``dev`` and ``clone``, at seed 0
+#: with 8 receptacles, as the generator wrote them then (and as the games.json of the set drawn
+#: with 8 receptacles covers them).
 GAME_0_BEFORE_DEV_AND_CLONE = {
     "train/pick_and_place_simple-DishSponge-None-SinkBasin-23/trial_s0_00000": (
         "328b56946867afab118199a03e9a709d6899498fa1191ecfc720f4da70365fc9",
@@ -78,9 +84,17 @@ def tiny(**counts: int) -> GameGenConfig:
 
 @pytest.fixture(scope="module")
 def one_per_split(tmp_path_factory):
-    """One game in every split at seed 0, written once for the module."""
+    """One game in every split at seed 0, full rooms, written once for the module."""
     out = tmp_path_factory.mktemp("alfworld") / "games"
     return out, write_games(out, tiny(seed=0))
+
+
+@pytest.fixture(scope="module")
+def eight_per_room(tmp_path_factory):
+    """One game in every split at seed 0 with 8 receptacles (the draw of the sets before full
+    rooms), written once for the module."""
+    out = tmp_path_factory.mktemp("alfworld") / "games"
+    return out, write_games(out, tiny(seed=0, max_receptacles=8), workers=1)
 
 
 def _play(env: AlfWorldEnv, task_id: int) -> str | None:
@@ -198,9 +212,19 @@ def test_sampling_is_deterministic_and_respects_the_room():
     assert first == again and problem_text(first, "p") == problem_text(again, "p")
     room = load_room(first.scene)
     assert first.scene in TRAIN_SCENES and room.kind == "Kitchen"
-    assert set(first.receptacles) <= set(room.receptacles)
-    assert len(first.receptacles) <= config.max_receptacles
-    assert "Fridge" in {r.cls for r in first.receptacles}
+    assert config.max_receptacles is None  # full rooms: every receptacle, the needed ones first
+    assert len(first.receptacles) == len(room.receptacles) and set(first.receptacles) == set(
+        room.receptacles
+    )
+    assert first.receptacles[0].cls == first.parent_target
+    assert first.receptacles[1].cls == "Fridge"
+    needed = {first.receptacles[0], first.receptacles[1], first.objects[0].receptacle}
+    rest = [r for r in room.receptacles if r not in needed]
+    assert list(first.receptacles[len(needed) :]) == rest  # then the others, in the room's order
+    eight = GameGenConfig(max_receptacles=8)
+    few = sample_game(random.Random("x"), "pick_cool_then_place_in_recep", TRAIN_SCENES, eight)
+    assert len(few.receptacles) == 8 and set(few.receptacles) <= set(room.receptacles)
+    assert few.receptacles[:2] == first.receptacles[:2]
     target = [o for o in first.objects if o.cls == first.object_target]
     assert target and all(o.receptacle.cls != first.parent_target for o in target)
     for o in first.objects:  # every object starts where ALFRED allows it
@@ -345,7 +369,7 @@ def test_a_second_writer_waits_for_the_first_then_draws_nothing_again(
 
 def test_the_default_set_adds_dev_and_clone_of_training_scenes():
     config = GameGenConfig()
-    assert [config.games(s) for s in SPLITS] == [1024, 128, 128, 128, 512]
+    assert [config.games(s) for s in SPLITS] == [1024, 256, 256, 256, 512]
     assert "dev" not in config.drawing() and "clone" not in config.drawing()
     with pytest.raises(ValueError, match="unknown ALFWorld split 'test'"):
         config.games("test")
@@ -366,9 +390,10 @@ def test_every_split_draws_from_its_own_stream():
     assert again == draw_stream(config, "clone", 3, 1).random()
 
 
-def test_existing_splits_keep_their_games(one_per_split):
-    """Adding dev and clone leaves every game of train, id and ood byte for byte as before."""
-    out, games = one_per_split
+def test_existing_splits_keep_their_games(eight_per_room):
+    """Adding dev and clone, then full rooms, leaves every game of train, id and ood drawn with 8
+    receptacles byte for byte as before."""
+    out, games = eight_per_room
     data = out / "json_2.1.1"
     for folder, (game_sha, traj_sha) in GAME_0_BEFORE_DEV_AND_CLONE.items():
         assert hashlib.sha256((data / folder / "game.tw-pddl").read_bytes()).hexdigest() == game_sha
@@ -482,3 +507,103 @@ def test_the_fingerprint_of_splits_follows_their_games_not_their_folder(one_per_
     (game,) = split_games(copy, "clone")
     game.write_text(game.read_text().replace("Your task is to", "Your task is to:"))
     assert splits_sha256(moved, ["clone"]) != here
+
+
+def test_full_rooms_list_every_receptacle_of_the_scene(one_per_split):
+    """Every game of the default draw declares every receptacle of its room, and the engine
+    opens it with all of them in its receptacle list."""
+    from resail_pipeline.envs.alfworld_overlap import read_opening
+
+    _, games = one_per_split
+    engine = GameEngine()
+    for game in games:
+        scene = json.loads((game.parent / "traj_data.json").read_text())["scene"]["scene_num"]
+        problem = json.loads(game.read_text())["pddl_problem"]
+        receptacles = load_room(scene).receptacles
+        assert problem.count("- receptacle\n") == len(receptacles), game
+        opening = read_opening(game, engine)
+        assert len(opening.receptacles.split(", ")) == len(receptacles), opening.text
+        assert {r.cls for r in receptacles} == opening.receptacle_classes
+
+
+def _check_in_a_new_process(game_file, planner_memory: int) -> list[str] | None:
+    """:func:`check_candidate` with ``PLANNER_MEMORY = planner_memory`` in a new process, whose
+    address space, unlike this one's, has no room left free by earlier games."""
+    code = (
+        "import json; from pathlib import Path\n"
+        "from resail_pipeline.envs import alfworld_games as g\n"
+        f"g.PLANNER_MEMORY = {planner_memory}\n"
+        f"print(json.dumps(g.check_candidate(g.GameEngine(plan=True), Path({str(game_file)!r}), 20)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_a_check_that_needs_more_memory_than_allowed_rejects_the_candidate(tmp_path, monkeypatch):
+    """The check runs in a child process whose address space may grow by PLANNER_MEMORY: a
+    candidate it cannot check within that is rejected, as the planner's failure is; any other
+    failure of the check stops the writer."""
+    from resail_pipeline.envs import alfworld_games
+
+    engine = GameEngine(plan=True)
+    path = tmp_path / "game.tw-pddl"
+    path.write_text(json.dumps(game_data(_spec("pick_and_place_simple"), "t")))
+    plan = check_candidate(engine, path, max_plan_length=20)
+    assert plan is not None and plan == solve(GameEngine(plan=True), path, max_plan_length=20)
+    assert check_candidate(engine, path, max_plan_length=len(plan) - 1) is None
+    assert _check_in_a_new_process(path, 1 << 30) == plan
+    assert _check_in_a_new_process(path, 1 << 20) is None  # 1 MiB: not even the translation
+
+    def broken(*args):  # fake: a bug in the check
+        raise ValueError("a bug")
+
+    monkeypatch.setattr(alfworld_games, "solve", broken)
+    with pytest.raises(RuntimeError, match="checking the candidate failed"):
+        check_candidate(engine, path, max_plan_length=20)
+
+
+def test_the_default_set_lives_in_a_folder_named_by_its_drawing_settings(tmp_path, monkeypatch):
+    """A machine holding a set drawn with other settings (an older default) in the default
+    folder gets the default set beside it, not a refusal; growing counts extend it in place."""
+    from resail_pipeline.envs import alfworld_games
+
+    drawing = json.dumps(GameGenConfig().drawing(), sort_keys=True)
+    root = DEFAULT_ROOT / hashlib.sha256(drawing.encode()).hexdigest()[:12]
+    assert default_root() == default_root(GameGenConfig()) == root
+    assert default_root(GameGenConfig(id=3, clone=5)) == root
+    assert default_root(GameGenConfig(max_receptacles=8)) not in (root, DEFAULT_ROOT)
+
+    monkeypatch.chdir(tmp_path)
+    older = GameGenConfig(max_receptacles=8)  # as the old default set's folder holds it
+    (DEFAULT_ROOT / "json_2.1.1").mkdir(parents=True)
+    (DEFAULT_ROOT / SETTINGS_FILE).write_text(json.dumps(older.drawing()))
+    with pytest.raises(ConfigError, match=r"other settings \(max_receptacles: 8\)"):
+        write_games(DEFAULT_ROOT, tiny(seed=0))
+    written = []
+
+    def recording(out, config, workers):  # fake: notes where the set is written
+        written.append((out, config))
+
+    monkeypatch.setattr(alfworld_games, "write_games", recording)
+    assert ensure_games() == root and written == [(root, GameGenConfig())]
+    assert ensure_games(config=older) == default_root(older)
+
+
+def test_the_command_draws_full_rooms_unless_given_a_number(tmp_path, monkeypatch):
+    from resail_pipeline.envs import alfworld_games
+
+    asked = []
+    monkeypatch.setattr(
+        alfworld_games, "write_games", lambda out, config: asked.append(config) or []
+    )
+    main(["--out", str(tmp_path)])
+    main(["--out", str(tmp_path), "--max-receptacles"])
+    main(["--out", str(tmp_path), "--n", "2", "--max-receptacles", "8"])
+    main(["--out", str(tmp_path), "--max-receptacles", "8", "--id", "128", "--ood", "128"])
+    assert asked[0] == asked[1] == GameGenConfig()
+    assert asked[2] == GameGenConfig(**dict.fromkeys(SPLITS, 2), max_receptacles=8)
+    assert asked[3] == GameGenConfig(id=128, ood=128, max_receptacles=8)
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path), "--n", "2", "--dev", "3"])
+    with pytest.raises(SystemExit, match="max_receptacles: must be an integer >= 3"):
+        main(["--out", str(tmp_path), "--max-receptacles", "2"])

@@ -5,7 +5,7 @@
     python -m resail_pipeline.bootstrap build --params reference/textcraft-chain/03-drills.yml \\
         --out data/06_models/textcraft-chain/03-drills
     # dual-view evaluation (appendix D.2) on the test tasks of the policy's environment (TextCraft:
-    # the 100 of test; ALFWorld: 128 of id and 128 of ood) x 3 seeds, kept in its manifest
+    # the 100 of test; ALFWorld: 256 of id and 256 of ood) x 3 seeds, kept in its manifest
     python -m resail_pipeline.bootstrap evaluate --policy data/06_models/textcraft-chain/03-drills/policy
     # ... keeping every episode and the fixed Experience as Parquet in <dir>; an evaluation
     # interrupted anywhere resumes when started again (its journal: --journal)
@@ -23,9 +23,9 @@ TextCraft's ``clone_tasks``, which clones on tasks set apart from the cycles'), 
 another recipe (a path relative to it) whose keys it changes in turn
 (``reference/textcraft-clone-chain/``). Its ``env`` says where the policy acts
 (``reference/alfworld-chain/`` builds one for ALFWorld, whose games are those of
-``ALFWORLD_DATA``, else the generated default set in ``data/01_raw/alfworld_games``, written on
-first use; docs/environments.md). A configuration that cannot be used is one line on stderr and
-exit status 2.
+``ALFWORLD_DATA``, else the generated default set in ``data/01_raw/alfworld_games/<settings>``,
+written on first use; docs/environments.md). A configuration that cannot be used is one line on
+stderr and exit status 2.
 """
 
 from __future__ import annotations

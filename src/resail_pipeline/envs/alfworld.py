@@ -99,8 +99,9 @@ _TRAIN_EVAL = {
 TASK_ID_STRIDE = 100_000
 #: Steps before an episode is cut (paper appendix A.3).
 MAX_STEPS = 30
-#: Test episodes per evaluation split (paper appendix A.1: 128 ID and 128 OOD episodes).
-TEST_SIZE = 128
+#: Games in the fixed test set of each split but ``train`` and ``clone``: 256, every game of the
+#: generated set's ``id``, ``ood`` and ``dev`` (the paper's appendix A.1 plays 128 ID and 128 OOD).
+TEST_SIZE = 256
 #: Episodes alive at once in a rollout that names no cap (``max_live: null``): engines, each with
 #: its own copy of Fast Downward's library, held until the process ends (see the module docstring).
 LIVE_LIMIT = 64
@@ -116,9 +117,9 @@ GAME_FILE = "game.tw-pddl"
 HOW_TO_GET_GAMES = (
     "Get the official games with `pip install 'resail_pipeline[alfworld]'` then `alfworld-download` "
     "(it writes to $ALFWORLD_DATA, by default ~/.cache/alfworld) and `export "
-    "ALFWORLD_DATA=~/.cache/alfworld`; or write small generated games with `python -m "
-    "resail_pipeline.envs.alfworld_games --out data/01_raw/alfworld_games` and `export "
-    "ALFWORLD_DATA=data/01_raw/alfworld_games`."
+    "ALFWORLD_DATA=~/.cache/alfworld`; or write generated games with `python -m "
+    "resail_pipeline.envs.alfworld_games --out data/01_raw/alfworld_games/mine` and `export "
+    "ALFWORLD_DATA=data/01_raw/alfworld_games/mine`."
 )
 
 

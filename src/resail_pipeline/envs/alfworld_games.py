@@ -3,28 +3,32 @@
 For machines where the official games (``alfworld-download``) are not installed. The games are
 written in the official folder layout, so the adapter reads them like the real data::
 
-    python -m resail_pipeline.envs.alfworld_games --out data/01_raw/alfworld_games
-    export ALFWORLD_DATA=data/01_raw/alfworld_games
+    python -m resail_pipeline.envs.alfworld_games --out data/01_raw/alfworld_games/mine
+    export ALFWORLD_DATA=data/01_raw/alfworld_games/mine
 
-By default the set mirrors the official split at the size the paper evaluates: 1,024 ``train``
-games (enough that the cycles collect on games they have not seen), 128 ``valid_seen`` (ID) and
-128 ``valid_unseen`` (OOD); and it adds two splits the official data does not have: 128 ``dev``
-games, on which a learning rate is chosen, and 512 ``clone`` games, on which an initial policy is
-behaviour-cloned, so that cloning sees no game of the other splits. ``--n`` writes that many games
-to every split instead (smoke runs, tests). Game ``i`` of a split has task type ``i mod 6`` (the
-six ALFWorld task types). A game is built from one room of ``alfworld/gen/layouts`` (its
-receptacles with their positions, and the object classes present): ``valid_unseen`` rooms come
-from ALFRED's test scenes and every other split's from its training scenes, as in the official
-split, and each task type only uses the room kinds ALFRED allows it (``constants.GOALS_VALID``).
-The game keeps up to ``max_receptacles`` of the room's receptacles (always those the task needs),
-places the task's object(s) away from the target receptacle type, and adds a few other objects,
+By default the set mirrors the official split: 1,024 ``train`` games (enough that the cycles
+collect on games they have not seen), 256 ``valid_seen`` (ID) and 256 ``valid_unseen`` (OOD); and
+it adds two splits the official data does not have: 256 ``dev`` games, on which a learning rate is
+chosen, and 512 ``clone`` games, on which an initial policy is behaviour-cloned, so that cloning
+sees no game of the other splits. ``--n`` writes that many games to every split instead (smoke
+runs, tests), ``--train``, ``--id``, ... that many of one split. Game ``i`` of a split has task
+type ``i mod 6`` (the six ALFWorld task types). A game is built from one room of
+``alfworld/gen/layouts`` (its receptacles with their positions, and the object classes present):
+``valid_unseen`` rooms come from ALFRED's test scenes and every other split's from its training
+scenes, as in the official split, and each task type only uses the room kinds ALFRED allows it
+(``constants.GOALS_VALID``). The game keeps every receptacle of the room, as ALFWorld's own games
+keep every receptacle of the scene (the ones the task needs first, then the others in the room's
+order, no draw), or, where ``max_receptacles`` is an integer, the ones the task needs and a draw
+of the others up to that many (the draw of the sets written before full rooms, file for file). It
+places the task's object(s) away from the target receptacle type and adds a few other objects,
 each only where ALFRED allows it (``constants.VAL_RECEPTACLE_OBJECTS``; desk lamps stand on a
 desk, dresser or side table). Goals and task sentences come from ALFWorld's goal library; the
 domain and text grammar are the wheel's ``alfred.pddl`` and ``alfred.twl2``.
 
 A candidate is kept only if the real engine loads it, its goal does not already hold at the start,
-the planner finds a plan of at most ``max_plan_length`` steps, and playing that plan through the
-engine wins. The plan is stored as the game's walkthrough; a rejected candidate is redrawn.
+the planner finds a plan of at most ``max_plan_length`` steps within :data:`PLANNER_MEMORY` of
+memory, and playing that plan through the engine wins. The plan is stored as the game's
+walkthrough; a rejected candidate is redrawn.
 
 Generation is deterministic in ``seed``, game by game: every candidate of game ``i`` of a split is
 drawn from a random stream named by the seed, the split, ``i`` and the attempt, so game ``i`` does
@@ -35,7 +39,8 @@ independent draws agreed in every choice, which the writer checks before it writ
 Writing resumes: each game appears in its folder only once it is checked, the games already there
 are kept, and the set's manifest (``games.json``: the generation settings, the games of each split
 and the sha256 over all of them) is written last, when every game is in place. A folder holding
-games made with other settings is refused.
+games made with other settings is refused; the main job's set therefore lives in a folder named
+by its drawing settings (:func:`default_root`), beside the sets drawn with others.
 """
 
 from __future__ import annotations
@@ -47,8 +52,10 @@ import logging
 import multiprocessing
 import os
 import random
+import resource
 import shutil
 import time
+import traceback
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
@@ -84,7 +91,8 @@ TASK_TYPES = (
     "pick_cool_then_place_in_recep",
     "pick_two_obj_and_place",
 )
-#: Where the main job keeps the generated set when the run names no ALFWorld data.
+#: Under which the main job keeps the generated set when the run names no ALFWorld data, in a
+#: folder named by its drawing settings (:func:`default_root`).
 DEFAULT_ROOT = Path("data") / "01_raw" / "alfworld_games"
 #: The trajectory data beside each game file.
 TRAJ_FILE = "traj_data.json"
@@ -96,6 +104,10 @@ SETTINGS_FILE = "games_settings.json"
 STAGING = ".staging"
 #: Held by the process that writes the set (:class:`~resail_pipeline.io.ProcessLock`): another waits.
 LOCK_FILE = ".writing.lock"
+#: Address space, in bytes, that checking one candidate may add to the process that draws it (the
+#: engine's translation of the problem and the planner's search): a candidate whose planner needs
+#: more is rejected, as a game the planner expert could not replan either (:func:`check_candidate`).
+PLANNER_MEMORY = 1 << 30
 #: Task type -> (appliance receptacle class, object property it needs), for the state-change tasks.
 APPLIANCES = {
     "pick_clean_then_place_in_recep": ("SinkBasin", "Cleanable"),
@@ -128,17 +140,18 @@ class GameGenConfig:
     #: games of the train split (the cycles collect on them)
     train: int = 1024
     #: games of valid_seen, the ID evaluation split (training scenes, new games)
-    id: int = 128
+    id: int = 256
     #: games of valid_unseen, the OOD evaluation split (test scenes)
-    ood: int = 128
+    ood: int = 256
     #: games of dev, where a learning rate is chosen (training scenes, new games)
-    dev: int = 128
+    dev: int = 256
     #: games of clone, the initial policy's behaviour cloning (training scenes, new games)
     clone: int = 512
     #: seed of every random draw; the same seed gives the same games
     seed: int = 0
-    #: receptacles kept from the room (the ones the task needs are always kept)
-    max_receptacles: int = 8
+    #: receptacles kept from the room (the ones the task needs are always kept); ``None`` keeps
+    #: every receptacle of the room, as ALFWorld's own games keep every receptacle of the scene
+    max_receptacles: int | None = None
     #: objects placed besides the task's own
     distractors: int = 3
     #: longest planner walkthrough accepted (episodes are cut at 30 steps)
@@ -150,7 +163,7 @@ class GameGenConfig:
         for split in SPLITS:
             check_int(split, getattr(self, split), low=1)
         check_int("seed", self.seed, low=0)
-        check_int("max_receptacles", self.max_receptacles, low=3)
+        check_int("max_receptacles", self.max_receptacles, low=3, optional=True)
         check_int("distractors", self.distractors, low=0)
         check_int("max_plan_length", self.max_plan_length, low=1)
         if self.max_plan_length > 30:  # episodes are cut at 30 steps
@@ -163,9 +176,18 @@ class GameGenConfig:
             raise ValueError(f"split: unknown ALFWorld split {split!r}; choose one of {SPLITS}")
         return int(getattr(self, split))
 
-    def drawing(self) -> dict[str, int]:
+    def drawing(self) -> dict[str, int | None]:
         """The settings every game's draw depends on (all but the counts)."""
         return {k: v for k, v in asdict(self).items() if k not in SPLITS}
+
+
+def default_root(config: GameGenConfig | None = None) -> Path:
+    """Where the main job keeps the set drawn with ``config``'s settings (default: the default
+    set): a folder of :data:`DEFAULT_ROOT` named by the first 12 hex digits of the sha256 of
+    :meth:`GameGenConfig.drawing` as sorted JSON. Sets drawn with other settings (an older
+    default) lie beside it, and counts that grow extend the set in place."""
+    drawing = json.dumps((config or GameGenConfig()).drawing(), sort_keys=True)
+    return DEFAULT_ROOT / hashlib.sha256(drawing.encode()).hexdigest()[:12]
 
 
 @dataclass(frozen=True)
@@ -321,7 +343,8 @@ def sample_game(
     obj, parent, toggle = rng.choice(task_options(room, task_type))
     appliance = APPLIANCES.get(task_type, ("", ""))[0]
 
-    # The receptacles the task needs, then others up to max_receptacles.
+    # The receptacles the task needs, then the room's others (in the room's order), or a draw of
+    # them up to max_receptacles.
     needed: list[Receptacle] = []
     if parent:
         needed.append(_pick(rng, room.receptacles, parent))
@@ -337,8 +360,11 @@ def sample_game(
     needed += starts
     needed = list(dict.fromkeys(needed))
     others = [r for r in room.receptacles if r not in needed]
-    extra = max(0, config.max_receptacles - len(needed))
-    kept = tuple(needed + rng.sample(others, min(extra, len(others))))
+    if config.max_receptacles is None:
+        kept = tuple(needed + others)
+    else:
+        extra = max(0, config.max_receptacles - len(needed))
+        kept = tuple(needed + rng.sample(others, min(extra, len(others))))
 
     placements = [(obj, start) for start in starts]
     if toggle:
@@ -490,6 +516,50 @@ def solve(engine: GameEngine, game_file: Path, max_plan_length: int) -> list[str
     return None
 
 
+def check_candidate(engine: GameEngine, game_file: Path, max_plan_length: int) -> list[str] | None:
+    """:func:`solve`, run in a child process (a fork, so ``engine`` is its copy) whose address
+    space may grow by :data:`PLANNER_MEMORY` beyond the parent's: the walkthrough, or ``None``
+    where :func:`solve` rejects the candidate or the child runs out of that memory (Fast Downward's
+    search then aborts the process, or Python raises ``MemoryError``). The limit is on memory, not
+    time, so a machine's speed does not change which candidates pass; the parent (a writer's
+    worker) never loads a game itself, so it has little room free that a child could use besides
+    the limit."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child; it never returns from here
+        status, stderr = 1, os.dup(2)
+        try:
+            os.close(read)
+            with open(f"/proc/{os.getpid()}/statm") as statm:  # pages of address space
+                used = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+            _, hard = resource.getrlimit(resource.RLIMIT_AS)
+            limit = used + PLANNER_MEMORY
+            limit = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file where the search aborts
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # nor its "std::bad_alloc" on stderr
+            with os.fdopen(write, "w") as pipe:
+                json.dump(solve(engine, game_file, max_plan_length), pipe)
+            status = 0
+        except MemoryError:
+            status = 2
+        except BaseException:
+            os.write(stderr, traceback.format_exc().encode())
+        finally:
+            os._exit(status)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        text = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if code == 1:
+        raise RuntimeError(f"{game_file}: checking the candidate failed (its traceback above)")
+    if code != 0:
+        logger.debug("rejected %s: its check exceeded its memory", game_file.parent.name)
+        return None
+    return json.loads(text)
+
+
 def write_games(out: Path, config: GameGenConfig, workers: int | None = None) -> list[Path]:
     """Write ``config``'s games under ``out/json_2.1.1``, resuming what is there, then the set's
     manifest (:data:`MANIFEST`). Returns the game files, split by split in the order of
@@ -568,13 +638,17 @@ def _write_games(out: Path, config: GameGenConfig, workers: int | None) -> list[
 
 
 def ensure_games(
-    root: str | Path = DEFAULT_ROOT, config: GameGenConfig | None = None, workers: int | None = None
+    root: str | Path | None = None,
+    config: GameGenConfig | None = None,
+    workers: int | None = None,
 ) -> Path:
-    """The generated set at ``root``: returned as it is when its manifest (:data:`MANIFEST`)
-    says it holds ``config``'s games (the default set: train 1,024, id 128, ood 128, dev 128,
-    clone 512), else written or completed first by ``workers`` processes (:func:`write_games`,
-    which resumes: a set written without some splits gains them, its games kept)."""
-    root, config = Path(root), config or GameGenConfig()
+    """The generated set at ``root`` (default: :func:`default_root` of ``config``): returned as it
+    is when its manifest (:data:`MANIFEST`) says it holds ``config``'s games (the default set:
+    full rooms; train 1,024, id 256, ood 256, dev 256, clone 512), else written or completed first
+    by ``workers`` processes (:func:`write_games`, which resumes: a set written without some
+    splits gains them, its games kept)."""
+    config = config or GameGenConfig()
+    root = default_root(config) if root is None else Path(root)
     manifest = root / MANIFEST
     if manifest.is_file():
         there = json.loads(manifest.read_text())
@@ -591,7 +665,7 @@ def provide_default_games(options: Mapping[str, Any]) -> Path | None:
 
     Where ``options`` has no ``data_path`` and ``ALFWORLD_DATA`` is unset (no official games on
     this machine), the generated set that mirrors the official split, with its ``dev`` and
-    ``clone`` splits, is kept in :data:`DEFAULT_ROOT` under the working directory (written on
+    ``clone`` splits, is kept in :func:`default_root` under the working directory (written on
     first use, resumed if cut short, and extended when it lacks a split: :func:`ensure_games`),
     and ``ALFWORLD_DATA`` names it for this process and the workers it starts. Returns that root;
     ``None``, doing nothing, where the data is named.
@@ -739,7 +813,7 @@ def write_game(
         game = game_data(spec, trial)
         (folder / GAME_FILE).write_text(json.dumps(game))
         (folder / TRAJ_FILE).write_text(json.dumps(traj_data(spec, trial)))
-        walkthrough = solve(engine, folder / GAME_FILE, config.max_plan_length)
+        walkthrough = check_candidate(engine, folder / GAME_FILE, config.max_plan_length)
         if walkthrough is not None:
             game.update(solvable=True, walkthrough=walkthrough)
             (folder / GAME_FILE).write_text(json.dumps(game))
@@ -749,7 +823,7 @@ def write_game(
             folder.parent.rmdir()
     raise RuntimeError(
         f"no solvable {task_type} game for split {split!r} #{index} in {config.max_attempts} "
-        "attempts; raise max_receptacles or max_plan_length"
+        "attempts; raise max_attempts or max_plan_length"
     )
 
 
@@ -758,15 +832,32 @@ def main(argv: Sequence[str] | None = None) -> None:
         prog="python -m resail_pipeline.envs.alfworld_games", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--out", type=Path, required=True, help="data root to write (resumed)")
-    defaults = ", ".join(f"{split} {GameGenConfig().games(split)}" for split in SPLITS)
-    parser.add_argument(
-        "--n", type=int, default=None, help=f"games in every split (default: {defaults})"
-    )
+    defaults = GameGenConfig()
+    parser.add_argument("--n", type=int, default=None, help="games in every split")
+    for split in SPLITS:
+        parser.add_argument(
+            f"--{split}",
+            type=int,
+            default=None,
+            help=f"games of {split} (default {defaults.games(split)})",
+        )
     parser.add_argument("--seed", type=int, default=0, help="seed of every draw (default 0)")
-    parser.add_argument("--max-receptacles", type=int, default=8, help="receptacles per game")
+    parser.add_argument(
+        "--max-receptacles",
+        type=int,
+        nargs="?",
+        default=None,
+        const=None,
+        metavar="N",
+        help="receptacles per game, the needed ones first; without N (the default) every "
+        "receptacle of the room",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    counts = {} if args.n is None else {split: args.n for split in SPLITS}
+    each = {split: getattr(args, split) for split in SPLITS if getattr(args, split) is not None}
+    if args.n is not None and each:
+        parser.error(f"--n and --{next(iter(each))}: give the games of every split or of each")
+    counts = each if args.n is None else {split: args.n for split in SPLITS}
     try:
         config = GameGenConfig(**counts, seed=args.seed, max_receptacles=args.max_receptacles)
         games = write_games(args.out, config)
