@@ -15,6 +15,7 @@ from resail_pipeline.checkpoints import CheckpointError
 from resail_pipeline.cli import one_line_errors
 from resail_pipeline.config import ConfigError
 from resail_pipeline.gui.episodes import EpisodeError
+from resail_pipeline.schemas import SchemaError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,6 +70,33 @@ def test_a_user_error_wrapped_by_kedros_dataset_loading_is_unwrapped():
         raise DatasetError("bad file")
 
     assert isinstance(CliRunner().invoke(one_line_errors(other), []).exception, DatasetError)
+
+
+@pytest.mark.parametrize(
+    "cause",
+    [
+        SchemaError("trajectories: missing column(s) ['success']"),
+        PermissionError(13, "Permission denied", "data/07_model_output/x/eval_results.parquet"),
+    ],
+)
+def test_a_dataset_file_that_breaks_its_schema_or_cannot_be_written_is_one_line(cause):
+    from kedro.io import DatasetError
+
+    @click.command()
+    def fake_run() -> None:  # fake: a node's dataset failing as Kedro reports it
+        try:
+            raise cause
+        except (SchemaError, OSError) as error:
+            raise DatasetError(
+                "Failed while saving data to dataset AtomicParquetDataset(filepath=data/x.parquet)."
+                f"\n{error}"
+            ) from error
+
+    result = CliRunner().invoke(one_line_errors(fake_run), [])
+    assert result.exit_code == 2
+    (line,) = result.output.splitlines()
+    assert line.startswith("Error: Failed while saving data to dataset AtomicParquetDataset(")
+    assert line.endswith(" ".join(str(cause).split()))
 
 
 @pytest.mark.parametrize("option", ["--pipelines=cylce", "--pipelines=cycle,bogus"])

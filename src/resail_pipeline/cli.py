@@ -9,7 +9,9 @@ value and what is allowed, and exit with status 2, instead of a page of tracebac
 ``--pipelines`` name that is not a pipeline of the project or a ``RESAIL_CYCLES`` that is not a
 positive integer (both checked before a session starts), and
 such an error raised while Kedro loads or saves a dataset (it arrives wrapped in Kedro's
-``DatasetError``). Every other error keeps its traceback.
+``DatasetError``), and a table that breaks its schema or a file that cannot be read or written
+there (``SchemaError``, ``OSError``: one line naming the dataset and what is wrong). Every other
+error keeps its traceback.
 
 Like ``settings.py``, this is a file Kedro looks for by name, so it imports Kedro; the library
 does not.
@@ -30,9 +32,13 @@ from resail_pipeline.config import ConfigError
 from resail_pipeline.gui.episodes import EpisodeError
 from resail_pipeline.pipeline_registry import pipeline_names
 from resail_pipeline.pipelines.cycle.pipeline import num_cycles
+from resail_pipeline.schemas import SchemaError
 
 #: errors whose message says all a user needs: what to change, and where
 USER_ERRORS = (ConfigError, CheckpointError, EpisodeError)
+#: errors of a dataset's file (a table that breaks its schema, a folder that cannot be written):
+#: one line when Kedro's loading or saving wraps them, with the dataset Kedro names
+FILE_ERRORS = (SchemaError, OSError)
 
 
 class UserError(click.ClickException):
@@ -43,9 +49,16 @@ class UserError(click.ClickException):
 
 def user_error(error: BaseException) -> BaseException | None:
     """``error`` itself, or the one it wraps, if it is one of :data:`USER_ERRORS`."""
+    return _caused_by(error, USER_ERRORS)
+
+
+def _caused_by(
+    error: BaseException | None, kinds: tuple[type[BaseException], ...]
+) -> BaseException | None:
+    """``error`` itself, or the first error it wraps, that is one of ``kinds``."""
     seen = set()
     while error is not None and id(error) not in seen:
-        if isinstance(error, USER_ERRORS):
+        if isinstance(error, kinds):
             return error
         seen.add(id(error))
         error = error.__cause__ or error.__context__
@@ -81,9 +94,14 @@ def one_line_errors(command: click.Command) -> click.Command:
             raise UserError(str(error)) from None
         except DatasetError as error:
             cause = user_error(error)
+            if cause is not None:
+                raise UserError(str(cause)) from None
+            cause = _caused_by(error, FILE_ERRORS)
             if cause is None:
                 raise
-            raise UserError(str(cause)) from None
+            # Kedro's first line names the dataset and its file; the cause says what is wrong
+            where = str(error).strip().splitlines()[0].rstrip(".")
+            raise UserError(f"{where}: {' '.join(str(cause).split())}") from None
 
     guarded_command = copy.copy(command)
     guarded_command.callback = guarded
