@@ -558,24 +558,29 @@ def test_a_recipes_environment_options_are_checked_at_the_command_line(tmp_path,
     assert load_env_options(recipe, "textcraft") == {}
 
 
-def test_the_alfworld_first_stage_recipe():
-    """reference/alfworld-chain/01-first-stage.yml over the base parameters: ALFWorld, built
-    from scratch on the searching expert's demonstrations with mistakes, for a number of passes
-    whatever the processor's speed (no time budget), in bf16 only where the processor multiplies
-    faster in it."""
+def test_the_alfworld_first_stage_recipes():
+    """reference/alfworld-chain/01-first-stage.yml (the shipped stage) and
+    reference/alfworld-search-chain/01-first-stage.yml over the base parameters: ALFWorld, built
+    from scratch on demonstrations with mistakes (the second's by the searching expert), for a
+    number of passes whatever the processor's speed (no time budget), in bf16 only where the
+    processor multiplies faster in it."""
     from resail_pipeline.bootstrap.__main__ import load_config
 
-    config = load_config(ROOT / "reference" / "alfworld-chain" / "01-first-stage.yml", BASE)
     textcraft = load_config(ROOT / "reference" / "textcraft-chain" / "01-first-stage.yml", BASE)
-    assert (config.env, config.name, config.reference) == ("alfworld", "alfworld-initial", None)
-    assert config.warm_start is None and config.checkpoint is None
-    assert config.data.renamed_copies == config.data.copying_drills == 0
-    assert config.data.on_policy_episodes == 0 and config.data.task_limit is None
-    assert config.data.mistake_rate > 0 and config.data.privileged_share > 0
-    assert config.data.searching_expert is True
-    assert (config.training.time_budget_s, config.training.precision) == (None, "auto")
-    assert config.training.epochs == 2.0
-    assert config.model == textcraft.model
+    shipped, search = (
+        load_config(ROOT / "reference" / chain / "01-first-stage.yml", BASE)
+        for chain in ("alfworld-chain", "alfworld-search-chain")
+    )
+    for config in (shipped, search):
+        assert (config.env, config.name, config.reference) == ("alfworld", "alfworld-initial", None)
+        assert config.warm_start is None and config.checkpoint is None
+        assert config.data.renamed_copies == config.data.copying_drills == 0
+        assert config.data.on_policy_episodes == 0 and config.data.task_limit is None
+        assert config.data.mistake_rate > 0 and config.data.privileged_share > 0
+        assert (config.training.time_budget_s, config.training.precision) == (None, "auto")
+        assert config.model == textcraft.model
+    assert (shipped.data.searching_expert, shipped.training.epochs) == (False, 5.0)
+    assert (search.data.searching_expert, search.training.epochs) == (True, 2.0)
 
 
 @pytest.fixture(scope="module")

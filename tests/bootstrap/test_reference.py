@@ -475,6 +475,7 @@ def test_each_stage_of_a_chain_continues_the_stage_make_reference_built_before_i
     chains = sorted((root / "reference").glob("*-chain"))
     assert [c.name for c in chains] == [
         "alfworld-chain",
+        "alfworld-search-chain",
         "textcraft-chain",
         "textcraft-clone-chain",
     ]
