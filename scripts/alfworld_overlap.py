@@ -1,4 +1,4 @@
-"""How far ALFWorld's ``id``, ``ood``, ``dev`` and ``clone`` games are from ``train``'s, per data root.
+"""How far ALFWorld's ``id``, ``ood``, ``dev`` and ``clone`` games are from ``train``'s, per root.
 
     python scripts/alfworld_overlap.py before=data/01_raw/alfworld_games_old \\
         after=data/01_raw/alfworld_games/<settings> --json data/08_reporting/alfworld-overlap.json

@@ -533,7 +533,8 @@ def _check_in_a_new_process(game_file, planner_memory: int) -> list[str] | None:
         "import json; from pathlib import Path\n"
         "from resail_pipeline.envs import alfworld_games as g\n"
         f"g.PLANNER_MEMORY = {planner_memory}\n"
-        f"print(json.dumps(g.check_candidate(g.GameEngine(plan=True), Path({str(game_file)!r}), 20)))"
+        f"game = Path({str(game_file)!r})\n"
+        "print(json.dumps(g.check_candidate(g.GameEngine(plan=True), game, 20)))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return json.loads(done.stdout.splitlines()[-1])

@@ -19,11 +19,11 @@ scenes, as in the official split, and each task type only uses the room kinds AL
 (``constants.GOALS_VALID``). The game keeps every receptacle of the room, as ALFWorld's own games
 keep every receptacle of the scene (the ones the task needs first, then the others in the room's
 order, no draw), or, where ``max_receptacles`` is an integer, the ones the task needs and a draw
-of the others up to that many (the draw of the sets written before full rooms, file for file). It
-places the task's object(s) away from the target receptacle type and adds a few other objects,
-each only where ALFRED allows it (``constants.VAL_RECEPTACLE_OBJECTS``; desk lamps stand on a
-desk, dresser or side table). Goals and task sentences come from ALFWorld's goal library; the
-domain and text grammar are the wheel's ``alfred.pddl`` and ``alfred.twl2``.
+of the others up to that many (with 8, the set ``reference/alfworld-initial`` was built on, file
+for file). It places the task's object(s) away from the target receptacle type and adds a few
+other objects, each only where ALFRED allows it (``constants.VAL_RECEPTACLE_OBJECTS``; desk lamps
+stand on a desk, dresser or side table). Goals and task sentences come from ALFWorld's goal
+library; the domain and text grammar are the wheel's ``alfred.pddl`` and ``alfred.twl2``.
 
 A candidate is kept only if the real engine loads it, its goal does not already hold at the start,
 the planner finds a plan of at most ``max_plan_length`` steps within :data:`PLANNER_MEMORY` of
@@ -184,8 +184,8 @@ class GameGenConfig:
 def default_root(config: GameGenConfig | None = None) -> Path:
     """Where the main job keeps the set drawn with ``config``'s settings (default: the default
     set): a folder of :data:`DEFAULT_ROOT` named by the first 12 hex digits of the sha256 of
-    :meth:`GameGenConfig.drawing` as sorted JSON. Sets drawn with other settings (an older
-    default) lie beside it, and counts that grow extend the set in place."""
+    :meth:`GameGenConfig.drawing` as sorted JSON. Sets drawn with other settings (8 receptacles a
+    game, say) lie beside it, and counts that grow extend the set in place."""
     drawing = json.dumps((config or GameGenConfig()).drawing(), sort_keys=True)
     return DEFAULT_ROOT / hashlib.sha256(drawing.encode()).hexdigest()[:12]
 

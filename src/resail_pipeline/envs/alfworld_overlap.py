@@ -1,4 +1,4 @@
-"""How far an ALFWorld split is from ``train``: what its games share with ``train``'s, word for word.
+"""How far an ALFWorld split is from ``train``: what its games share with ``train``'s, verbatim.
 
 Every game of a data root (the generated set or ALFWorld's own, ``json_2.1.1/<split>``) is
 opened the way an episode starts, in ALFWorld's engine (:class:`~resail_pipeline.envs.alfworld.
