@@ -276,6 +276,17 @@ def searchable(world: World, obj_cls: str, *, exclude: str = "") -> list[str]:
     ]
 
 
+def reach(world: World, receptacle: str, at: str | None, *, into: bool = False) -> list[str]:
+    """The commands that bring an agent standing at ``at`` to ``receptacle``: ``go to`` unless it
+    stands there, then ``open`` where the episode found it closed or, when something is to go
+    ``into`` it, where it opens and the episode never saw it open."""
+    commands = [] if at == receptacle else [f"go to {receptacle}"]
+    never_open = receptacle not in world.contents and receptacle not in world.opened
+    if receptacle in world.closed or (into and never_open and opens(class_of(receptacle))):
+        commands.append(f"open {receptacle}")
+    return commands
+
+
 def search_plan(task: Task, world: World) -> list[str]:
     """The commands an agent that knows only what it has seen takes next, first one first.
 
@@ -293,12 +304,8 @@ def search_plan(task: Task, world: World) -> list[str]:
 
     def go(receptacle: str, *, into: bool = False) -> None:
         nonlocal at
-        if at != receptacle:
-            plan.append(f"go to {receptacle}")
-            at = receptacle
-        never_open = receptacle not in world.contents and receptacle not in world.opened
-        if receptacle in world.closed or (into and never_open and opens(class_of(receptacle))):
-            plan.append(f"open {receptacle}")
+        plan.extend(reach(world, receptacle, at, into=into))
+        at = receptacle
 
     def search(obj_cls: str, exclude: str = "") -> list[str]:
         places = searchable(world, obj_cls, exclude=exclude)

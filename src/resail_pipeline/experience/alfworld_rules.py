@@ -49,9 +49,9 @@ from resail_pipeline.envs.alfworld_world import (
     class_of,
     done_flags,
     first_of,
-    opens,
     parse_task,
     progress,
+    reach,
     room_receptacles,
     task_sentence,
     unsearched,
@@ -142,13 +142,9 @@ def _listed(items: Sequence[str]) -> str:
 
 
 def _go(plan: Plan, world: World, receptacle: str, at: str | None, *, into: bool = False) -> str:
-    """Steps to stand at ``receptacle``, opened where it was found closed, or, when something is
-    to go ``into`` it, where it opens and the episode never saw it open; returns it."""
-    if at != receptacle:
-        plan.act(f"go to {receptacle}")
-    never_open = receptacle not in world.contents and receptacle not in world.opened
-    if receptacle in world.closed or (into and never_open and opens(class_of(receptacle))):
-        plan.act(f"open {receptacle}")
+    """Add :func:`~resail_pipeline.envs.alfworld_world.reach`'s steps to ``plan``; returns
+    ``receptacle``, where the agent then stands."""
+    plan.act(*reach(world, receptacle, at, into=into))
     return receptacle
 
 
