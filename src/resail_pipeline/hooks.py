@@ -5,9 +5,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, ClassVar
+from types import MappingProxyType
+from typing import Any
 
+from kedro.config import OmegaConfigLoader
 from kedro.framework.hooks import hook_impl
 
 from resail_pipeline.checkpoints import CheckpointError
@@ -45,33 +48,59 @@ AITZ_PREFIX = "aitz."
 #: longest prompt it can send compared with the engine's context, and the machine's CUDA driver
 #: with what the vLLM wheel needs, before it starts
 _GENERATES = (*_ACTS_IN_ENV, "summaries", "responses")
+#: the run values of the configuration being read (:class:`RunConfigLoader`); empty outside one
+_RUN_VALUES: ContextVar[Mapping[str, str]] = ContextVar("run_values", default=MappingProxyType({}))
 
 
-class RunFolderHook:
-    """Resolves the run's folders once, from its parameters, for the catalog and the nodes alike.
+class RunConfigLoader(OmegaConfigLoader):
+    """Kedro's configuration loader, which also resolves the run's folders from its parameters.
 
     The catalog names each dataset's folder after the run's environment, data tag and experiment
     (``data/<layer>/<env><data_tag>/<experiment>/``), and the parameters name the staging folders
     after the same (``run.staging_dir``, ``aitz.staging_dir``, ``aitz.data.root``). A YAML file
     cannot read what the other files of its environment merge over it (``run: {env: alfworld}``
-    or ``data_tag: -mine`` in an environment's parameters), so once the context exists, and before
-    the parameters and the catalog are resolved for the run, this hook resolves them
-    (:func:`resolve_run`) and hands the result to the ``${run:...}`` resolver (:func:`run_value`)
-    that both read: a value set on the command line, in an environment's parameters or in its
-    ``globals.yml`` names the same folder everywhere, and a ``data_tag`` that is no folder name
-    is refused before any path is made from it.
+    or ``data_tag: -mine`` in an environment's parameters), so before this loader reads the
+    parameters or the catalog for the run, it resolves them once (:func:`resolve_run`, from the
+    parameters as their files say) and hands the result to the ``${run:...}`` resolver
+    (:func:`run_value`) that both read: a value set on the command line, in an environment's
+    parameters or in its ``globals.yml`` names the same folder everywhere, and a ``data_tag`` that
+    is no folder name is refused before any path is made from it.
+
+    The resolved values belong to the loader, that is to its session: two sessions in one process
+    (a test suite, a notebook) each read their own folders.
     """
 
-    #: ``env``, ``data_tag``, ``experiment`` and ``cycle_start`` of the current context's run
-    resolved: ClassVar[dict[str, str]] = {}
+    #: the configuration keys whose files read ``${run:...}``
+    RUN_KEYS = ("parameters", "catalog")
 
-    @hook_impl
-    def after_context_created(self, context: Any) -> None:
-        RunFolderHook.resolved = {}  # a previous session's run must not reach this one's
-        # read afresh, not through context.params: its cache would keep the staging folders the
-        # parameters resolved to before this hook, for the run's catalog and nodes
-        loader = context.config_loader
-        RunFolderHook.resolved = resolve_run(loader["parameters"], loader["globals"])
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._run: dict[str, str] | None = None
+        super().__init__(*args, **kwargs)
+
+    def __getitem__(self, key: str) -> dict[str, Any]:
+        if key not in self.RUN_KEYS:
+            return super().__getitem__(key)
+        token = _RUN_VALUES.set(self.run_values())
+        try:
+            return super().__getitem__(key)
+        finally:
+            _RUN_VALUES.reset(token)
+
+    def run_values(self) -> dict[str, str]:
+        """``env``, ``data_tag``, ``experiment`` and ``cycle_start`` of this loader's run
+        (:func:`resolve_run`), resolved on first use.
+
+        Raises:
+            ConfigError: as :func:`resolve_run`.
+        """
+        if self._run is None:
+            token = _RUN_VALUES.set({})  # the parameters as their files say, defaults unresolved
+            try:
+                params = super().__getitem__("parameters")
+            finally:
+                _RUN_VALUES.reset(token)
+            self._run = resolve_run(params, self._globals)
+        return self._run
 
 
 def resolve_run(params: Mapping[str, Any], globals_: Mapping[str, Any]) -> dict[str, str]:
@@ -98,10 +127,10 @@ def resolve_run(params: Mapping[str, Any], globals_: Mapping[str, Any]) -> dict[
 
 def run_value(key: str, default: str) -> str:
     """``${run:<key>, <default>}`` in the catalog and the parameters: ``env``, ``data_tag``,
-    ``experiment`` or ``cycle_start`` of the run, as its parameters resolve them
-    (:class:`RunFolderHook`); ``default`` where no context was created (a configuration loaded
-    outside a session)."""
-    return RunFolderHook.resolved.get(key, default)
+    ``experiment`` or ``cycle_start`` of the run whose configuration is being read, as its
+    parameters resolve them (:class:`RunConfigLoader`); ``default`` where another loader reads
+    it (a plain ``OmegaConfigLoader``, or a :class:`RunConfigLoader` resolving the run itself)."""
+    return _RUN_VALUES.get().get(key, default)
 
 
 class NodeTimingHook:

@@ -6,17 +6,18 @@ from resail_pipeline.hooks import (
     DeviceMemoryHook,
     NodeTimingHook,
     PreflightHook,
-    RunFolderHook,
+    RunConfigLoader,
     run_value,
 )
 
 HOOKS = (
-    RunFolderHook(),
     NodeTimingHook(),
     DeviceMemoryHook(),
     PreflightHook(),
 )
 
+# Kedro's loader, resolving the run's folders (${run:...}) per session
+CONFIG_LOADER_CLASS = RunConfigLoader
 CONFIG_LOADER_ARGS = {
     "base_env": "base",
     "default_run_env": "local",

@@ -21,14 +21,14 @@ from resail_pipeline.hooks import (
     DeviceMemoryHook,
     NodeTimingHook,
     PreflightHook,
-    RunFolderHook,
+    RunConfigLoader,
 )
-from resail_pipeline.settings import HOOKS
+from resail_pipeline.settings import CONFIG_LOADER_CLASS, HOOKS
 
 
-def test_every_hook_is_registered():
+def test_every_hook_and_the_run_loader_are_registered():
+    assert CONFIG_LOADER_CLASS is RunConfigLoader
     assert {type(hook) for hook in HOOKS} == {
-        RunFolderHook,
         NodeTimingHook,
         DeviceMemoryHook,
         PreflightHook,
@@ -321,13 +321,20 @@ def test_a_reference_policy_that_does_not_exist_is_refused_before_any_node(cycle
 
 @contextlib.contextmanager
 def _session_catalog(tmp_path, parameters, runtime, env=None):
-    """The catalog of a session over a copy of conf/ (its folders under ``tmp_path``) with
-    ``parameters`` as the configuration environment's parameters (conf/local's where ``env`` is
-    None, else added to conf/<env>'s) and ``runtime`` as the command line's."""
+    """The catalog of a session over a copy of conf/ (:func:`_project`) with ``runtime`` as the
+    command line's parameters."""
     from kedro.framework.session import KedroSession
-    from kedro.framework.startup import bootstrap_project
 
-    from resail_pipeline.hooks import RunFolderHook
+    project = _project(tmp_path, parameters, env)
+    with KedroSession.create(project_path=project, env=env, runtime_params=runtime) as session:
+        yield session.load_context().catalog
+
+
+def _project(tmp_path, parameters, env=None):
+    """A project over a copy of conf/ (its folders under ``tmp_path``) with ``parameters`` as the
+    configuration environment's parameters (conf/local's where ``env`` is None, else added to
+    conf/<env>'s), bootstrapped."""
+    from kedro.framework.startup import bootstrap_project
 
     root = Path(__file__).resolve().parents[2]
     project = tmp_path / "project"
@@ -340,11 +347,7 @@ def _session_catalog(tmp_path, parameters, runtime, env=None):
     merged = _merged(yaml.safe_load(own.read_text()) if own.is_file() else {}, parameters)
     own.write_text(yaml.safe_dump(merged, sort_keys=False))
     bootstrap_project(project)
-    try:
-        with KedroSession.create(project_path=project, env=env, runtime_params=runtime) as session:
-            yield session.load_context().catalog
-    finally:
-        RunFolderHook.resolved = {}
+    return project
 
 
 def _merged(data: dict | None, overlay: str) -> dict:
@@ -472,6 +475,25 @@ def test_a_data_tag_set_in_a_parameter_file_names_the_data_folder(
     assert aitz_staging == f"06_models/.staging/aitz{tag}"
     assert params["aitz"]["staging_dir"] == f"data/{aitz_staging}"
     assert params["aitz"]["data"]["root"] == f"data/01_raw/aitz-synthetic{tag}"
+
+
+def test_two_sessions_in_one_process_each_read_their_own_data_folder(tmp_path):
+    """Two sessions, their contexts created in turn before either reads its catalog (a notebook,
+    a test suite): each names the data folder its own parameters set."""
+    from kedro.framework.session import KedroSession
+
+    contexts = []
+    for tag in ("-first", "-second"):
+        project = _project(tmp_path / tag, f'data_tag: "{tag}"\n', "smoke")
+        session = KedroSession.create(project_path=project, env="smoke")
+        contexts.append((tag, session.load_context()))
+    for tag, context in contexts:
+        path = context.catalog.get("cycle_1.trajectories")._describe()["filepath"]
+        assert (
+            _under_data(path)
+            == f"02_intermediate/textcraft{tag}/shared/cycle_1/trajectories.parquet"
+        )
+        assert context.params["run"]["staging_dir"] == f"data/06_models/.staging/textcraft{tag}"
 
 
 def test_a_data_tag_that_would_leave_the_data_folder_is_refused_before_the_catalog(tmp_path):

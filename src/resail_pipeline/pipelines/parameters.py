@@ -51,7 +51,7 @@ SECTIONS = (
     "aitz",
 )
 #: top-level keys that are no section: the data folder's tag, set on the command line or in an
-#: environment's parameters (the catalog follows it: :class:`~resail_pipeline.hooks.RunFolderHook`)
+#: environment's parameters (the catalog follows it: :class:`~resail_pipeline.hooks.RunConfigLoader`)
 RUNTIME_KEYS = ("data_tag",)
 
 logger = logging.getLogger(__name__)
