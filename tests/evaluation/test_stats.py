@@ -137,3 +137,48 @@ def test_task_difference_pairs_tasks_whatever_their_seeds_and_episode_counts():
         task_difference(first, second.drop(columns="success"), resamples=10)
     with pytest.raises(ValueError, match="level"):
         task_difference(first, second, level=1.0)
+
+
+def _tasks(successes, seeds=1):
+    """``eval_results``-like rows: task ``t`` succeeds in ``successes[t]`` of ``seeds`` seeds."""
+    rows = [
+        {"task_id": task, "decoding_seed": seed, "success": seed < wins}
+        for task, wins in enumerate(successes)
+        for seed in range(seeds)
+    ]
+    return pd.DataFrame(rows)
+
+
+def test_variance_ratio_is_one_minus_the_correlation_of_two_policies_tasks():
+    from resail_pipeline.evaluation.stats import variance_ratio
+
+    half = _tasks([t % 2 for t in range(40)])
+    assert variance_ratio(half, half) == 0  # the same tasks solved: pairing removes it all
+    flipped = _tasks([1 - t % 2 for t in range(40)])
+    assert variance_ratio(half, flipped) == pytest.approx(2.0)  # r = -1: 1 - r
+    shifted = _tasks([t % 2 if t < 20 else 1 - t % 2 for t in range(40)])
+    assert variance_ratio(half, shifted) == pytest.approx(1.0, abs=0.03)  # about unrelated
+    with pytest.raises(ValueError, match="not the same tasks"):
+        variance_ratio(half, _tasks([1] * 10))
+    with pytest.raises(ValueError, match="no task varies"):
+        variance_ratio(_tasks([1] * 40), _tasks([1] * 40))
+
+
+def test_minimum_detectable_effect_and_the_tasks_it_takes():
+    from resail_pipeline.evaluation.stats import minimum_detectable_effect, tasks_for_effect
+
+    baseline = _tasks([2 * (t % 2) for t in range(100)], seeds=2)  # per-task means 0 or 1
+    variance = pd.Series([t % 2 for t in range(100)], dtype=float).var(ddof=1)
+    z = 1.959964 + 0.841621
+    expected = z * (0.25 * 2 * variance / 100) ** 0.5
+    assert minimum_detectable_effect(baseline, ratio=0.25) == pytest.approx(expected, rel=1e-5)
+    # four times the tasks halve it
+    quarter = minimum_detectable_effect(baseline, ratio=0.25, tasks=400)
+    assert quarter == pytest.approx(expected / 2, rel=1e-5)
+    needed = tasks_for_effect(baseline, 0.04, ratio=0.25)
+    assert minimum_detectable_effect(baseline, ratio=0.25, tasks=needed) <= 0.04
+    assert minimum_detectable_effect(baseline, ratio=0.25, tasks=needed - 1) > 0.04
+    with pytest.raises(ValueError, match="ratio"):
+        minimum_detectable_effect(baseline, ratio=0.0)
+    with pytest.raises(ValueError, match="effect"):
+        tasks_for_effect(baseline, 4.0, ratio=0.25)  # a fraction, not points

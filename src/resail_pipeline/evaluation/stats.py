@@ -1,4 +1,5 @@
-"""Success rates per decoding seed and their mean and sample standard deviation.
+"""Success rates per decoding seed and their mean and sample standard deviation; paired
+differences with their intervals; the power of a paired comparison.
 
 The paper reports each checkpoint's success as the mean and the *sample* standard deviation
 (``n - 1`` in the denominator) of the per-seed success rates over three decoding seeds
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
@@ -138,15 +140,7 @@ def task_difference(
     Returns:
         ``difference``, ``low``, ``high`` (fractions) and ``tasks`` (the number of tasks).
     """
-    per_task = []
-    for frame, name in ((results, "results"), (baseline, "baseline")):
-        missing = sorted({"task_id", "success"} - set(frame.columns))
-        if missing:
-            raise ValueError(f"{name}: missing column(s) {missing}")
-        if frame.empty:
-            raise ValueError(f"{name}: no episodes")
-        per_task.append(frame.groupby("task_id")["success"].mean().astype(float).sort_index())
-    a, b = per_task
+    a, b = _per_task(results, "results"), _per_task(baseline, "baseline")
     if not a.index.equals(b.index):
         raise ValueError(
             "results, baseline: not the same tasks "
@@ -173,3 +167,91 @@ def _over_tasks(
         "high": float(high),
         "tasks": int(per_task.size),
     }
+
+
+def _per_task(frame: pd.DataFrame, name: str) -> pd.Series:
+    """Each task's mean success over its episodes (``eval_results`` of one split and view)."""
+    missing = sorted({"task_id", "success"} - set(frame.columns))
+    if missing:
+        raise ValueError(f"{name}: missing column(s) {missing}")
+    if frame.empty:
+        raise ValueError(f"{name}: no episodes")
+    return frame.groupby("task_id")["success"].mean().astype(float).sort_index()
+
+
+def variance_ratio(results: pd.DataFrame, other: pd.DataFrame) -> float:
+    """How much pairing shrinks the variance of a difference between two policies on one task set.
+
+    ``Var(x_t - y_t) / (Var(x_t) + Var(y_t))`` over tasks ``t``, with ``x_t`` and ``y_t`` each
+    task's mean success in ``results`` and ``other`` (``eval_results`` of one split and view on the
+    same tasks): 1 for unrelated policies, 0 for policies that succeed on the same tasks. It is
+    ``1 - r`` where both have the same variance and ``r`` is the correlation of their tasks'
+    successes.
+
+    Raises:
+        ValueError: other tasks, or no variance in either.
+    """
+    a, b = _per_task(results, "results"), _per_task(other, "other")
+    if not a.index.equals(b.index):
+        raise ValueError(f"results, other: not the same tasks ({len(a)} vs {len(b)})")
+    total = a.var(ddof=1) + b.var(ddof=1)
+    if not total > 0:
+        raise ValueError("results, other: no task varies in success; the ratio is undefined")
+    return float((a - b).var(ddof=1) / total)
+
+
+def minimum_detectable_effect(
+    baseline: pd.DataFrame,
+    *,
+    ratio: float,
+    tasks: int | None = None,
+    level: float = 0.95,
+    power: float = 0.8,
+) -> float:
+    """The smallest paired difference between two policies that a two-sided test at ``level``
+    detects with probability ``power``, as a fraction.
+
+    Both policies are taken to vary over tasks as ``baseline`` does (each task's mean success
+    over its episodes: an ``eval_results`` of one split and view, e.g. cycle 0's), and pairing to
+    shrink the variance of their difference by ``ratio`` (:func:`variance_ratio`, measured on
+    earlier pairs): the difference's standard error over ``tasks`` tasks (default: ``baseline``'s)
+    is ``sqrt(ratio * 2 * Var(x_t) / tasks)``, times ``z(1 - (1 - level) / 2) + z(power)``.
+
+    >>> frame = pd.DataFrame({"task_id": range(100), "success": [t % 2 == 0 for t in range(100)]})
+    >>> round(100 * minimum_detectable_effect(frame, ratio=0.5), 1)
+    14.1
+    """
+    per_task = _per_task(baseline, "baseline")
+    tasks = per_task.size if tasks is None else tasks
+    if not 0 < ratio <= 1:
+        raise ValueError(f"ratio: must be in (0, 1], got {ratio}")
+    if tasks < 2:
+        raise ValueError(f"tasks: at least 2, got {tasks}")
+    return _z(level, power) * math.sqrt(ratio * 2 * per_task.var(ddof=1) / tasks)
+
+
+def tasks_for_effect(
+    baseline: pd.DataFrame,
+    effect: float,
+    *,
+    ratio: float,
+    level: float = 0.95,
+    power: float = 0.8,
+) -> int:
+    """The fewest tasks at which :func:`minimum_detectable_effect` is at most ``effect`` (a
+    fraction), under the same assumptions."""
+    if not 0 < effect < 1:
+        raise ValueError(f"effect: must be in (0, 1), got {effect}")
+    per_task = _per_task(baseline, "baseline")
+    if not 0 < ratio <= 1:
+        raise ValueError(f"ratio: must be in (0, 1], got {ratio}")
+    needed = ratio * 2 * per_task.var(ddof=1) * (_z(level, power) / effect) ** 2
+    return max(2, math.ceil(needed))
+
+
+def _z(level: float, power: float) -> float:
+    """``z(1 - (1 - level) / 2) + z(power)`` of the standard normal distribution."""
+    if not 0 < level < 1 or not 0 < power < 1:
+        raise ValueError(f"level, power: must be in (0, 1), got {level}, {power}")
+    normal = NormalDist()
+    return normal.inv_cdf(1 - (1 - level) / 2) + normal.inv_cdf(power)
