@@ -125,7 +125,9 @@ def test_the_alfworld_plans_fix_the_rate_on_dev_below_the_policys_last_rate():
     # evaluations of the candidates
     budget = again.params["train.schedule.trajectories_per_update"]
     assert train["schedule"]["trajectories_per_update"] == budget
-    _, chosen = apply_rule(again, ROOT / "data" / "07_model_output" / "alfworld-study-dev-30x16")
+    chosen = apply_rule(
+        again, ROOT / "data" / "07_model_output" / "alfworld-study-dev-30x16"
+    ).chosen
     assert train["optimizer"]["lr"] == chosen == 4e-5
 
 
@@ -482,15 +484,16 @@ def test_the_rule_chooses_the_largest_harmless_rate_and_reports_every_candidate(
     _eval_results(outputs / "middle" / "cycle_1", [better, half], cycle=1)  # +25 points
     _eval_results(outputs / "large" / "cycle_1", [[False] * tasks] * 2, cycle=1)  # -50 points
 
-    table, chosen = apply_rule(plan, outputs)
-    assert chosen == 2e-5  # not the largest candidate: it harms
+    outcome = apply_rule(plan, outputs)
+    table, chosen = outcome.table, outcome.chosen
+    assert chosen == 2e-5 and outcome.met  # not the largest candidate: it harms
     by_name = table.set_index("experiment")
     assert by_name.loc["small", "difference"] == 0 and by_name.loc["small", "harmless"]
     assert by_name.loc["middle", "difference"] == 25 and by_name.loc["middle", "low"] > 0
     assert by_name.loc["large", "difference"] == -50 and not by_name.loc["large", "harmless"]
     assert by_name.loc["large", "high"] < 0 and (table["tasks"] == tasks).all()
 
-    text_chosen = write_rule(plan, outputs, tmp_path / "report")
+    text_chosen = write_rule(plan, outputs, tmp_path / "report").chosen
     written = (tmp_path / "report" / "rule.md").read_text()
     assert text_chosen == 2e-5 and "chosen: train.optimizer.lr = 2e-05" in written
     assert all(name in written for name in ("small", "middle", "large"))
@@ -501,9 +504,46 @@ def test_the_rule_chooses_the_largest_harmless_rate_and_reports_every_candidate(
         (outputs / name / "cycle_1" / "eval_results.parquet").unlink()
         (outputs / name / "cycle_1").rmdir()
         _eval_results(outputs / name / "cycle_1", [[False] * tasks] * 2, cycle=1)
-    assert apply_rule(plan, outputs)[1] is None
-    assert write_rule(plan, outputs, tmp_path / "report") is None
+    assert apply_rule(plan, outputs).chosen is None and not apply_rule(plan, outputs).met
+    assert write_rule(plan, outputs, tmp_path / "report").chosen is None
     assert "the smallest, 1e-05, is harmful" in (tmp_path / "report" / "rule.md").read_text()
+
+
+def test_the_gain_rule_chooses_the_largest_ordinary_gain_else_the_largest_harmless(tmp_path):
+    from resail_pipeline.study import write_rule
+
+    plan_file = tmp_path / "plan.yml"
+    plan_file.write_text(
+        "rule: {choose: largest_gain, parameter: train.optimizer.lr, method: oel}\n"
+        "experiments:\n"
+        + "".join(
+            f"  - {{name: {name}, method: oel, cycles: 1, params: {{train.optimizer.lr: {lr}}}}}\n"
+            for name, lr in (("small", 1e-5), ("middle", 2e-5), ("large", 4e-5))
+        )
+    )
+    plan = load_plan(plan_file)
+    tasks = 40
+    half = [task % 2 == 0 for task in range(tasks)]
+    three_quarters = [task % 4 != 1 for task in range(tasks)]
+    outputs = tmp_path / "outputs"
+    _eval_results(outputs / "shared" / "cycle_0", [half, half], cycle=0)
+    _eval_results(outputs / "small" / "cycle_1", [three_quarters] * 2, cycle=1)  # +25 points
+    _eval_results(outputs / "middle" / "cycle_1", [[True] * tasks] * 2, cycle=1)  # +50 points
+    _eval_results(outputs / "large" / "cycle_1", [half, half], cycle=1)  # no change, harmless
+    outcome = apply_rule(plan, outputs)
+    assert outcome.chosen == 2e-5 and outcome.met  # the largest gain, not the largest rate
+    assert outcome.table.set_index("experiment").loc["large", "gain"] == False  # noqa: E712
+
+    # no candidate gains: the largest harmless one, and the aim reported unmet
+    for name in ("small", "middle"):
+        (outputs / name / "cycle_1" / "eval_results.parquet").unlink()
+        (outputs / name / "cycle_1").rmdir()
+        _eval_results(outputs / name / "cycle_1", [half, half], cycle=1)
+    outcome = write_rule(plan, outputs, tmp_path / "report")
+    assert outcome.chosen == 4e-5 and not outcome.met
+    written = (tmp_path / "report" / "rule.md").read_text()
+    assert "no candidate gains in the ordinary view (the aim is not met)" in written
+    assert "train.optimizer.lr = 4e-05" in written
 
 
 def _cell_project(tmp_path: Path) -> tuple[Path, Path]:

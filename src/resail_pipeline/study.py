@@ -34,10 +34,13 @@ They are copied whole, once, into a folder that has none of cycle 0 yet, after t
 settings the plan sets are checked against the episodes they describe.
 
 A plan may pre-register a rule (``rule:``) that chooses among its candidates once they are
-evaluated: ``largest_harmless`` takes the largest value of ``parameter`` among the ``method``'s
-experiments whose cycle-1 paired difference from cycle 0 has a 95% interval with an upper bound
->= 0 in every split and view (the first cycle does no measurable harm). The table of every
-candidate and the choice go to ``data/08_reporting/<folder>/rule.md``.
+evaluated, from each one's cycle-1 paired difference from cycle 0 and its 95% interval:
+``largest_harmless`` takes the largest value of ``parameter`` among the ``method``'s experiments
+whose interval has an upper bound >= 0 in every split and view (the first cycle does no
+measurable harm); ``largest_gain`` takes the value whose ordinary view gains most (its mean
+difference over the splits) among those whose ordinary-view interval lies above zero in every
+split (the first cycle teaches), else the largest harmless value, reported as a gain not met.
+The table of every candidate and the choice go to ``data/08_reporting/<folder>/rule.md``.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ __all__ = [
     "EVALUATION_FILES",
     "Experiment",
     "Rule",
+    "RuleOutcome",
     "StudyPlan",
     "apply_rule",
     "data_folder",
@@ -185,7 +189,7 @@ def _is_number(value: Any) -> bool:
 
 
 #: the rules a plan may pre-register
-RULES = ("largest_harmless",)
+RULES = ("largest_harmless", "largest_gain")
 
 
 @dataclass(frozen=True)
@@ -196,7 +200,8 @@ class Rule:
     parameter: str
     # the method whose experiments are the candidates
     method: str
-    # largest_harmless: the largest value whose paired interval's upper bound is >= 0
+    # largest_harmless: the largest value whose paired interval's upper bound is >= 0;
+    # largest_gain: the largest ordinary-view gain whose interval lies above 0, else as above
     choose: str = "largest_harmless"
 
     def __post_init__(self) -> None:
@@ -307,7 +312,18 @@ def load_plan(path: str | Path) -> StudyPlan:
         raise ConfigError(f"{path}: {error}") from None
 
 
-def apply_rule(plan: StudyPlan, outputs: Path) -> tuple[pd.DataFrame, float | None]:
+@dataclass(frozen=True)
+class RuleOutcome:
+    """What a plan's rule found: every candidate's differences, the choice, and whether the
+    choice met the rule's aim (``largest_gain``: a gain; ``largest_harmless``: no harm)."""
+
+    # one row per candidate, split and view: difference, low, high (points), tasks, harmless, gain
+    table: pd.DataFrame
+    chosen: float | None
+    met: bool
+
+
+def apply_rule(plan: StudyPlan, outputs: Path) -> RuleOutcome:
     """Every candidate's cycle-1 paired difference from cycle 0, and the rule's choice.
 
     Args:
@@ -316,8 +332,8 @@ def apply_rule(plan: StudyPlan, outputs: Path) -> tuple[pd.DataFrame, float | No
 
     Returns:
         One row per candidate, split and view (``difference``, ``low``, ``high`` in percentage
-        points, ``tasks``, ``harmless``), and the chosen value (``None`` when no candidate is
-        harmless).
+        points, ``tasks``, ``harmless``: upper bound >= 0, ``gain``: lower bound > 0), the chosen
+        value (``None`` when no candidate is harmless) and whether it met the rule's aim.
     """
     from resail_pipeline.evaluation.stats import paired_difference
 
@@ -341,38 +357,57 @@ def apply_rule(plan: StudyPlan, outputs: Path) -> tuple[pd.DataFrame, float | No
                     "high": 100 * d["high"],
                     "tasks": d["tasks"],
                     "harmless": d["high"] >= 0,
+                    "gain": d["low"] > 0,
                 }
             )
     table = pd.DataFrame(rows)
-    harmless = table.groupby(plan.rule.parameter)["harmless"].all()
-    chosen = float(harmless[harmless].index.max()) if harmless.any() else None
-    return table, chosen
+    by_value = table.groupby(plan.rule.parameter)
+    harmless = by_value["harmless"].all()
+    largest_harmless = float(harmless[harmless].index.max()) if harmless.any() else None
+    if plan.rule.choose == "largest_harmless":
+        return RuleOutcome(table, largest_harmless, largest_harmless is not None)
+    ordinary = table[table["view"] == "ordinary"].groupby(plan.rule.parameter)
+    if ordinary.ngroups == 0:
+        raise ValueError("largest_gain: the candidates were not evaluated in the ordinary view")
+    gains = ordinary["difference"].mean()[ordinary["gain"].all()]
+    if gains.empty:
+        return RuleOutcome(table, largest_harmless, met=False)
+    return RuleOutcome(table, float(gains.idxmax()), met=True)
 
 
-def write_rule(plan: StudyPlan, outputs: Path, reporting: Path) -> float | None:
+def write_rule(plan: StudyPlan, outputs: Path, reporting: Path) -> RuleOutcome:
     """Apply the plan's rule; write every candidate and the choice to ``reporting/rule.md``."""
     from resail_pipeline.evaluation.report import table_to_markdown
 
-    table, chosen = apply_rule(plan, outputs)
-    rule = plan.rule
+    outcome = apply_rule(plan, outputs)
+    table, chosen, rule = outcome.table, outcome.chosen, plan.rule
     # the candidates' values as written (a learning rate is not a one-decimal figure)
     shown = table.assign(**{rule.parameter: table[rule.parameter].map(lambda v: f"{v:g}")})
-    verdict = (
-        f"chosen: {rule.parameter} = {chosen:g}"
-        if chosen is not None
-        else f"no candidate is harmless; the smallest, {table[rule.parameter].min():g}, is harmful"
-    )
+    smallest = f"{table[rule.parameter].min():g}"
+    if rule.choose == "largest_gain" and outcome.met:
+        verdict = f"chosen: {rule.parameter} = {chosen:g}, a gain in the ordinary view"
+    elif rule.choose == "largest_gain" and chosen is not None:
+        verdict = (
+            f"no candidate gains in the ordinary view (the aim is not met); chosen, the largest "
+            f"harmless: {rule.parameter} = {chosen:g}"
+        )
+    elif chosen is not None:
+        verdict = f"chosen: {rule.parameter} = {chosen:g}"
+    elif rule.choose == "largest_gain":
+        verdict = f"no candidate gains and none is harmless; the smallest, {smallest}, is harmful"
+    else:
+        verdict = f"no candidate is harmless; the smallest, {smallest}, is harmful"
     text = (
         f"# Rule `{rule.choose}` over {rule.method}'s {rule.parameter}\n\n"
         "Paired difference of cycle 1 from cycle 0 in percentage points, 95% bootstrap interval "
-        "over tasks; harmless: upper bound >= 0.\n\n"
+        "over tasks; harmless: upper bound >= 0; gain: lower bound > 0.\n\n"
         f"{table_to_markdown(shown, float_format='.1f')}\n\n{verdict}\n"
     )
     reporting.mkdir(parents=True, exist_ok=True)
     with atomic_path(reporting / "rule.md") as tmp:
         Path(tmp).write_text(text)
     logger.info("study: %s", verdict)
-    return chosen
+    return outcome
 
 
 def data_folder(plan: StudyPlan, env: str, project: Path) -> tuple[str, str]:
