@@ -230,6 +230,20 @@ def is_null(value: object) -> bool:
     return value is None or (ptypes.is_scalar(value) and bool(pd.isna(value)))
 
 
+#: the pandas dtype of an empty column of each kind
+_EMPTY_DTYPES = {BOOL: "bool", INT: "int64", FLOAT: "float64", STR: "object", LIST: "object"}
+
+
+def empty_table(schema: str) -> pd.DataFrame:
+    """A table of ``schema`` with no rows: its columns, each of its kind's dtype."""
+    return pd.DataFrame(
+        {
+            column: pd.Series(dtype=_EMPTY_DTYPES[kind.rstrip("?")])
+            for column, kind in SCHEMAS[schema].items()
+        }
+    )
+
+
 def check_columns(frame: pd.DataFrame, schema: str, source: str = "<frame>") -> pd.DataFrame:
     """Return ``frame`` if it has every column of ``schema`` with values of the column's kind;
     else raise naming what is missing or mistyped (and ``source``). An empty frame's types are

@@ -391,19 +391,21 @@ def test_the_catalogs_folders_follow_the_resolved_run_parameters(
 
 
 def test_cycle_ones_responses_and_scores_are_shared_where_their_settings_agree(tmp_path):
-    """Two learning rates and two methods that sample in the ordinary view share cycle 1's cached
-    responses and scores; EPD (privileged view) and another sampling temperature do not, and later
+    """Two learning rates and two methods that cache ordinary-view responses share cycle 1's
+    cached responses and scores; EPD (privileged view), another sampling temperature and the
+    methods that read no cached responses (their folder holds empty tables) do not, and later
     cycles stay each experiment's own."""
     names = ["cycle_1.responses", "cycle_1.scores", "cycle_2.responses"]
 
     def paths(case, parameters="", **run):
         return _catalog_paths(tmp_path / case, parameters, {"run": run}, names)
 
-    base = paths("base", method="oel", experiment="a")
-    other_lr = paths("lr", "train:\n  optimizer:\n    lr: 1.0e-6\n", method="oel", experiment="b")
-    resail = paths("resail", method="oel_resail")
+    base = paths("base", method="sdpo", experiment="a")
+    other_lr = paths("lr", "train:\n  optimizer:\n    lr: 1.0e-6\n", method="sdpo", experiment="b")
+    resail = paths("resail", method="sdpo_resail")
     epd = paths("epd", method="epd")
-    hotter = paths("hot", "train:\n  responses:\n    temperature: 0.7\n", method="oel")
+    hotter = paths("hot", "train:\n  responses:\n    temperature: 0.7\n", method="sdpo")
+    oel, oel_resail = paths("oel", method="oel"), paths("oel_resail", method="oel_resail")
 
     responses, scores, later = base
     folder = responses.removesuffix("/responses.parquet")
@@ -416,6 +418,8 @@ def test_cycle_ones_responses_and_scores_are_shared_where_their_settings_agree(t
     assert hotter[0] != responses and hotter[0].startswith(
         "04_feature/textcraft/shared/cycle_1/ordinary-"
     )
+    assert oel[:2] == oel_resail[:2]
+    assert oel[0].startswith("04_feature/textcraft/shared/cycle_1/none-")
 
 
 @pytest.mark.parametrize(("env", "tag"), [(None, ""), ("smoke", "-smoke")])

@@ -123,9 +123,9 @@ def test_the_scorer_follows_the_trainers_engine(
     train = copy.deepcopy(project_config("parameters")["train"])
     train["engine"].update(kind=kind, precision=precision, chunk_size=64)
     policy = read_checkpoint_info(tiny_checkpoint).to_frame()
-    unused = pd.DataFrame()
-    run = {"env": "textcraft", "method": "oel"}
-    score_nodes.score_node(unused, unused, unused, policy, train, {"micro_batch_steps": 4}, run)
+    unused, cached = pd.DataFrame(), pd.DataFrame({"traj_id": ["0/textcraft/train/1/0"]})
+    run = {"env": "textcraft", "method": "sdpo"}
+    score_nodes.score_node(unused, unused, cached, policy, train, {"micro_batch_steps": 4}, run)
     assert calls["device"] == resolve_device(
         "auto"
     )  # the CPU here: auto resolves to fp32 without GPUs
@@ -219,3 +219,25 @@ def test_the_train_pipeline_returns_the_probe(enabled, cycle_0, tmp_path):
     assert (probe[["experiment", "method", "cycle"]] == [experiment, "oel_resail", 1]).all().all()
     per_update = sensitivity_per_update(probe)  # what the report's figure 6 plots
     assert per_update["update"].tolist() == [0, 1] and (per_update["jsd"] > 0).all()
+
+
+def test_a_method_that_reads_no_cached_responses_samples_and_scores_none(
+    tiny_checkpoint, monkeypatch
+):
+    """OEL samples its own responses while it trains: cycle 1's respond and score nodes write
+    empty tables of their schemas, without loading a model or sampling."""
+    from resail_pipeline.schemas import check_columns
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("no model may be loaded for a method without cached responses")
+
+    monkeypatch.setattr(score_nodes, "sample_responses", no_model)
+    monkeypatch.setattr(score_nodes, "off_process", no_model)
+    train = copy.deepcopy(project_config("parameters")["train"])
+    policy = read_checkpoint_info(tiny_checkpoint).to_frame()
+    run = {"env": "textcraft", "method": "oel_resail"}
+    unused = pd.DataFrame()
+    responses = score_nodes.respond_node(unused, unused, policy, train, {}, run)
+    assert responses.empty and check_columns(responses, "responses") is responses
+    scores = score_nodes.score_node(unused, unused, responses, policy, train, {}, run)
+    assert scores.empty and list(scores.columns) == ["traj_id", "t", "scorer_id", "jsd", "tokens"]

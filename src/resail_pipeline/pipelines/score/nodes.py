@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -12,8 +13,11 @@ import pandas as pd
 from resail_pipeline.config import build, check_int
 from resail_pipeline.devices import in_shards, off_process
 from resail_pipeline.pipelines.common import RunConfig, policy_info
+from resail_pipeline.schemas import empty_table
 from resail_pipeline.training import TrainConfig, sample_responses, usable_steps
 from resail_pipeline.training.run import score_with_frozen
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -37,8 +41,10 @@ def cycle_start_key(
 
     Both are made by the initial policy on the shared cycle-1 corpus, so every experiment of a
     data folder whose settings for them agree can share them: the lr candidates of a budget check,
-    OEL and OEL + ReSAIL, every method that caches ordinary-view responses. The name is the view
-    the responses are sampled in and a hash of every setting that could change either table: all
+    every method that caches ordinary-view responses. The name is the view the responses are
+    sampled in (``none`` for a method that reads no cached responses: its tables are empty, and
+    never shared with a method that reads them) and a hash of every setting that could change
+    either table: all
     of ``train`` but what cannot (the method beyond its view, the optimizer, the schedule, the
     probe, GRPO's settings, the ReSAIL switches other than the scoring support ``top_k``), all
     of ``score``, and the run's settings but its method, experiment and staging folder. A setting
@@ -50,6 +56,7 @@ def cycle_start_key(
     for name in ("method", "optimizer", "schedule", "probe", "grpo", "run"):
         del train[name]
     train["resail"] = {"top_k": config.resail.top_k}
+    view = config.cached_response_view if config.uses_cached_responses else "none"
     settings = {
         "view": config.cached_response_view,
         "train": train,
@@ -59,7 +66,7 @@ def cycle_start_key(
         },
     }
     text = json.dumps(settings, sort_keys=True, default=str)
-    return f"{config.cached_response_view}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+    return f"{view}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 
 def respond_node(
@@ -73,9 +80,13 @@ def respond_node(
     """One response per usable step from the cycle-start policy, with its behaviour log-probs,
     sampled as the trainer samples (``train.responses``): in the ordinary view (offline SDPO's
     cache, and what the scores are computed on), or for EPD in the privileged view (the teacher's
-    responses it fits)."""
+    responses it fits). None for a method whose trainer reads no cached responses (OEL, GRPO,
+    RFT and their ReSAIL versions sample their own during training): an empty table."""
     run = RunConfig.from_params(run_params)
     config = TrainConfig.from_dict({**train_params, "method": run.method}, "train")
+    if not config.uses_cached_responses:
+        logger.info("respond: %s reads no cached responses; none sampled", run.method)
+        return empty_table("responses")
     score = build(ScoreParams, score_params, "score")
     params = config.responses.sampling_params(seed=score.seed)
     privileged = config.cached_response_view == "privileged"
@@ -103,8 +114,11 @@ def score_node(
 
     Split by trajectory over ``run.shards`` worker processes as generation is (one per GPU on a
     GPU node), each scoring its block; on a GPU machine with one process, in a process of its own:
-    Kedro's holds no CUDA context.
+    Kedro's holds no CUDA context. No cached responses (:func:`respond_node`): nothing to score,
+    an empty table, and no model loaded.
     """
+    if responses.empty:
+        return empty_table("scores")
     info = policy_info(policy)
     scorer = (info.path, info.policy_id, TrainConfig.from_dict(train_params, "train"))
     micro_batch_steps = build(ScoreParams, score_params, "score").micro_batch_steps
