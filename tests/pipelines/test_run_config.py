@@ -3,6 +3,7 @@ an option a backend does not take fails before anything loads."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -316,6 +317,38 @@ def test_an_evaluation_records_its_machine_and_generation_settings(tiny_checkpoi
     _, summary, _ = evaluate_node(checkpoint, None, evaluate, run)
     assert summary["generation"].tolist() == ["transformers, float32, eager"]
     assert summary["machine"].iloc[0].startswith(processor())
+
+
+def test_a_collection_records_its_machine_and_generation_settings(tiny_checkpoint, tmp_path):
+    """The corpus's tasks table says where and how its episodes were generated, beside the
+    settings a shared corpus is checked against (which stay as they were)."""
+    from resail_pipeline.checkpoints import read_checkpoint_info
+    from resail_pipeline.devices import processor
+    from resail_pipeline.pipelines.collect.nodes import collect_node
+
+    run = {
+        **_params("base")["run"],
+        "generation": {"transformers": {"dtype": "float32", "compile": False, "batch_size": 4}},
+        "staging_dir": str(tmp_path),
+    }
+    collect = {**_params("base")["collect"], "max_new_tokens": 4}
+    train = {**_params("base")["train"]}
+    train["schedule"] = {**train["schedule"], "updates": 1, "trajectories_per_update": 2}
+    checkpoint = read_checkpoint_info(tiny_checkpoint).to_frame()
+    tasks, trajectories, _ = collect_node(checkpoint, collect, train, run)
+    assert len(tasks) == len(trajectories) == 2
+    assert tasks["generation"].tolist() == ["transformers, float32, eager"] * 2
+    assert tasks["machine"].iloc[0].startswith(processor())
+    assert "machine" not in json.loads(tasks["settings"].iloc[0])
+
+
+def test_vllms_record_names_the_dtype_its_engine_runs_in():
+    """vLLM's engines run in the backend's default dtype (bf16) unless a run sets one; its
+    record says which, not ``auto``."""
+    run = {**_run_params("base"), "backend": "vllm"}
+    assert RunConfig.from_params(run).generation_record() == "vllm, bfloat16"
+    run["generation"] = {"vllm": {"dtype": "float16"}}
+    assert RunConfig.from_params(run).generation_record() == "vllm, float16"
 
 
 def test_a_rollout_journal_is_kept_per_label_and_settings(tmp_path):

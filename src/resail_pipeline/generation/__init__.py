@@ -86,6 +86,15 @@ def keyword_names(*functions: Callable[..., Any]) -> set[str]:
     }
 
 
+def default_option(backend: str, name: str) -> Any:
+    """The value ``backend`` gives its option ``name`` when a run leaves it unset (the default of
+    its ``from_checkpoint``), e.g. vLLM's ``dtype``; without importing the backend's package."""
+    parameter = inspect.signature(_backend_class(backend).from_checkpoint).parameters.get(name)
+    if parameter is None or parameter.default is inspect.Parameter.empty:
+        raise ValueError(f"{name}: the {backend} backend has no default for it")
+    return parameter.default
+
+
 def check_installed(backend: str) -> None:
     """Raise a :class:`ConfigError` naming the extra to install where ``backend`` needs a package
     this machine does not have (vLLM without the ``gpu`` extra); before anything is loaded."""
@@ -144,6 +153,7 @@ __all__ = [
     "VisionPrompt",
     "check_installed",
     "check_options",
+    "default_option",
     "derive_seed",
     "is_vision_checkpoint",
     "keyword_names",

@@ -29,6 +29,7 @@ from resail_pipeline.generation import (
     RUN_SUPPLIED_OPTIONS,
     Generator,
     check_options,
+    default_option,
     make_generator,
 )
 from resail_pipeline.generation.sharded import ShardedGenerator
@@ -157,7 +158,9 @@ class RunConfig:
             dtype, compiled = resolved_settings(options)
             mode = "compiled" if compiled else "eager"
             return f"transformers, {str(dtype).removeprefix('torch.')}, {mode}"
-        return f"{self.backend}, dtype {options.get('dtype', 'auto')}"
+        # the engine's dtype where the options leave it to the backend's default
+        dtype = options.get("dtype", default_option(self.backend, "dtype"))
+        return f"{self.backend}, {dtype}"
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> RunConfig:

@@ -6,9 +6,10 @@ from typing import Any
 
 import pandas as pd
 
-from resail_pipeline.checkpoints import CheckpointInfo
+from resail_pipeline.checkpoints import CheckpointInfo, resolve_device
 from resail_pipeline.collection import CollectConfig, collect, collection_settings
 from resail_pipeline.config import build
+from resail_pipeline.devices import machine_description
 from resail_pipeline.pipelines.common import RunConfig, policy_info
 from resail_pipeline.training import TrainConfig
 
@@ -45,8 +46,9 @@ def collect_node(
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """One trajectory per task of the cycle with the cycle-start policy, ordinary view.
 
-    Returns the cycle's ``tasks`` (with the collection's settings), ``trajectories`` and
-    ``steps``.
+    Returns the cycle's ``tasks`` (with the collection's settings, and the ``generation`` and
+    ``machine`` that ran it: the backend's resolved dtype and mode, as an evaluation records
+    them), ``trajectories`` and ``steps``.
     """
     run = RunConfig.from_params(run_params)
     config = collect_config(collect_params, train_params, run)
@@ -55,7 +57,7 @@ def collect_node(
     settings = settings_of(config, run, info)
     journal = run.journal(f"collect-cycle_{info.cycle + 1}", policy=info.sha256, settings=settings)
     with run.generator(info) as generator:
-        outputs = collect(
+        tasks, trajectories, steps = collect(
             make_env,
             generator,
             config,
@@ -66,4 +68,7 @@ def collect_node(
             journal=journal,
         )
     journal.remove()  # the corpus is returned for the catalog to write
-    return outputs
+    tasks = tasks.assign(
+        generation=run.generation_record(), machine=machine_description(resolve_device("auto"))
+    )
+    return tasks, trajectories, steps
