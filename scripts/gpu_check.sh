@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The prepared check of the GPU path (docs/gpu.md, "Checking a GPU machine"): generation, the probe,
 # a training cycle (one process, then DeepSpeed ZeRO-2 under torchrun) and a smoke cycle on one
-# device, each step's outcome, seconds and memory in one JSON file. The logic is in
-# src/resail_pipeline/gpu_check.py; every option but --wheels goes to it.
+# device, each step's outcome, seconds and memory in one JSON file. The logic is the package
+# scripts/gpu_check (python -m gpu_check); every option but --wheels goes to it.
 #
 #   scripts/gpu_check.sh [--wheels DIR] [--device cuda|cpu] [--out FILE] [--work DIR] ...
 #
@@ -48,5 +48,5 @@ if [ -n "$WHEELS" ]; then
 fi
 
 export KEDRO_DISABLE_TELEMETRY=true PYTHONHASHSEED=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-export PYTHONPATH="$PWD/src${SITE:+:$SITE}${PYTHONPATH:+:$PYTHONPATH}"
-exec "$PYTHON" -m resail_pipeline.gpu_check ${ARGS[@]+"${ARGS[@]}"}
+export PYTHONPATH="$PWD/scripts:$PWD/src${SITE:+:$SITE}${PYTHONPATH:+:$PYTHONPATH}"
+exec "$PYTHON" -m gpu_check ${ARGS[@]+"${ARGS[@]}"}

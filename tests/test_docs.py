@@ -110,7 +110,7 @@ def test_documented_command(doc, command, tmp_path, monkeypatch):
         monkeypatch.chdir(ROOT)
         _kedro_parameters(words[2:])
     elif words[0] == "scripts/gpu_check.sh":  # needs a GPU: the script parses, its options check
-        from resail_pipeline.gpu_check import parse_args
+        from gpu_check import parse_args
 
         done = subprocess.run(["bash", "-n", words[0]], cwd=ROOT, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr

