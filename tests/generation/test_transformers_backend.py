@@ -484,3 +484,26 @@ def test_the_cache_grows_no_further_than_the_batch_can_need(tiny_model, tiny_tok
     per_column = shape.layers * 2 * 2 * shape.heads * shape.head_dim  # 2 rows
     needed = per_column * (width + steps)
     assert max(flat.numel() for flat in generator._storage.free) <= needed * _STORAGE_HEADROOM
+
+
+def test_a_preallocated_cache_gives_the_same_tokens_and_keeps_nothing(
+    tiny_model, tiny_tokenizer, prompts
+):
+    """``preallocate`` (a GPU's default) changes where the cache lives, not what is generated:
+    greedy and seeded samples, with several samples per prompt, are the growing cache's; one
+    allocation per batch, none kept after."""
+    for params in (
+        SamplingParams(temperature=0.0, max_new_tokens=80),
+        SamplingParams(temperature=1.0, max_new_tokens=80, seed=2, n=3),
+    ):
+        growing = make(tiny_model, tiny_tokenizer, batch_size=8).generate(prompts, params)
+        whole = make(tiny_model, tiny_tokenizer, batch_size=8, preallocate=True)
+        assert whole.preallocate and not whole._storage.keep
+        out = whole.generate(prompts, params)
+        assert [g.token_ids for g in out] == [g.token_ids for g in growing]
+        for a, b in zip(out, growing, strict=True):
+            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+        assert whole._storage.free == []
+    assert not make(tiny_model, tiny_tokenizer).preallocate  # the CPU's default: it grows
+    with pytest.raises(ValueError, match="preallocate: must be true, false or null"):
+        make(tiny_model, tiny_tokenizer, preallocate="yes")

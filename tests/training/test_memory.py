@@ -260,3 +260,54 @@ def test_the_plans_description_adds_up():
     )
     alone = MemoryPlan(fixed=(("weights", 2 * GIB),), training=(("activations", GIB),))
     assert alone.describe() == "weights 2.0 + training (activations 1.0) = 3.0 GiB"
+
+
+@pytest.mark.parametrize("samples", [1, 4])
+def test_the_sampler_never_holds_more_than_its_plan(tmp_path, tiny_tokenizer, samples):
+    """A decode batch sampled to its full response length, with the cache allocated whole at
+    prefill (a GPU's default), holds at most what :func:`sampling_terms` plans; GRPO's groups
+    (``samples`` rows per prompt) too. A cache that grows while its old buffer is alive would
+    hold up to twice its own size."""
+    from resail_pipeline.generation import SamplingParams
+    from resail_pipeline.generation.transformers_backend import TransformersGenerator
+    from resail_pipeline.modeling import build_qwen3, small_qwen3_config
+    from resail_pipeline.training.memory import sampling_terms
+
+    config = small_qwen3_config(
+        len(tiny_tokenizer),
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        intermediate_size=128,
+        pad_token_id=tiny_tokenizer.pad_token_id,
+        eos_token_id=tiny_tokenizer.eos_token_id,
+    )
+    model = build_qwen3(config, seed=0).eval()
+    with torch.no_grad():  # no row ends early: the end token's logit is 0, the largest far above
+        model.lm_head.weight.mul_(100.0)
+        model.lm_head.weight[tiny_tokenizer.eos_token_id] = 0.0
+    rows, response = 8, 192
+    words = [w for w in tiny_tokenizer.get_vocab() if w.isalpha()]
+    prompts = [" ".join(words[i : i + 96]) for i in range(rows // samples)]
+    generator = TransformersGenerator(
+        model, tiny_tokenizer, policy_id="p", batch_size=rows, preallocate=True, progress=False
+    )
+    params = SamplingParams(temperature=1.0, max_new_tokens=response, n=samples, seed=0)
+    generations, measured = allocator_peak(
+        lambda: generator.generate(prompts, params), torch.device("cpu"), tmp_path / "trace.json"
+    )
+    assert [len(g.token_ids) for g in generations] == [response] * rows
+    prompt_tokens = max(
+        len(tiny_tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts
+    )
+    planned = sampling_terms(
+        ModelShape.from_config(config),
+        rows=rows,
+        prompt_tokens=prompt_tokens,
+        response=response,
+        cache_bytes=4,
+        samples=samples,
+    )
+    plan = sum(b for _, b in planned)
+    assert measured <= plan <= 1.5 * measured, (planned, measured)

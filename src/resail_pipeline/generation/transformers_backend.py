@@ -15,8 +15,11 @@ How a call runs:
   padded tokens (a few thousand tokens' activations stay in a CPU's caches), rows of similar
   length together; a forward whose rows start from nothing is right-padded, so that attention is
   causal with no mask and skips the masked half of the scores. Every row's cache sits in one
-  preallocated buffer, followed by room for the tokens it generates; buffers reuse the memory of
-  earlier ones (on a CPU, fresh memory costs more in page faults than in writes).
+  preallocated buffer, followed by room for the tokens it generates. On a GPU (``preallocate``)
+  that room is every token the batch may generate, allocated at prefill, and nothing is kept
+  between batches: the cache's peak is one batch's own, the figure a memory plan counts
+  (:func:`sampling_terms`). On a CPU it starts at 64 columns and doubles, and buffers reuse the
+  memory of earlier ones (fresh memory costs more in page faults than in writes).
 - **Decode.** One token per row per forward, written into the buffer in place (no copy of the
   cache per token); rows that end stay until a quarter of the batch has ended, then leave it
   together, the live rows after them moving into their places.
@@ -306,14 +309,19 @@ class _KVBuffer:
         ]
         return Cache(layers=layers)
 
-    def select(self, rows: torch.Tensor) -> _KVBuffer:
-        """A new buffer of ``rows`` (repeats allowed), in that order."""
+    def select(self, rows: torch.Tensor, capacity: int) -> _KVBuffer:
+        """A new buffer of ``rows`` (repeats allowed), in that order, with ``capacity`` columns
+        (at least this buffer's)."""
         shape = self.data.shape
-        size = (*shape[:2], len(rows), *shape[3:])
-        buffer = _KVBuffer.allocate(
-            size, self.mask.index_select(0, rows), self.data.dtype, self.storage
-        )
-        torch.index_select(self.data, 2, rows, out=buffer.data)
+        size = (*shape[:2], len(rows), shape[3], capacity, shape[5])
+        mask = self.mask.new_zeros((len(rows), capacity))
+        mask[:, : self.capacity] = self.mask.index_select(0, rows)
+        buffer = _KVBuffer.allocate(size, mask, self.data.dtype, self.storage)
+        if capacity == self.capacity:
+            torch.index_select(self.data, 2, rows, out=buffer.data)
+        else:  # row by row into the strided columns, without a temporary of the whole
+            for j, row in enumerate(rows.tolist()):
+                buffer.data[:, :, j, :, : self.capacity].copy_(self.data[:, :, row])
         return buffer
 
     def keep(self, rows: torch.Tensor, columns: slice) -> torch.Tensor:
@@ -411,6 +419,11 @@ class TransformersGenerator(Generator):
             (:func:`resolve_compile`: compiled on a CPU with a C++ compiler). Other architectures
             run transformers' own forward.
         progress: show a progress bar over decode batches when a call has more than one.
+        preallocate: allocate each decode batch's cache whole at prefill (its prompts and
+            ``max_new_tokens`` more, for every row) and keep no memory between batches, so that
+            a batch never holds more than that, not even while a buffer grows; ``None``: where
+            the model is on a GPU. Otherwise (a CPU's default) the room for new tokens starts at
+            64 columns and doubles, and freed buffers wait for later batches.
     """
 
     def __init__(
@@ -427,6 +440,7 @@ class TransformersGenerator(Generator):
         prefix_cache_tokens: int = 0,
         compile: bool | str = False,
         progress: bool = True,
+        preallocate: bool | None = None,
     ) -> None:
         self.check_values(
             batch_size=batch_size,
@@ -436,6 +450,7 @@ class TransformersGenerator(Generator):
             prefix_reuse=prefix_reuse,
             prefix_cache_tokens=prefix_cache_tokens,
             compile=compile,
+            preallocate=preallocate,
         )
         device = next(model.parameters()).device
         compiled = resolve_compile(compile, device)
@@ -463,7 +478,8 @@ class TransformersGenerator(Generator):
         self._weights: tuple | None = None
         parameters = inspect.signature(model.forward).parameters
         self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
-        self._storage = _Storage(keep=2 if device.type == "cpu" else 0)
+        self.preallocate = device.type != "cpu" if preallocate is None else preallocate
+        self._storage = _Storage(keep=0 if self.preallocate else 2)
         if device.type == "cpu":  # each forward's activations: the pages the last one freed
             keep_freed_memory()
         self._decoder: DecoderForward | None = None
@@ -500,6 +516,10 @@ class TransformersGenerator(Generator):
         for name in ("prefix_reuse", "progress"):
             if not isinstance(options.get(name, False), bool):
                 raise ValueError(f"{name}: must be true or false, got {options[name]!r}")
+        if options.get("preallocate") not in (None, True, False):
+            raise ValueError(
+                f"preallocate: must be true, false or null, got {options['preallocate']!r}"
+            )
         if options.get("prefix_cache_tokens") and not options.get("prefix_reuse"):
             raise ValueError("prefix_cache_tokens: keeps prefixes for prefix_reuse, which is off")
         if options.get("compile", False) not in (True, False, "auto"):
@@ -589,7 +609,9 @@ class TransformersGenerator(Generator):
                 prefilled = self._prefill(
                     [plan[ids][0] for ids in batch],
                     tails,
-                    extra=min(params.max_new_tokens, _FIRST_DECODE_COLUMNS),
+                    extra=params.max_new_tokens
+                    if self.preallocate
+                    else min(params.max_new_tokens, _FIRST_DECODE_COLUMNS),
                     keep=[plan[ids] for ids in batch] if self.tree.max_tokens else None,
                     repeats=[len(rows_of[ids]) for ids in batch],
                 )
@@ -715,7 +737,11 @@ class TransformersGenerator(Generator):
             for rows in self._prefill_chunks([len(tail) for tail in tails])
         ]
         width = max(chunk_width + max(bases[r].depth for r in rows) for rows, chunk_width in chunks)
-        buffer = _KVBuffer.empty(shape, len(tails), width + extra, self._storage)
+        repeated = repeats is not None and any(k != 1 for k in repeats)
+        # rows that are repeated get their room for new tokens in the repeated buffer only
+        buffer = _KVBuffer.empty(
+            shape, len(tails), width + (0 if repeated else extra), self._storage
+        )
         logits, starts = [], []
         first = [0] * len(tails)  # the column of each row's first tail token
         for rows, chunk_width in chunks:
@@ -770,16 +796,16 @@ class TransformersGenerator(Generator):
             device=shape.device,
         )
         prefilled = _Prefilled(buffer, min(starts), width, positions, torch.cat(logits))
-        if repeats is None or all(k == 1 for k in repeats):
+        if not repeated:
             return prefilled
         index = torch.repeat_interleave(
             torch.arange(len(tails), device=shape.device),
             torch.tensor(repeats, device=shape.device),
         )
-        repeated = buffer.select(index)
+        copies = buffer.select(index, capacity=width + extra)
         buffer.release()
         return _Prefilled(
-            repeated,
+            copies,
             prefilled.start,
             width,
             prefilled.positions[index],

@@ -24,8 +24,11 @@ rank of the trainer holds at its peak from the model's shape, the resolved engin
 - **logits**: the student's response logits, kept for the backward, and their gradient; the
   teacher's, reduced to its top-K targets while the student's graph is alive; one fp32 block of
   the top-K reduction (``chunk_size`` positions, all of them when ``None``).
-- **sampling cache**: OEL and GRPO sample in the loop; their decode batch's key-value cache
-  (``responses.max_batch_tokens``, or ``batch_size`` rows of prompt plus response) is live while
+- **sampling**: OEL and GRPO sample in the loop (:func:`sampling_terms`): their decode batch's
+  key-value cache, in the student's dtype, allocated whole at prefill on a GPU (rows of prompt
+  plus response, at most ``responses.max_batch_tokens``); where GRPO samples a group per prompt,
+  the distinct prompts' cache beside it while it is copied per sample; a prefill forward's working
+  set (its MLP, its attention scores); the logits that start and continue the decoding. Live while
   no activation is.
 - **optimiser step**: torch's multi-tensor AdamW (the default on a GPU) takes one fp32 temporary
   of every moment it steps (the second moments' square roots), live while nothing of a
@@ -69,6 +72,7 @@ __all__ = [
     "check_fits",
     "measurement_inputs",
     "plan_memory",
+    "sampling_terms",
 ]
 
 logger = logging.getLogger(__name__)
@@ -329,11 +333,73 @@ def plan_memory(
 
     sampling: tuple[tuple[str, int], ...] = ()
     if config.samples_responses:
-        cached = config.responses.max_batch_tokens
-        if cached is None:
-            cached = config.responses.batch_size * (prompt_tokens + response)
-        sampling = (("sampling cache", cached * shape.cache_per_token * compute_bytes),)
+        sampling = sampling_terms(
+            shape,
+            rows=config.responses.batch_size,
+            prompt_tokens=prompt_tokens,
+            response=response,
+            cache_bytes=weight_bytes,  # the sampling model's own dtype
+            max_batch_tokens=config.responses.max_batch_tokens,
+            samples=config.grpo.samples if config.parent == "grpo" else 1,
+        )
     return MemoryPlan(fixed=fixed, training=training, sampling=sampling, stepping=stepping)
+
+
+#: padded tokens per prefill forward of the trainer's sampler (the generator's default)
+PREFILL_TOKENS = 4096
+
+
+def sampling_terms(
+    shape: ModelShape,
+    *,
+    rows: int,
+    prompt_tokens: int,
+    response: int,
+    cache_bytes: int,
+    max_batch_tokens: int | None = None,
+    samples: int = 1,
+    prefill_tokens: int = PREFILL_TOKENS,
+) -> tuple[tuple[str, int], ...]:
+    """What the transformers generator holds at most while it samples one decode batch with
+    ``preallocate`` (a GPU's default), as ``(name, bytes)``.
+
+    Args:
+        shape: the model's shape.
+        rows: rows decoded together (``responses.batch_size``).
+        prompt_tokens: the longest prompt.
+        response: new tokens per row (``responses.max_tokens``).
+        cache_bytes: bytes of a cache element: the sampling model's parameter dtype.
+        max_batch_tokens: the cache tokens a batch may hold (``responses.max_batch_tokens``).
+        samples: rows per distinct prompt (GRPO's group); its prompts are encoded once, then
+            copied per sample.
+        prefill_tokens: padded tokens per prefill forward.
+    """
+    per_token = shape.cache_per_token * cache_bytes + 8  # and the int64 mask's column
+    row = prompt_tokens + response
+    tokens = rows * row
+    if max_batch_tokens is not None:  # one prompt's rows are a batch even when they exceed it
+        tokens = max(min(tokens, max_batch_tokens), samples * row)
+    cache = tokens * per_token
+    # the distinct prompts' cache (no room for new tokens) while it is copied per sample
+    copies = math.ceil(tokens / row / samples) * prompt_tokens * per_token if samples > 1 else 0
+    # a prefill forward: its hidden states, normalised input, queries, keys and values, gated MLP
+    # (gate, up, activation, product) and one head-batch of attention scores over the prompt
+    forward_tokens = min(prefill_tokens, tokens - tokens // row * response)
+    q, kv = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
+    hidden = forward_tokens * (3 * shape.hidden + q + 2 * kv + 4 * shape.intermediate)
+    scores = forward_tokens * min(prompt_tokens, forward_tokens) * shape.heads
+    working = (hidden + scores) * cache_bytes
+    if samples > 1:  # the prefill runs before the copies' cache exists: only beyond it
+        working = max(0, working - cache)
+    # fp32 logits: the prefill's last positions (and their copies per sample), a decode step's,
+    # and its log-softmax
+    logits = 4 * rows * shape.vocab * 4
+    return (
+        ("sampling cache", cache),
+        ("sampling prompt copies", copies),
+        ("sampling forward", working),
+        ("sampling logits", logits),
+    )
 
 
 #: the share of a GPU's memory a plan may fill: the rest is the CUDA context, NCCL's buffers and
@@ -383,7 +449,13 @@ def allocator_peak(run: Callable[[], T], device: torch.device, trace: Path) -> t
         result = run()
     prof.export_chrome_trace(str(trace))
     events = json.loads(Path(trace).read_text())["traceEvents"]
-    return result, max(e["args"]["Total Allocated"] for e in events if e.get("name") == "[memory]")
+    memory = sorted((e for e in events if e.get("name") == "[memory]"), key=lambda e: e["ts"])
+    if not memory:
+        return result, 0
+    # the allocator's total counts what an earlier profile of this process left alive: measured
+    # from the level before this run's first event
+    before = memory[0]["args"]["Total Allocated"] - memory[0]["args"]["Bytes"]
+    return result, max(e["args"]["Total Allocated"] for e in memory) - before
 
 
 def measurement_inputs(
