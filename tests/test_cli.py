@@ -99,6 +99,19 @@ def test_a_dataset_file_that_breaks_its_schema_or_cannot_be_written_is_one_line(
     assert line.endswith(" ".join(str(cause).split()))
 
 
+@pytest.mark.parametrize(
+    "error",
+    [
+        SchemaError("data/02_intermediate/x/steps.parquet: steps table is missing column(s) ['t']"),
+        PermissionError(13, "Permission denied", "data/06_models/.staging/textcraft/run"),
+    ],
+)
+def test_a_file_error_raised_in_a_node_is_one_line(error):
+    result = CliRunner().invoke(one_line_errors(_command(error)), [])
+    assert result.exit_code == 2
+    assert result.output == f"Error: {' '.join(str(error).split())}\n"
+
+
 @pytest.mark.parametrize("option", ["--pipelines=cylce", "--pipelines=cycle,bogus"])
 def test_an_unknown_pipeline_is_one_line_naming_the_pipelines(option):
     from kedro.framework.cli.project import run

@@ -10,8 +10,11 @@ value and what is allowed, and exit with status 2, instead of a page of tracebac
 positive integer (both checked before a session starts), and
 such an error raised while Kedro loads or saves a dataset (it arrives wrapped in Kedro's
 ``DatasetError``), and a table that breaks its schema or a file that cannot be read or written
-there (``SchemaError``, ``OSError``: one line naming the dataset and what is wrong). Every other
-error keeps its traceback.
+there (``SchemaError``, ``OSError``: one line naming the dataset and what is wrong), or in a
+node (a table a node reads that breaks its schema, a staging folder it cannot write: one line
+naming the file). Every other error keeps its traceback: a ``ValueError`` from a node is a defect
+of the code or of data no check anticipated, and where it was raised is what a report of it
+needs.
 
 Like ``settings.py``, this is a file Kedro looks for by name, so it imports Kedro; the library
 does not.
@@ -92,6 +95,8 @@ def one_line_errors(command: click.Command) -> click.Command:
             return callback(*args, **kwargs)
         except USER_ERRORS as error:
             raise UserError(str(error)) from None
+        except FILE_ERRORS as error:  # raised in a node: the message names the file
+            raise UserError(" ".join(str(error).split())) from None
         except DatasetError as error:
             cause = user_error(error)
             if cause is not None:
