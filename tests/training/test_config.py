@@ -173,6 +173,11 @@ def test_nodes_split_the_world_and_meet_at_a_rendezvous():
     assert (resolved.world_size, resolved.processes_per_node) == (16, 8)  # one per GPU of each
     with pytest.raises(ConfigError, match="12 processes per node but only 8 GPU"):
         replace(engine, world_size=24).resolve(num_gpus=8, bf16_supported=True)
+    # a one-node world size over two nodes would leave half of each node's GPUs idle
+    with pytest.raises(ConfigError, match=r"world_size: 8 over 2 nodes is 4 processes per node"):
+        replace(engine, world_size=8).resolve(num_gpus=8, bf16_supported=True)
+    one_node = replace(engine, nodes=1, rdzv_endpoint=None, world_size=4)
+    assert one_node.resolve(num_gpus=8, bf16_supported=True).world_size == 4  # a subset: allowed
     with pytest.raises(ConfigError, match="rdzv_endpoint: 2 nodes meet at a host:port"):
         EngineConfig(kind="ddp", nodes=2)
     with pytest.raises(ConfigError, match="world_size: 3 processes do not split over 2 nodes"):

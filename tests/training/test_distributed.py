@@ -130,9 +130,8 @@ def test_two_nodes_meeting_through_c10d_match_one_process(make_config, tmp_path)
     a c10d rendezvous on 127.0.0.1: the update is the one-process update."""
     sections = {"method": "sdpo_resail", "schedule": {"trajectories_per_update": 3}}
     one = launch(make_config(name="one", engine={"kind": "single"}, **sections))
-    engine = {
+    engine = {  # world_size derived: one process per node without GPUs
         "kind": "ddp",
-        "world_size": 2,
         "nodes": 2,
         "rdzv_endpoint": f"127.0.0.1:{_free_port()}",
     }

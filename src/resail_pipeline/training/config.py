@@ -124,7 +124,8 @@ class EngineConfig:
 
     # auto | single | ddp | deepspeed; auto: deepspeed with GPUs, else single (ddp under torchrun)
     kind: str = "auto"
-    # data-parallel processes over all nodes; None: one per GPU of every node, or 1 without GPUs
+    # data-parallel processes over all nodes; None: one per GPU of every node (nodes x GPUs per
+    # node), or 1 per node without GPUs; over several nodes, it must be that product
     world_size: int | None = None
     # machines taking part, each running world_size / nodes processes under its own torchrun agent
     nodes: int = 1
@@ -211,6 +212,13 @@ class EngineConfig:
         if num_gpus and kind != "single" and per_node > num_gpus:
             raise ConfigError(
                 f"world_size: {per_node} processes per node but only {num_gpus} GPU(s) here"
+            )
+        if num_gpus and self.nodes > 1 and per_node != num_gpus:
+            # a world size written for one node would leave half of every node's GPUs idle
+            raise ConfigError(
+                f"world_size: {world_size} over {self.nodes} nodes is {per_node} processes per "
+                f"node, but each node has {num_gpus} GPU(s); leave it null (nodes x GPUs per "
+                "node)"
             )
         return replace(self, kind=kind, world_size=world_size, precision=precision)
 
