@@ -20,17 +20,32 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TORCH_EXTENSIONS_DIR := $(CURDIR)/.cache/torch_extensions
 
-.PHONY: run smoke study study-budgets study-rerun report reference rehearse rehearse-aitz kill-check test test-numerics test-slow lint viz
+.PHONY: constraints run smoke study study-budgets study-rerun report reference rehearse rehearse-aitz kill-check test test-numerics test-slow lint viz
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-# torch first and pinned, so that nothing later resolves an unpinned (CUDA) build.
-$(VENV)/.installed-%: $(BIN)/python pyproject.toml
+# torch first and pinned, so that nothing later resolves an unpinned (CUDA) build; every other
+# package at the version constraints.txt names (`make constraints` refreshes it).
+$(VENV)/.installed-%: $(BIN)/python pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet torch==$(TORCH_VERSION)
-	$(BIN)/pip install --quiet -e ".[$*]"
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[$*]"
 	touch $@
+
+# constraints.txt: what a fresh install of the test extras resolves to today, torch and the
+# project left out (torch is pinned above; the gpu extra is installed on GPU machines only).
+CONSTRAINTS_VENV := .venv-constraints
+constraints:
+	rm -rf $(CONSTRAINTS_VENV)
+	$(PYTHON) -m venv $(CONSTRAINTS_VENV)
+	$(CONSTRAINTS_VENV)/bin/pip install --quiet --upgrade pip
+	$(CONSTRAINTS_VENV)/bin/pip install --quiet torch==$(TORCH_VERSION)
+	$(CONSTRAINTS_VENV)/bin/pip install --quiet -e ".[$(TEST_EXTRAS)]"
+	{ echo "# make constraints: a fresh install of the $(TEST_EXTRAS) extras, $$(date -u +%F)"; \
+		$(CONSTRAINTS_VENV)/bin/pip freeze --exclude-editable | grep -v '^torch=='; } > constraints.txt.tmp
+	mv constraints.txt.tmp constraints.txt
+	rm -rf $(CONSTRAINTS_VENV)
 
 # The main job: the cycle pipeline (resuming from whatever datasets exist), then the report.
 run: $(VENV)/.installed-$(RUN_EXTRAS)
