@@ -19,7 +19,7 @@ from resail_pipeline.config import ConfigError, build, check_folder_name
 from resail_pipeline.devices import release_device_memory
 from resail_pipeline.envs import provide_env_data
 from resail_pipeline.generation import check_installed
-from resail_pipeline.generation.cuda import check_vllm_cuda, visible_gpus
+from resail_pipeline.generation.cuda import check_free_memory, check_vllm_cuda, visible_gpus
 from resail_pipeline.gui.config import AitzConfig
 from resail_pipeline.initial_policy import check_published, requested_policy
 from resail_pipeline.io import LockedError, ProcessLock
@@ -48,6 +48,8 @@ AITZ_PREFIX = "aitz."
 #: longest prompt it can send compared with the engine's context, and the machine's CUDA driver
 #: with what the vLLM wheel needs, before it starts
 _GENERATES = (*_ACTS_IN_ENV, "summaries", "responses")
+#: the share of each GPU a vLLM engine takes unless its options say (vLLM's own default)
+VLLM_MEMORY_SHARE = 0.9
 #: the run values of the configuration being read (:class:`RunConfigLoader`); empty outside one
 _RUN_VALUES: ContextVar[Mapping[str, str]] = ContextVar("run_values", default=MappingProxyType({}))
 
@@ -189,7 +191,9 @@ class PreflightHook:
        ``run.generation.vllm.max_model_len``
        (:func:`~resail_pipeline.pipelines.parameters.check_context_length`), and, on a GPU
        machine, the NVIDIA driver with what the vLLM CUDA wheel needs
-       (:func:`~resail_pipeline.generation.cuda.check_vllm_cuda`). A pipeline that trains on GPUs
+       (:func:`~resail_pipeline.generation.cuda.check_vllm_cuda`) and every GPU's free memory
+       with the share its engines take (:func:`~resail_pipeline.generation.cuda.check_free_memory`,
+       naming the processes that hold it). A pipeline that trains on GPUs
        has one rank's memory planned and compared with the smallest visible GPU
        (:func:`~resail_pipeline.pipelines.parameters.check_training_memory`). The initial policy
        the run asks for is the one already published for the data folder, weights included:
@@ -245,6 +249,14 @@ class PreflightHook:
             check_budgets(params)
         if generates or aitz_vllm:
             check_vllm_cuda()
+            # vLLM's own default share; the engine refuses to start below it
+            if generates:
+                share = run.generation_options.get("gpu_memory_utilization", VLLM_MEMORY_SHARE)
+                check_free_memory(share, "run.generation.vllm.gpu_memory_utilization")
+            if aitz_vllm:
+                vllm = params["aitz"]["generation"].get("vllm") or {}
+                share = vllm.get("gpu_memory_utilization", VLLM_MEMORY_SHARE)
+                check_free_memory(share, "aitz.generation.vllm.gpu_memory_utilization")
         if estimates:
             prompts = estimate_run_prompts(params)
             check_context_length(params, prompts)

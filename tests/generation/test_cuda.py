@@ -112,3 +112,39 @@ def test_the_visible_gpus_are_read_from_nvidia_smi_in_cuda_visible_devices_order
 
     monkeypatch.setattr(subprocess, "run", no_smi)
     assert visible_gpus() == []
+
+
+def test_gpu_memory_use_names_the_processes_on_each_gpu(monkeypatch):
+    from resail_pipeline.generation.cuda import gpu_memory_use
+
+    def fake_smi(args, **kwargs):  # fake: nvidia-smi of two H100s, an orphaned engine on one
+        if args[1].startswith("--query-compute-apps"):
+            out = "GPU-b, 4242, python, 72000\nGPU-b, 17, Xorg, 100\n"
+        else:
+            out = "0, GPU-a, 81559, 500\n1, GPU-b, 81559, 72600\n"
+        return subprocess.CompletedProcess(args, 0, stdout=out, stderr="")
+
+    monkeypatch.setattr(subprocess, "run", fake_smi)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    first, second = gpu_memory_use()
+    assert (first.index, first.used, first.processes) == (0, 500 * 2**20, ())
+    assert second.processes == ((4242, "python", 72000 * 2**20), (17, "Xorg", 100 * 2**20))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert [g.index for g in gpu_memory_use()] == [0]
+
+
+def test_an_engine_that_would_not_find_its_share_free_is_refused_naming_the_holder():
+    from resail_pipeline.generation.cuda import GpuUse, check_free_memory
+
+    mib = 2**20
+    orphan = GpuUse(1, 81559 * mib, 72600 * mib, ((4242, "python", 72000 * mib),))
+    idle = GpuUse(0, 81559 * mib, 500 * mib)
+    field = "run.generation.vllm.gpu_memory_utilization"
+    with pytest.raises(ConfigError) as refused:
+        check_free_memory(0.9, field, lambda: [idle, orphan])
+    message = str(refused.value)
+    assert message.startswith(f"{field}: 0.9 of GPU 1's 79.6 GiB is 71.7 GiB, but only 8.7 GiB")
+    assert "held by pid 4242 (python) 70.3 GiB: stop them" in message and "\n" not in message
+    check_free_memory(0.9, field, lambda: [idle])  # enough free
+    check_free_memory(0.1, field, lambda: [idle, orphan])  # a small share fits beside it
+    check_free_memory(0.9, field, lambda: [])  # no GPU answers: nothing to check

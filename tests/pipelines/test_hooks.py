@@ -231,6 +231,37 @@ def test_an_nvidia_driver_too_old_for_the_vllm_wheel_is_refused_before_any_node(
     )
 
 
+def test_a_gpu_held_by_another_process_is_refused_before_any_vllm_engine_starts(
+    cycle_1, tiny_checkpoint, tmp_path, monkeypatch
+):
+    """An orphaned engine of a crashed run holds 72 GB of a GPU: a run whose engines take 0.9
+    of each GPU is refused before any node, naming the process; one that takes less runs."""
+    from kedro.pipeline import Pipeline, node
+
+    from resail_pipeline.config import ConfigError
+    from resail_pipeline.generation import cuda
+
+    monkeypatch.setattr(hooks, "check_installed", lambda _backend: None)  # fake: vLLM there
+    monkeypatch.setattr(cuda, "cuda_runtime", lambda: None)  # fake: no driver to compare
+    mib = 2**20
+    orphan = cuda.GpuUse(0, 81559 * mib, 72600 * mib, ((4242, "python", 72000 * mib),))
+    monkeypatch.setattr(cuda, "gpu_memory_use", lambda: [orphan])  # fake: nvidia-smi's view
+    policy, _ = cycle_1
+    collecting = Pipeline([node(lambda x: x, "cycle_0.checkpoint", "cycle_1.tasks")])
+    catalog = _vllm_catalog(policy, tiny_checkpoint, tmp_path / "a", max_model_len=65536)
+    with pytest.raises(ConfigError, match=r"^run\.generation\.vllm\.gpu_memory_utilization: 0\.9 "):
+        PreflightHook().before_pipeline_run({}, collecting, catalog)
+    small = _vllm_catalog(policy, tiny_checkpoint, tmp_path / "b", max_model_len=65536)
+    params = small.load("parameters")
+    run = {
+        **params["run"],
+        "generation": {"vllm": {"max_model_len": 65536, "gpu_memory_utilization": 0.1}},
+    }
+    PreflightHook().before_pipeline_run(
+        {}, collecting, _catalog(None, policy, run=run, bootstrap=params["bootstrap"])
+    )
+
+
 def test_the_aitz_pipelines_vllm_generation_is_checked_against_the_driver(cycle_1, monkeypatch):
     """The aitz pipeline's initial policy generates with its own backend (aitz.generation):
     vllm there has the driver checked as the text run's vllm does; transformers needs nothing."""

@@ -169,3 +169,13 @@ def test_the_trainer_dies_with_the_process_that_launched_it(tmp_path, process_al
             time.sleep(0.1)
     finally:
         parent.kill()
+
+
+def test_the_trainer_uses_expandable_segments_unless_told_otherwise(tmp_path, monkeypatch):
+    from resail_pipeline.training.launcher import ALLOCATOR_CONF, job_env
+
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    assert job_env(tmp_path / "error.json")["PYTORCH_CUDA_ALLOC_CONF"] == ALLOCATOR_CONF
+    assert ALLOCATOR_CONF == "expandable_segments:True"
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:512")
+    assert job_env(tmp_path / "error.json")["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:512"

@@ -29,9 +29,12 @@ from resail_pipeline.config import ConfigError
 __all__ = [
     "VLLM_CUDA_DRIVERS",
     "GpuInfo",
+    "GpuUse",
+    "check_free_memory",
     "check_vllm_cuda",
     "cuda_runtime",
     "driver_version",
+    "gpu_memory_use",
     "minimum_driver",
     "visible_gpus",
     "vllm_version",
@@ -48,6 +51,7 @@ VLLM_CUDA_DRIVERS: dict[str, dict[int, int]] = {
 #: the kernel module's version file: "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06 ..."
 _PROC_VERSION = Path("/proc/driver/nvidia/version")
 _VERSION = re.compile(r"\b(\d+)\.(\d+)(?:\.(\d+))?\b")
+GIB = 2**30
 #: seconds ``nvidia-smi`` may take (it can hang on a wedged GPU; the check then gives up)
 _SMI_TIMEOUT_S = 30
 
@@ -206,3 +210,87 @@ def check_vllm_cuda(
     logger.info(
         "run.backend: vllm %s, CUDA %s, NVIDIA driver %s (>= %d)", vllm, runtime, driver, needed
     )
+
+
+@dataclass(frozen=True)
+class GpuUse:
+    """What one GPU's memory holds now, as ``nvidia-smi`` lists it.
+
+    Attributes:
+        index: the GPU's index on the machine.
+        total: its memory in bytes.
+        used: bytes in use, by every process.
+        processes: ``(pid, name, bytes)`` of the compute processes on it.
+    """
+
+    index: int
+    total: int
+    used: int
+    processes: tuple[tuple[int, str, int], ...] = ()
+
+
+def gpu_memory_use() -> list[GpuUse]:
+    """Every GPU's used memory and the compute processes holding it (``CUDA_VISIBLE_DEVICES``'s
+    where it lists indices); ``[]`` where ``nvidia-smi`` does not answer."""
+    lines = _nvidia_smi("index,uuid,memory.total,memory.used", "noheader", "nounits") or []
+    apps = _nvidia_smi_apps()
+    gpus = []
+    for line in lines:
+        parts = [part.strip() for part in line.split(",")]
+        if len(parts) != 4 or not all(p.isdigit() for p in (parts[0], parts[2], parts[3])):
+            continue
+        index, uuid, total, used = int(parts[0]), parts[1], int(parts[2]), int(parts[3])
+        held = tuple((pid, name, mib * 2**20) for gpu, pid, name, mib in apps if gpu == uuid)
+        gpus.append(GpuUse(index, total * 2**20, used * 2**20, held))
+    listed = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if listed and all(d.isdigit() for d in listed):
+        gpus = [g for g in gpus if str(g.index) in listed]
+    return gpus
+
+
+def _nvidia_smi_apps() -> list[tuple[str, int, str, int]]:
+    """``(gpu uuid, pid, process name, MiB)`` of every compute process ``nvidia-smi`` lists."""
+    try:
+        out = subprocess.run(
+            [
+                "nvidia-smi",
+                "--query-compute-apps=gpu_uuid,pid,process_name,used_memory",
+                "--format=csv,noheader,nounits",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=_SMI_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return []
+    apps = []
+    for line in out.stdout.splitlines() if out.returncode == 0 else ():
+        parts = [part.strip() for part in line.split(",")]
+        if len(parts) == 4 and parts[1].isdigit() and parts[3].isdigit():
+            apps.append((parts[0], int(parts[1]), parts[2], int(parts[3])))
+    return apps
+
+
+def check_free_memory(
+    share: float, field: str, read_use: Callable[[], list[GpuUse]] | None = None
+) -> None:
+    """Raise :class:`ConfigError` (naming ``field``) where a GPU has less free memory than an
+    engine that takes ``share`` of its total needs (vLLM's ``gpu_memory_utilization``: it refuses
+    to start below it, with an error of its own, deep inside the first generating node), naming
+    the processes that hold it: after a crash, an orphaned engine of the run before is the usual
+    one. Nothing where no GPU answers. ``read_use`` defaults to :func:`gpu_memory_use`."""
+    for gpu in (read_use or gpu_memory_use)():
+        free, needed = gpu.total - gpu.used, share * gpu.total
+        if free >= needed:
+            continue
+        holders = ", ".join(
+            f"pid {pid} ({name}) {mib / GIB:.1f} GiB"
+            for pid, name, mib in sorted(gpu.processes, key=lambda p: -p[2])
+        )
+        raise ConfigError(
+            f"{field}: {share:g} of GPU {gpu.index}'s {gpu.total / GIB:.1f} GiB is "
+            f"{needed / GIB:.1f} GiB, but only {free / GIB:.1f} GiB are free; "
+            + (f"held by {holders}: stop them" if holders else "another process holds the rest")
+            + f", or lower {field}"
+        )

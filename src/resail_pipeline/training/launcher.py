@@ -168,12 +168,21 @@ def prepare(config: TrainConfig, log_path: str | Path | None = None) -> Job:
     return Job(resolved, command(resolved, config_path), job_env(error_file), log_path, error_file)
 
 
+#: the trainer's CUDA allocator: segments that grow in place instead of new blocks beside freed
+#: ones of another size (on an H200 the device held 98,451 MiB while torch had 92,556 allocated:
+#: fragmentation took most of the memory plan's margin)
+ALLOCATOR_CONF = "expandable_segments:True"
+
+
 def job_env(error_file: Path) -> dict[str, str]:
     """The trainer's environment: this one, unbuffered, with torchrun's error file at
-    ``error_file`` (removed first: a rerun's failure is its own)."""
+    ``error_file`` (removed first: a rerun's failure is its own), and, unless the environment
+    sets the allocator's configuration itself, CUDA's caching allocator on expandable segments
+    (:data:`ALLOCATOR_CONF`)."""
     error_file.unlink(missing_ok=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TORCHELASTIC_ERROR_FILE": str(error_file)}
     env.setdefault("TORCH_EXTENSIONS_DIR", str(Path.cwd() / ".cache" / "torch_extensions"))
+    env.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOCATOR_CONF)
     return env
 
 

@@ -403,7 +403,9 @@ def sampling_terms(
 
 
 #: the share of a GPU's memory a plan may fill: the rest is the CUDA context, NCCL's buffers and
-#: the caching allocator's fragmentation
+#: the caching allocator's fragmentation. Measured on an H200 (the GPU check's scale step, before
+#: the trainer used expandable segments): 98,451 MiB in use for a 92,556 MiB allocator peak, an
+#: overhead of 6.4% of the peak, 4.1% of the device; 0.9 leaves that and as much again.
 USABLE_SHARE = 0.9
 
 
