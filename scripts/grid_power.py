@@ -1,0 +1,70 @@
+"""The power a finished grid had: for every ReSAIL-vs-parent pair, cycle, split and view, the
+standard error of the paired difference over tasks (each task's success averaged over its
+decoding seeds) and the minimum detectable effect it gives (80% power, 5% two-sided: 2.80 standard
+errors), in percentage points::
+
+    .venv/bin/python scripts/grid_power.py --grid data/07_model_output/textcraft-study
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from statistics import NormalDist
+
+import pandas as pd
+
+#: each parent and its ReSAIL version
+PAIRS = (("oel", "oel_resail"), ("sdpo", "sdpo_resail"))
+
+
+def contrasts(grid: Path, level: float = 0.95, power: float = 0.8) -> pd.DataFrame:
+    """One row per pair, cycle, split and view of ``grid`` (a data folder's model outputs)."""
+    normal = NormalDist()
+    z = normal.inv_cdf(1 - (1 - level) / 2) + normal.inv_cdf(power)
+    rows = []
+    for parent, resail in PAIRS:
+        for folder in sorted((grid / parent).glob("cycle_*"), key=lambda f: int(f.name[6:])):
+            other = grid / resail / folder.name / "eval_results.parquet"
+            if not other.is_file():
+                continue
+            a, b = pd.read_parquet(folder / "eval_results.parquet"), pd.read_parquet(other)
+            for (split, view), group in a.groupby(["split", "view"], sort=True):
+                paired = b[(b["split"] == split) & (b["view"] == view)]
+                x = group.groupby("task_id")["success"].mean()
+                y = paired.groupby("task_id")["success"].mean()
+                d = (y - x.reindex(y.index)).dropna()
+                se = float(d.std(ddof=1) / math.sqrt(len(d)))
+                rows.append(
+                    {
+                        "pair": f"{resail} - {parent}",
+                        "cycle": int(folder.name[6:]),
+                        "split": split,
+                        "view": view,
+                        "tasks": len(d),
+                        "difference": round(100 * float(d.mean()), 1),
+                        "se": round(100 * se, 2),
+                        "mde": round(100 * z * se, 1),
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--grid", type=Path, required=True, help="a grid's model outputs")
+    args = parser.parse_args()
+    table = contrasts(args.grid)
+    if table.empty:
+        raise SystemExit(f"{args.grid}: no pair of {[list(p) for p in PAIRS]} evaluated")
+    print(table.to_string(index=False))
+    print(
+        f"standard error {table['se'].min():.1f}-{table['se'].max():.1f} points, minimum "
+        f"detectable effect {table['mde'].min():.1f}-{table['mde'].max():.1f} "
+        f"(median {table['mde'].median():.1f}) over {len(table)} contrasts"
+    )
+
+
+if __name__ == "__main__":
+    main()
