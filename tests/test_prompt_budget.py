@@ -158,3 +158,83 @@ def test_alfworlds_estimate_bounds_the_walkthroughs_of_games_it_did_not_play(tin
             if result.done:
                 break
     assert estimate.ordinary >= longest > 0
+
+
+# ----------------------------------------------------------------------------------------------
+# the paper's model: Qwen3's own tokenizer and chat template (reference/tokenizers/qwen3)
+
+QWEN3 = Path(__file__).resolve().parents[1] / "reference" / "tokenizers" / "qwen3"
+
+
+@pytest.fixture(scope="module")
+def qwen3():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(QWEN3, trust_remote_code=False)
+
+
+def test_the_project_chat_template_writes_what_qwen3s_own_writes(qwen3):
+    """The word tokenizers' template (modeling.CHAT_TEMPLATE) lays out a prompt as Qwen3's does
+    with thinking off, so a policy built here is prompted as the paper's model is."""
+    from resail_pipeline.modeling import CHAT_TEMPLATE
+
+    message = render_user_message(EpisodeHistory.start("textcraft", make_env("textcraft").reset(0)))
+    for system in (None, "You are an agent."):
+        messages = [] if system is None else [{"role": "system", "content": system}]
+        messages.append({"role": "user", "content": message})
+        ours = qwen3.apply_chat_template(
+            messages,
+            tokenize=False,
+            add_generation_prompt=True,
+            enable_thinking=False,
+            chat_template=CHAT_TEMPLATE,
+        )
+        assert chat_prompt(qwen3, message, system=system) == ours
+    assert ours.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert (qwen3.eos_token, qwen3.pad_token) == ("<|im_end|>", "<|endoftext|>")
+
+
+def test_textcrafts_longest_prompts_in_qwen3_tokens_fit_the_paper_settings(qwen3):
+    """Every test task of a 30-step episode, a model summary of up to 1,024 tokens: the longest
+    prompt and the most new tokens fit conf/paper-textcraft's context, and one training rank of
+    Qwen3-4B and of Qwen3-8B plans within an 80 GB GPU at that prompt length."""
+    import yaml
+
+    from resail_pipeline.training import TrainConfig
+    from resail_pipeline.training.memory import GIB, ModelShape, check_fits, plan_memory
+
+    root = Path(__file__).resolve().parents[1]
+    factory = partial(make_env, "textcraft", max_steps=30)
+    estimate = estimate_prompt_lengths(factory, ["train", "test"], qwen3, summary_tokens=1024)
+    assert 1500 < estimate.ordinary < estimate.privileged < 8192  # Qwen3's BPE, not one per word
+    params = yaml.safe_load((root / "conf" / "paper-textcraft" / "parameters.yml").read_text())
+    check_prompt_budget(
+        estimate,
+        params["run"]["generation"]["vllm"]["max_model_len"],
+        {"train.responses.max_tokens": params["train"]["responses"]["max_tokens"]},
+    )
+    train = TrainConfig.from_dict({**params["train"], "method": "oel_resail"}, "train")
+    resolved = train.resolve(num_gpus=8, bf16_supported=True)
+    for name in ("Qwen3-4B", "Qwen3-8B"):
+        shape = ModelShape.from_checkpoint(root / "reference" / "shapes" / name)
+        plan = plan_memory(resolved, shape, prompt_tokens=estimate.privileged)
+        check_fits(plan, int(79.6 * GIB), device="an 80 GB H100")
+
+
+def test_alfworlds_longest_prompts_in_qwen3_tokens_fit_the_paper_context(qwen3):
+    """The fixture games (one per task type) in 30-step episodes, summaries of up to 1,024
+    tokens: conf/paper's context holds the longest prompt and the most new tokens."""
+    pytest.importorskip("alfworld")
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    data = Path(__file__).resolve().parent / "envs" / "alfworld_data"
+    factory = partial(make_env, "alfworld", data_path=data, max_steps=30)
+    estimate = estimate_prompt_lengths(factory, ["train", "id", "ood"], qwen3, summary_tokens=1024)
+    params = yaml.safe_load((root / "conf" / "paper" / "parameters.yml").read_text())
+    check_prompt_budget(
+        estimate,
+        params["run"]["generation"]["vllm"]["max_model_len"],
+        {"train.responses.max_tokens": params["train"]["responses"]["max_tokens"]},
+    )
+    assert estimate.privileged > estimate.ordinary > 1000
