@@ -89,6 +89,7 @@ def test_the_plan_counts_what_each_engine_keeps():
         "frozen weights": 0,  # cross-entropy has no teacher
         "gradients": 4 * p,
         "optimiser": 8 * p,
+        "sampler's student copy": 0,  # ZeRO-3's only
         "allocator rounding": 4 * slack,  # weights, gradients, two moments
     }
     # the multi-tensor AdamW step: one fp32 temporary of every moment, per tensor
@@ -104,8 +105,15 @@ def test_the_plan_counts_what_each_engine_keeps():
     zero3 = plan("grpo", kind="deepspeed", world_size=4, zero_stage=3, precision="bf16")
     fixed = dict(zero3.fixed)
     assert fixed["student weights"] == 2 * p // 4 and fixed["frozen weights"] == 2 * p
-    assert fixed["allocator rounding"] == slack  # the partitions are flat: the reference only
+    # the partitions are flat: the reference and the sampler's whole copy of the student only
+    assert fixed["allocator rounding"] == 2 * slack and fixed["sampler's student copy"] == 2 * p
     assert zero3.stepping == (("optimiser step", 4 * (p // 4)),)
+    # its modules gather their weights as they run, up to 1e9 parameters live at once; the
+    # model's own forward, whose two-branch rows carry a tree mask
+    training = dict(zero3.training)
+    assert training["gathered weights"] == 2 * min(p, 1_000_000_000)
+    zero2 = dict(plan("grpo", kind="deepspeed", world_size=4, precision="bf16").training)
+    assert zero2["gathered weights"] == 0
     # a CPU trainer's allocator gives every tensor its size
     cpu = TrainConfig.from_dict({"method": "rft", "engine": {"micro_batch_steps": 1}})
     cpu = cpu.resolve(num_gpus=0, bf16_supported=False)

@@ -185,6 +185,17 @@ class EngineConfig:
         return self.kind == "deepspeed" and self.precision == "bf16"
 
     @property
+    def functional_student(self) -> bool:
+        """Whether the student runs the project's functional forward (which reads every layer's
+        weights itself) rather than the model's own modules. Not under activation checkpointing,
+        which hooks the model's own layers, and not under ZeRO-3: DeepSpeed gathers a partitioned
+        weight when a module's forward runs, or, read outside one, on access, keeping it until the
+        whole forward ends, so that the functional forward would hold the whole model gathered
+        (measured with DeepSpeed 0.19.8), which ZeRO-3 is there to avoid."""
+        zero3 = self.kind == "deepspeed" and self.zero_stage == 3
+        return not (self.gradient_checkpointing or zero3)
+
+    @property
     def autocast_precision(self) -> str:
         """The autocast of forwards: none (``fp32``) where the parameters are bf16 already."""
         return "fp32" if self.bf16_parameters else self.precision

@@ -6,7 +6,9 @@ rank of the trainer holds at its peak from the model's shape, the resolved engin
 
 - **weights**: the student, and the frozen model beside it (the distillation methods' teacher,
   GRPO's KL reference), in the parameters' dtype (bf16 under DeepSpeed in bf16, else fp32);
-  ZeRO-3 partitions the student over the ranks.
+  ZeRO-3 partitions the student over the ranks, gathers up to ``stage3_max_live_parameters`` of it
+  while its modules run (the student then runs the model's own forward: its modules gather their
+  weights one by one), and, where the trainer samples, decodes from a whole copy of it.
 - **gradients**: fp32 (DeepSpeed accumulates in fp32); ZeRO-2 and -3 keep the rank's partition
   and one reduce bucket, ZeRO-1 and the other engines the whole; DDP adds its bucket copies.
 - **optimiser**: AdamW's two fp32 moments, and under bf16 parameters the fp32 master weights;
@@ -83,6 +85,9 @@ T = TypeVar("T")
 
 #: elements DeepSpeed's ZeRO-2/3 reduce bucket holds (``reduce_bucket_size``'s default)
 ZERO_REDUCE_BUCKET = 500_000_000
+#: elements of gathered parameters ZeRO-3 keeps live at once (``stage3_max_live_parameters``'s
+#: default)
+ZERO3_MAX_LIVE_PARAMETERS = 1_000_000_000
 #: the most bytes the CUDA caching allocator adds to one tensor's block (``kSmallSize``: the rest of
 #: a large block is split off only when larger than this)
 ALLOCATOR_SLACK = 2**20
@@ -263,13 +268,19 @@ def plan_memory(
     copies = (0 if deepspeed and engine.zero_stage == 3 else 1) + (1 if frozen else 0)
     copies += 0 if deepspeed else 3
     slack = ALLOCATOR_SLACK if cuda else 0
+    zero3 = deepspeed and engine.zero_stage == 3
+    # ZeRO-3's sampler decodes from a whole copy of the student (DeepSpeedEngine.sampling_model)
+    sampler_copy = p * weight_bytes if zero3 and config.samples_responses else 0
     fixed = (
         ("student weights", student),
         ("frozen weights", frozen),
         ("gradients", gradients),
         ("optimiser", optimiser),
-        ("allocator rounding", copies * shape.tensors * slack),
+        ("sampler's student copy", sampler_copy),
+        ("allocator rounding", (copies + (1 if sampler_copy else 0)) * shape.tensors * slack),
     )
+    # the weights ZeRO-3 gathers while modules run: up to its live-parameter bound at once
+    gathered = min(p, ZERO3_MAX_LIVE_PARAMETERS) * weight_bytes if zero3 else 0
     if not config.trains:
         return MemoryPlan(fixed=(), training=())
     # the multi-tensor step's fp32 temporary of the moments it steps (DeepSpeed: the partition)
@@ -292,7 +303,7 @@ def plan_memory(
     length = prompt_tokens + branches * response  # the longest packed row
     tokens = rows * length
     two = branches > 1
-    if engine.gradient_checkpointing:  # the model's forward: padded rows under a tree mask
+    if not engine.functional_student:  # the model's forward: padded rows under a tree mask
         layer = shape.layer_activations_per_token(repeated_kv=two) * tokens * compute_bytes
         # SDPA keeps the tree mask as an additive bias of the compute dtype for its backward
         bias = rows * length * length * compute_bytes if two else 0
@@ -324,6 +335,7 @@ def plan_memory(
         + 4 * block * shape.vocab  # the top-K reduction's fp32 block
     )
     training = (
+        ("gathered weights", gathered),
         ("autocast copies", casts),
         ("activations", saved),
         ("layer working set", working),

@@ -306,14 +306,9 @@ class TrainingRun:
             frozen = ResponseLogits(
                 load_model(path, dtype=dtype, device=self.device), compile=compiled
             )
+        functional = engine_config.functional_student
         engine = build_engine(
-            # activation checkpointing hooks the model's own layers, which the functional
-            # forward does not run
-            ResponseLogits(
-                student,
-                compile=compiled and not engine_config.gradient_checkpointing,
-                functional=not engine_config.gradient_checkpointing,
-            ),
+            ResponseLogits(student, compile=compiled and functional, functional=functional),
             engine_config,
             config.optimizer,
             rank=self.rank,
