@@ -158,3 +158,61 @@ def test_snapshot_settings_are_checked():
 
     with pytest.raises(ValueError, match="engine: FakeDeepSpeedEngine gives no state"):
         Snapshots("unused", "key", every=1, updates=3, engine=FakeDeepSpeedEngine())
+
+
+@pytest.mark.slow
+def test_a_killed_deepspeed_run_continues_from_its_last_snapshot(make_config, tmp_path):
+    """Two ZeRO-2 ranks over gloo write DeepSpeed's own checkpoint of their partitions after
+    every update; SIGKILL of the whole run after its second snapshot, then a rerun: it continues
+    after update 2 and ends with the uninterrupted run's losses and weights."""
+    pytest.importorskip("deepspeed")
+    import contextlib
+    import signal
+    import subprocess
+    import time
+
+    import psutil
+
+    from resail_pipeline.training import launch
+    from resail_pipeline.training.launcher import prepare
+
+    engine = {"kind": "deepspeed", "world_size": 2, "zero_stage": 2}
+    sections = {**SECTIONS, "schedule": {"updates": 5}, "probe": {"enabled": False}}
+    whole = launch(make_config(name="whole", engine=engine, **sections))
+
+    folder = tmp_path / "snapshots"
+    config = make_config(name="killed", engine=engine, run={"snapshots": str(folder)}, **sections)
+    job = prepare(config)
+    env = {**job.env, "OMP_NUM_THREADS": "1"}
+    with open(tmp_path / "killed.log", "w") as log:
+        process = subprocess.Popen(
+            job.command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        deadline = time.monotonic() + 900
+        while not (folder / "update-000002" / "state.json").is_file():
+            assert process.poll() is None, (tmp_path / "killed.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "no second snapshot in 15 minutes"
+            time.sleep(0.02)
+        # the agent and its ranks (torchrun starts them in sessions of their own)
+        for victim in [*psutil.Process(process.pid).children(recursive=True), process]:
+            with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
+                victim.send_signal(signal.SIGKILL)
+        process.wait()
+    assert not Path(config.run.checkpoint).exists()
+    kept = sorted(p.name for p in folder.glob("update-*"))
+    assert kept and kept[-1] >= "update-000002"
+
+    rerun = launch(config)
+    text = rerun.log_path.read_text()
+    assert "continuing after update" in text, text[-2000:]
+    assert not folder.exists()  # published: removed
+    for column in ("update", "loss", "loss_sel", "loss_ret", "num_selected"):
+        torch.testing.assert_close(
+            torch.tensor(rerun.metrics[column].to_numpy(), dtype=torch.float64),
+            torch.tensor(whole.metrics[column].to_numpy(), dtype=torch.float64),
+            rtol=1e-6,
+            atol=1e-7,
+        )
+    a, b = weights(whole.checkpoint.path), weights(rerun.checkpoint.path)
+    for key in a:
+        torch.testing.assert_close(b[key], a[key], rtol=1e-5, atol=1e-6)

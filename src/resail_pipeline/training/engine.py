@@ -10,8 +10,10 @@ student with AdamW (a client torch optimiser under DeepSpeed too) and offers the
   by the world size, so that the engines' gradient *average* over ranks is the global sum;
 - ``engine.step()``: clip, AdamW step, zero the gradients; returns the pre-clip gradient norm;
 - ``engine.training_state()`` / ``engine.load_training_state(...)``: the student's weights and
-  AdamW's state as flat tensors, for a killed run's rerun to continue from (one process and DDP,
-  ``engine.resumable``; not DeepSpeed, whose optimiser state is partitioned over the ranks).
+  AdamW's state as flat tensors, for a killed run's rerun to continue from (one process and DDP);
+  under DeepSpeed, whose optimiser state is partitioned over the ranks, ``engine.save_state`` /
+  ``engine.load_state`` write and read DeepSpeed's own checkpoint of every rank's partition
+  (``engine.collective_state``). Either way ``engine.resumable``.
 
 Every rank must run the same number of micro-batches per update (collectives are matched).
 
@@ -30,6 +32,7 @@ import os
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -185,8 +188,24 @@ class Engine(ABC):
         """
         return None
 
-    #: whether :meth:`training_state` and :meth:`load_training_state` work
+    #: whether a killed run's rerun can continue from this engine's state
     resumable: bool = False
+    #: whether that state is every rank's own (:meth:`save_state`, :meth:`load_state`, called by
+    #: every rank) rather than one flat copy (:meth:`training_state`, rank 0's)
+    collective_state: bool = False
+
+    def save_state(self, folder: Path) -> None:
+        """Write this rank's share of the state into ``folder`` (every rank calls it)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no per-rank state")
+
+    def load_state(self, folder: Path) -> None:
+        """Read what :meth:`save_state` wrote into ``folder`` (every rank calls it)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no per-rank state")
+
+    def barrier(self) -> None:
+        """Wait for every rank (nothing in one process)."""
+        if self.world_size > 1:
+            barrier(self.device)
 
     def training_state(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
         """What a rerun needs to continue from here: the student's weights (``model.*``) and
@@ -412,6 +431,26 @@ class DeepSpeedEngine(Engine):
             for name, parameter in self.inner.model.named_parameters():
                 with deepspeed.zero.GatheredParameters([parameter], modifier_rank=None):
                     target[name].copy_(parameter.data)
+
+    #: DeepSpeed's own checkpoint of every rank's partition of the weights and the optimiser
+    resumable = True
+    collective_state = True
+    #: the tag DeepSpeed files the state under
+    STATE_TAG = "engine"
+
+    def save_state(self, folder: Path) -> None:
+        self.module.save_checkpoint(str(folder), tag=self.STATE_TAG, save_latest=False)
+
+    def load_state(self, folder: Path) -> None:
+        path, _ = self.module.load_checkpoint(
+            str(folder),
+            tag=self.STATE_TAG,
+            load_optimizer_states=True,
+            load_lr_scheduler_states=False,
+            load_module_only=False,
+        )
+        if path is None:
+            raise RuntimeError(f"{folder}: DeepSpeed found no state to load")
 
     def consolidated_state_dict(self) -> dict[str, Tensor] | None:
         if self._stage != 3:

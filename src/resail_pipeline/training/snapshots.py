@@ -5,7 +5,10 @@ killed at its last update starts again from the first. After every ``snapshot_ev
 rank 0 writes the run's state to ``run.snapshots``:
 
 - ``state.safetensors``: the student's weights and AdamW's per-parameter state
-  (:meth:`~resail_pipeline.training.engine.Engine.training_state`);
+  (:meth:`~resail_pipeline.training.engine.Engine.training_state`); under DeepSpeed, whose
+  optimiser state is partitioned over the ranks, DeepSpeed's own checkpoint instead, each rank
+  writing its partition into the same folder (:meth:`~.engine.Engine.save_state`; the folder must
+  be on a filesystem every node sees);
 - ``state.json``: the run's key, the updates done, AdamW's parameter groups, the update records
   so far and the other rows the run has kept so far (the probe's; the GUI trainer's monitored
   accuracy).
@@ -20,7 +23,6 @@ the run is stateful across updates: every random draw of update ``u`` is seeded 
 ``(schedule.seed, u)``, so a continued run takes the same batches, responses and selections as an
 uninterrupted one, and ends with the same weights to the rounding of the processor.
 
-DeepSpeed partitions AdamW's state over the ranks: no snapshots are taken under it (logged).
 The text trainer (:mod:`resail_pipeline.training.run`) and the GUI trainer
 (:mod:`resail_pipeline.gui.train`) both keep their runs' snapshots here.
 """
@@ -72,14 +74,13 @@ class KeptRows(Protocol):
 
 def keeps_snapshots(folder: str, engine: Engine, kind: str) -> bool:
     """Whether a run asked to keep snapshots in ``folder`` (empty: not asked) can, under
-    ``engine`` (of configured ``kind``); where it gives no state to keep (DeepSpeed), the log
-    says so."""
+    ``engine`` (of configured ``kind``); where it gives no state to keep, the log says so."""
     if not folder:
         return False
     if not engine.resumable:
         logger.info(
-            "snapshots: none under %s (its optimiser state is partitioned over the ranks); a "
-            "rerun of a killed run starts from its first update",
+            "snapshots: none under %s (it gives no state to keep); a rerun of a killed run "
+            "starts from its first update",
             kind,
         )
         return False
@@ -169,7 +170,10 @@ class Snapshots:
                 latest,
             )
             return 0, []
-        self.engine.load_training_state(load_file(latest / TENSORS_FILE), state["optimizer"])
+        if self.engine.collective_state:
+            self.engine.load_state(latest)
+        else:
+            self.engine.load_training_state(load_file(latest / TENSORS_FILE), state["optimizer"])
         records = [self.read_record(r) for r in state["records"]]
         if self.probe is not None:
             self.probe.restore_rows([tuple(row) for row in state["probe"]])
@@ -185,10 +189,39 @@ class Snapshots:
         """Take a snapshot if ``done`` updates call for one (rank 0 writes; the others pass)."""
         if done % self.every and done != self.updates:
             return
+        if self.engine.collective_state:
+            self._take_collectively(done, records)
+            return
         if self.engine.rank != 0:  # the state is the same on every rank
             return
         tensors, optimizer = self.engine.training_state()
-        state = {
+        target = self.folder / f"{_PREFIX}{done:06d}"
+        with atomic_path(target) as staging:
+            staging.mkdir()
+            save_file(tensors, staging / TENSORS_FILE)
+            (staging / STATE_FILE).write_text(json.dumps(self._state(done, records, optimizer)))
+        self._keep_only(target)
+
+    def _take_collectively(self, done: int, records: Sequence[Any]) -> None:
+        """Every rank writes its partition into one staging folder; rank 0 then adds the run's
+        state and renames the folder into place."""
+        target = self.folder / f"{_PREFIX}{done:06d}"
+        staging = self.folder / f".{target.name}.partial"  # one name that every rank knows
+        if self.engine.rank == 0:
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir(parents=True)
+        self.engine.barrier()
+        self.engine.save_state(staging)
+        self.engine.barrier()
+        if self.engine.rank == 0:
+            (staging / STATE_FILE).write_text(json.dumps(self._state(done, records, None)))
+            shutil.rmtree(target, ignore_errors=True)
+            staging.rename(target)
+            self._keep_only(target)
+        self.engine.barrier()
+
+    def _state(self, done: int, records: Sequence[Any], optimizer: Any) -> dict[str, Any]:
+        return {
             "key": self.key,
             "updates": done,
             "optimizer": optimizer,
@@ -197,11 +230,8 @@ class Snapshots:
             ],
             "probe": [] if self.probe is None else [list(row) for row in self.probe.rows],
         }
-        target = self.folder / f"{_PREFIX}{done:06d}"
-        with atomic_path(target) as staging:
-            staging.mkdir()
-            save_file(tensors, staging / TENSORS_FILE)
-            (staging / STATE_FILE).write_text(json.dumps(state))
+
+    def _keep_only(self, target: Path) -> None:
         for other in self.folder.glob(f"{_PREFIX}*"):  # older ones, and another run's
             if other != target:
                 shutil.rmtree(other, ignore_errors=True)
