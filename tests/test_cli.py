@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
+from pyarrow.lib import ArrowException
 
 from resail_pipeline.checkpoints import CheckpointError
 from resail_pipeline.cli import one_line_errors
@@ -72,11 +73,28 @@ def test_a_user_error_wrapped_by_kedros_dataset_loading_is_unwrapped():
     assert isinstance(CliRunner().invoke(one_line_errors(other), []).exception, DatasetError)
 
 
+def _not_parquet() -> Exception:
+    """What pyarrow raises reading a file that is no Parquet (a disk filled mid-write)."""
+    import tempfile
+
+    import pyarrow.parquet as pq
+
+    with tempfile.NamedTemporaryFile(suffix=".parquet") as file:
+        file.write(b"not a parquet file")
+        file.flush()
+        try:
+            pq.read_table(file.name)
+        except ArrowException as error:
+            return error
+    raise AssertionError("pyarrow read a file that is no Parquet")
+
+
 @pytest.mark.parametrize(
     "cause",
     [
         SchemaError("trajectories: missing column(s) ['success']"),
         PermissionError(13, "Permission denied", "data/07_model_output/x/eval_results.parquet"),
+        _not_parquet(),
     ],
 )
 def test_a_dataset_file_that_breaks_its_schema_or_cannot_be_written_is_one_line(cause):
@@ -86,7 +104,7 @@ def test_a_dataset_file_that_breaks_its_schema_or_cannot_be_written_is_one_line(
     def fake_run() -> None:  # fake: a node's dataset failing as Kedro reports it
         try:
             raise cause
-        except (SchemaError, OSError) as error:
+        except (SchemaError, OSError, ArrowException) as error:
             raise DatasetError(
                 "Failed while saving data to dataset AtomicParquetDataset(filepath=data/x.parquet)."
                 f"\n{error}"

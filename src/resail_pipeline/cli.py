@@ -10,7 +10,8 @@ value and what is allowed, and exit with status 2, instead of a page of tracebac
 positive integer (both checked before a session starts), and
 such an error raised while Kedro loads or saves a dataset (it arrives wrapped in Kedro's
 ``DatasetError``), and a table that breaks its schema or a file that cannot be read or written
-there (``SchemaError``, ``OSError``: one line naming the dataset and what is wrong), or in a
+there (``SchemaError``, ``OSError``, pyarrow's errors of a file that is no Parquet: one line
+naming the dataset and what is wrong), or in a
 node (a table a node reads that breaks its schema, a staging folder it cannot write: one line
 naming the file). Every other error keeps its traceback: a ``ValueError`` from a node is a defect
 of the code or of data no check anticipated, and where it was raised is what a report of it
@@ -29,6 +30,7 @@ from typing import Any
 import click
 from kedro.framework.cli.project import run as kedro_run
 from kedro.io import DatasetError
+from pyarrow.lib import ArrowException
 
 from resail_pipeline.checkpoints import CheckpointError
 from resail_pipeline.config import ConfigError
@@ -39,9 +41,10 @@ from resail_pipeline.schemas import SchemaError
 
 #: errors whose message says all a user needs: what to change, and where
 USER_ERRORS = (ConfigError, CheckpointError, EpisodeError)
-#: errors of a dataset's file (a table that breaks its schema, a folder that cannot be written):
-#: one line when Kedro's loading or saving wraps them, with the dataset Kedro names
-FILE_ERRORS = (SchemaError, OSError)
+#: errors of a dataset's file (a table that breaks its schema, a folder that cannot be written,
+#: a file that is no Parquet): one line when Kedro's loading or saving wraps them, with the
+#: dataset Kedro names
+FILE_ERRORS = (SchemaError, OSError, ArrowException)
 
 
 class UserError(click.ClickException):
