@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import fcntl
 import hashlib
+import json
 import logging
 import os
 import re
@@ -17,6 +18,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +49,14 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
         elif tmp.exists():
             tmp.unlink()
+
+
+def settings_sha256(settings: Any) -> str:
+    """The sha256 (hex) of ``settings`` as JSON with sorted keys, values JSON does not know
+    written with ``str``: the one way a set of settings becomes a key (a journal's folder, a
+    shared cache's folder, a snapshot's key, a game set's folder)."""
+    text = json.dumps(settings, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:

@@ -22,7 +22,6 @@ as JSON strings in a Parquet column; nothing is pickled.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import shutil
@@ -34,7 +33,7 @@ from typing import Any
 import pandas as pd
 
 from resail_pipeline.episodes import Episode, EpisodeSpec, StepRecord
-from resail_pipeline.io import atomic_path
+from resail_pipeline.io import atomic_path, settings_sha256
 from resail_pipeline.prompts import Summary
 
 __all__ = ["EpisodeJournal", "journal_key"]
@@ -51,8 +50,7 @@ PART_COLUMNS = ("traj_id", "episode", "seconds")
 def journal_key(**fields: Any) -> str:
     """12 hex digits of the sha256 of ``fields`` as sorted JSON: what a journal folder's name
     carries of the settings that decide its episodes."""
-    text = json.dumps(fields, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
+    return settings_sha256(fields)[:12]
 
 
 def episode_to_json(episode: Episode) -> str:

@@ -78,7 +78,7 @@ from resail_pipeline.envs.alfworld import (
     split_dir,
     split_games,
 )
-from resail_pipeline.io import ProcessLock, atomic_path, sha256_file
+from resail_pipeline.io import ProcessLock, atomic_path, settings_sha256, sha256_file
 
 logger = logging.getLogger(__name__)
 
@@ -186,8 +186,7 @@ def default_root(config: GameGenConfig | None = None) -> Path:
     set): a folder of :data:`DEFAULT_ROOT` named by the first 12 hex digits of the sha256 of
     :meth:`GameGenConfig.drawing` as sorted JSON. Sets drawn with other settings (8 receptacles a
     game, say) lie beside it, and counts that grow extend the set in place."""
-    drawing = json.dumps((config or GameGenConfig()).drawing(), sort_keys=True)
-    return DEFAULT_ROOT / hashlib.sha256(drawing.encode()).hexdigest()[:12]
+    return DEFAULT_ROOT / settings_sha256((config or GameGenConfig()).drawing())[:12]
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,6 @@ The text trainer (:mod:`resail_pipeline.training.run`) and the GUI trainer
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import os
@@ -41,7 +40,7 @@ from typing import Any, Protocol
 
 from safetensors.torch import load_file, save_file
 
-from resail_pipeline.io import atomic_path
+from resail_pipeline.io import atomic_path, settings_sha256
 from resail_pipeline.training.config import TrainConfig
 from resail_pipeline.training.engine import Engine
 from resail_pipeline.training.records import UpdateRecord
@@ -90,12 +89,9 @@ def keeps_snapshots(folder: str, engine: Engine, kind: str) -> bool:
 def settings_key(settings: dict[str, Any], world_size: int, inputs: dict[str, str]) -> str:
     """What a snapshot must have been taken under to be continued: ``settings`` (a run's
     configuration without its output paths), the world size and the inputs' sha256."""
-    text = json.dumps(
-        {"config": settings, "world_size": world_size, "inputs": dict(sorted(inputs.items()))},
-        sort_keys=True,
-        default=str,
+    return settings_sha256(
+        {"config": settings, "world_size": world_size, "inputs": dict(sorted(inputs.items()))}
     )
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def run_key(config: TrainConfig, world_size: int, inputs: dict[str, str]) -> str:

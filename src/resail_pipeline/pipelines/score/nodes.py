@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -12,6 +10,7 @@ import pandas as pd
 
 from resail_pipeline.config import build, check_int
 from resail_pipeline.devices import in_shards, off_process
+from resail_pipeline.io import settings_sha256
 from resail_pipeline.pipelines.common import RunConfig, policy_info
 from resail_pipeline.schemas import empty_table
 from resail_pipeline.training import TrainConfig, sample_responses, usable_steps
@@ -65,8 +64,7 @@ def cycle_start_key(
             k: v for k, v in asdict(run).items() if k not in ("method", "experiment", "staging_dir")
         },
     }
-    text = json.dumps(settings, sort_keys=True, default=str)
-    return f"{view}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+    return f"{view}-{settings_sha256(settings)[:12]}"
 
 
 def respond_node(
