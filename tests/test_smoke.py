@@ -6,6 +6,7 @@ cycle 1. Then the report is written and the exploration notebook executes top to
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 KEDRO = [sys.executable, "-m", "kedro"]
@@ -126,6 +128,11 @@ def test_smoke_run_resumes_reports_and_explores(project, execute_notebook):
     for name in FIGURES:
         assert (reporting / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
 
+    # 3b. every run is in the MLflow store (the tracking extra): its parameters, the losses of
+    # every update and the success of every cycle, the report's figures
+    if importlib.util.find_spec("mlflow") is not None:
+        _check_tracking(project, cycles=3)
+
     # 4. the notebook executes top to bottom on the smoke data
     notebook = execute_notebook(
         project / "notebooks" / "explore_cycle.ipynb",
@@ -165,3 +172,27 @@ def test_an_alfworld_smoke_run_builds_its_policy_and_evaluates_id_and_ood(projec
     assert report.returncode == 0, report.stderr[-3000:]
     table = (project / "data" / "08_reporting" / "alfworld-smoke" / "main_results.md").read_text()
     assert "ALFWorld (ID)" in table and "ALFWorld (OOD)" in table and "Cycle 3" in table
+
+
+def _check_tracking(project: Path, cycles: int) -> None:
+    """The smoke runs' MLflow store holds what tracking.py says it logs."""
+    import mlflow
+
+    params = yaml.safe_load((project / "conf" / "smoke" / "parameters.yml").read_text())
+    updates = params["train"]["schedule"]["updates"]
+    client = mlflow.MlflowClient(f"sqlite:///{project / 'data' / '09_tracking' / 'mlflow.db'}")
+    (experiment,) = client.search_experiments(filter_string="name = 'resail-pipeline'")
+    runs = client.search_runs([experiment.experiment_id])
+    # the killed cycle run (never ended), the one that continued it, the report
+    assert sorted(r.info.status for r in runs) == ["FINISHED", "FINISHED", "RUNNING"]
+    assert all(r.data.params["run.method"] == "oel_resail" for r in runs)
+    losses = [m.step for r in runs for m in client.get_metric_history(r.info.run_id, "train/loss")]
+    assert sorted(losses) == list(range(cycles * updates))
+    success = {
+        m.step
+        for r in runs
+        for m in client.get_metric_history(r.info.run_id, "success/test/ordinary")
+    }
+    assert success == {cycle * updates for cycle in range(cycles + 1)}
+    figures = {a.path for r in runs for a in client.list_artifacts(r.info.run_id, "report")}
+    assert {f"report/{name}.png" for name in FIGURES} <= figures

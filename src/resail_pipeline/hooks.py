@@ -34,6 +34,7 @@ from resail_pipeline.pipelines.parameters import (
     estimate_run_prompts,
 )
 from resail_pipeline.pipelines.score.nodes import cycle_start_key
+from resail_pipeline.tracking import Tracker, TrackingConfig
 
 logger = logging.getLogger(__name__)
 
@@ -163,6 +164,62 @@ class DeviceMemoryHook:
     @hook_impl
     def after_node_run(self, node: Any) -> None:
         release_device_memory()
+
+
+class TrackingHook:
+    """Logs the run to MLflow as it writes its datasets (:mod:`resail_pipeline.tracking`): its
+    parameters when it starts, each cycle's training metrics and evaluation as they are saved,
+    the report's files as artifacts; the MLflow run ends with the Kedro run, failed or not.
+    Registered before :class:`PreflightHook`, so that a run the checks refuse opens none."""
+
+    def __init__(self) -> None:
+        self._tracker: Tracker | None = None
+        self._catalog: Any = None
+        self._updates = 1
+
+    @hook_impl
+    def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
+        params = catalog.load("parameters")
+        config = build(TrackingConfig, dict(params.get("tracking") or {}), "tracking")
+        run = RunConfig.from_params(dict(params["run"]))
+        tag = params.get("data_tag", "")
+        tags = {
+            "kedro.env": str(run_params.get("env")),
+            "pipelines": str(run_params.get("pipeline_names")),
+        }
+        self._tracker = Tracker(config, f"{run.env}{tag}/{run.experiment}", tags)
+        self._catalog = catalog
+        self._updates = int(params["train"]["schedule"]["updates"])
+        self._tracker.log_params(params)
+
+    @hook_impl
+    def after_dataset_saved(self, dataset_name: str, data: Any, node: Any) -> None:
+        tracker = self._tracker
+        if tracker is None or not tracker.active:
+            return
+        namespace, _, name = dataset_name.rpartition(".")
+        if name == "train_metrics" and namespace.startswith("cycle_"):
+            tracker.log_train_metrics(data, int(namespace.removeprefix("cycle_")), self._updates)
+        elif name == "eval_summary" and len(data):
+            tracker.log_eval_summary(data, int(data["cycle"].iloc[0]) * self._updates)
+        elif namespace == "report":
+            path = self._catalog.get(dataset_name)._describe().get("filepath")
+            if path:
+                tracker.log_artifact(path)
+
+    @hook_impl
+    def after_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
+        if self._tracker is not None:
+            self._tracker.end()
+            self._tracker = None
+
+    @hook_impl
+    def on_pipeline_error(
+        self, error: Exception, run_params: dict[str, Any], pipeline: Any, catalog: Any
+    ) -> None:
+        if self._tracker is not None:
+            self._tracker.end(failed=True)
+            self._tracker = None
 
 
 class PreflightHook:

@@ -7,12 +7,15 @@ from resail_pipeline.hooks import (
     NodeTimingHook,
     PreflightHook,
     RunConfigLoader,
+    TrackingHook,
     run_value,
 )
 
+# pluggy calls the last registered first: the checks, then tracking
 HOOKS = (
     NodeTimingHook(),
     DeviceMemoryHook(),
+    TrackingHook(),
     PreflightHook(),
 )
 

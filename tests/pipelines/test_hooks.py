@@ -22,13 +22,17 @@ from resail_pipeline.hooks import (
     NodeTimingHook,
     PreflightHook,
     RunConfigLoader,
+    TrackingHook,
 )
 from resail_pipeline.settings import CONFIG_LOADER_CLASS, HOOKS
 
 
 def test_every_hook_and_the_run_loader_are_registered():
     assert CONFIG_LOADER_CLASS is RunConfigLoader
+    # pluggy calls the last registered first: the checks run before tracking opens a run
+    assert [type(hook) for hook in HOOKS][-2:] == [TrackingHook, PreflightHook]
     assert {type(hook) for hook in HOOKS} == {
+        TrackingHook,
         NodeTimingHook,
         DeviceMemoryHook,
         PreflightHook,

@@ -35,6 +35,7 @@ from resail_pipeline.prompt_budget import (
     check_prompt_budget,
     estimate_prompt_lengths,
 )
+from resail_pipeline.tracking import TrackingConfig
 from resail_pipeline.training import TrainConfig
 from resail_pipeline.training.memory import ModelShape, check_fits, plan_memory
 
@@ -49,6 +50,7 @@ SECTIONS = (
     "evaluate",
     "report",
     "aitz",
+    "tracking",
 )
 #: top-level keys that are no section: the data folder's tag, set on the command line or in an
 #: environment's parameters (the catalog follows it: :class:`~resail_pipeline.hooks.RunConfigLoader`)
@@ -78,6 +80,7 @@ def check_parameters(params: Mapping[str, Any]) -> None:
     TrainConfig.from_dict({**params["train"], "method": run.method}, "train")
     eval_config(dict(params["evaluate"]), run.env)
     build(AitzConfig, dict(params["aitz"]), "aitz")
+    build(TrackingConfig, dict(params["tracking"]), "tracking")
     extra = sorted(set(params["report"]) - set(REPORT_KEYS))
     if extra:
         raise ConfigError(f"report: unknown parameter(s) {extra}; known: {list(REPORT_KEYS)}")
