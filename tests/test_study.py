@@ -210,7 +210,7 @@ def test_a_tier_runs_the_experiments_up_to_it_then_the_report(tmp_path, monkeypa
         calls.append((args[args.index("--pipelines") + 1], (params or {}).get("run")))
         return 0
 
-    monkeypatch.setattr(study, "_kedro", fake_kedro)
+    monkeypatch.setattr(study.runner, "_kedro", fake_kedro)
     (tmp_path / "conf").symlink_to(ROOT / "conf")
     plan = load_plan(ROOT / "conf" / "base" / "study.yml")
     study.run_study(plan, "study", tmp_path, log=tmp_path / "times.csv", tier=1)
@@ -318,7 +318,7 @@ def test_an_evaluated_experiment_is_passed_over_without_a_time_row(tmp_path, mon
         calls.append((params or {}).get("run", {}).get("experiment"))
         return 0
 
-    monkeypatch.setattr(study, "_kedro", fake_kedro)
+    monkeypatch.setattr(study.runner, "_kedro", fake_kedro)
     (tmp_path / "conf").symlink_to(ROOT / "conf")
     plan = load_plan(ROOT / "conf" / "base" / "study.yml")
     cycle = tmp_path / "data" / "07_model_output" / "textcraft-study" / "oel" / "cycle_1"
@@ -367,7 +367,7 @@ def test_a_plan_takes_cycle_0_from_another_folder_once_before_its_runs(tmp_path,
         seen.append(sorted(p.name for p in cycle_0.iterdir()) if cycle_0.is_dir() else [])
         return 0
 
-    monkeypatch.setattr(study, "_kedro", fake_kedro)
+    monkeypatch.setattr(study.runner, "_kedro", fake_kedro)
     plan = load_plan(project / "plan.yml")
     study.run_study(plan, "base", project, log=tmp_path / "times.csv")
     assert seen[0] == ["eval_results.parquet"]  # there before the first run, as the source has it
@@ -618,7 +618,7 @@ def test_a_cell_reruns_with_other_seeds_beside_the_grids_differences(tmp_path, m
             frame.to_parquet(folder / "eval_results.parquet", index=False)
         return 0
 
-    monkeypatch.setattr(study, "_kedro", fake_kedro)
+    monkeypatch.setattr(study.runner, "_kedro", fake_kedro)
     plan = load_plan(ROOT / "conf" / "base" / "study.yml")
     table = study.rerun_cell(plan, "study", project, name="oel_resail", cycle=2, seeds=[5, 6])
 
@@ -677,7 +677,7 @@ def test_an_ablations_cell_reruns_beside_its_full_method_which_is_evaluated_once
             frame.to_parquet(out / folder / "eval_results.parquet", index=False)
         return 0
 
-    monkeypatch.setattr(study, "_kedro", fake_kedro)
+    monkeypatch.setattr(study.runner, "_kedro", fake_kedro)
     plan = load_plan(ROOT / "conf" / "base" / "study.yml")
     study.rerun_cell(plan, "study", project, name="oel_resail", cycle=2, seeds=[5, 6])
     table = study.rerun_cell(
@@ -716,7 +716,7 @@ def test_a_rerun_of_a_cell_the_grid_lacks_fails_before_anything_runs(
     import resail_pipeline.study as study
 
     project, data = _cell_project(tmp_path)
-    monkeypatch.setattr(study, "_kedro", lambda *a, **k: pytest.fail("nothing may run"))
+    monkeypatch.setattr(study.runner, "_kedro", lambda *a, **k: pytest.fail("nothing may run"))
     plan = load_plan(ROOT / "conf" / "base" / "study.yml")
     with pytest.raises(ValueError, match=message):
         study.rerun_cell(plan, "study", project, name=name, cycle=cycle, seeds=seeds)
@@ -809,7 +809,7 @@ def test_a_bad_plan_is_refused_in_one_line_before_anything_runs(
     import resail_pipeline.study as study
 
     project, _ = _cycle_0_project(tmp_path, text)
-    monkeypatch.setattr(study, "_kedro", lambda *a, **k: pytest.fail("nothing may run"))
+    monkeypatch.setattr(study.runner, "_kedro", lambda *a, **k: pytest.fail("nothing may run"))
     before = sorted(tmp_path.rglob("*"))
     with pytest.raises(SystemExit) as exit_:
         study.main(

@@ -1,0 +1,85 @@
+"""A study: several experiments of the cycle pipeline side by side, then one report.
+
+A plan (YAML, ``conf/base/study.yml`` unless the configuration environment has its own) lists the
+experiments; each is ``kedro run --pipelines=cycle --only-missing-outputs`` under its own
+``run.experiment`` with its method, its number of cycles (``RESAIL_CYCLES``) and its parameter
+overrides. The report pipeline then reads every experiment of the environment's data folder.
+Everything a run finishes is kept: killing the study anywhere and starting it again redoes
+nothing finished (the initial policy's evaluation and cycle 1's corpus are shared by all). An
+experiment listed twice with more cycles continues from where the first entry stopped.
+
+Every experiment's wall time goes to ``data/08_reporting/<plan>-<env>.csv``, one row per
+invocation (``started``), with the largest resident memory of any process the study has run so
+far (Linux keeps one maximum over all finished children). A running experiment's row is
+rewritten every minute, so a study killed anywhere (``SIGKILL`` included) keeps the time it spent,
+to the minute: such a row has an empty ``exit_code``. The time of a study interrupted and resumed
+is the sum of its rows. An experiment whose last cycle is already evaluated is passed over without
+starting Kedro, and without a row.
+
+    python -m resail_pipeline.study --env study             # the comparison (make study)
+    python -m resail_pipeline.study --env study --tier 1    # its first tier (make study TIER=1)
+    python -m resail_pipeline.study --env study --plan conf/study/budgets.yml
+
+The plan is checked whole before anything runs or is copied: its YAML, its keys, each experiment's
+method, cycles, tier and name, the data tags (``params.data_tag``, ``cycle_0_from``: folder names,
+never a path out of ``data/``), the folders its runs write (``bootstrap.build_dir``: under
+``data/``) and ``--tier`` (one of the plan's tiers). A refusal is one line naming the field, and
+the exit status is 2.
+
+A plan may take its cycle 0 from another data folder of the same environment (``cycle_0_from:``,
+that folder's data tag): the initial policy's record, reference episodes, fixed Experience, probe
+set and evaluation depend on the policy and the evaluation settings only, so a plan that changes
+neither (a budget check run again at another budget) copies them instead of playing them again.
+They are copied whole, once, into a folder that has none of cycle 0 yet, after the evaluation
+settings the plan sets are checked against the episodes they describe.
+
+A plan may pre-register a rule (``rule:``) that chooses among its candidates once they are
+evaluated, from each one's cycle-1 paired difference from cycle 0 and its 95% interval:
+``largest_harmless`` takes the largest value of ``parameter`` among the ``method``'s experiments
+whose interval has an upper bound >= 0 in every split and view (the first cycle does no
+measurable harm); ``largest_gain`` takes the value whose ordinary view gains most (its mean
+difference over the splits) among those whose ordinary-view interval lies above zero in every
+split (the first cycle teaches), else the largest harmless value, reported as a gain not met.
+The table of every candidate and the choice go to ``data/08_reporting/<folder>/rule.md``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# the ``x as x`` imports: importable from here (the tests import them), not in ``__all__``
+from resail_pipeline.study.cells import EVALUATION_FILES, finished, take_cycle_0
+from resail_pipeline.study.plan import Experiment, Rule, StudyPlan, data_folder, load_plan
+from resail_pipeline.study.plan import plan_path as plan_path
+from resail_pipeline.study.rule import RuleOutcome, apply_rule
+from resail_pipeline.study.rule import write_rule as write_rule
+from resail_pipeline.study.runner import _run as _run
+from resail_pipeline.study.runner import _Segment as _Segment
+from resail_pipeline.study.runner import _write_row as _write_row
+from resail_pipeline.study.runner import rerun_cell, run_study
+
+__all__ = [
+    "EVALUATION_FILES",
+    "Experiment",
+    "Rule",
+    "RuleOutcome",
+    "StudyPlan",
+    "apply_rule",
+    "data_folder",
+    "finished",
+    "load_plan",
+    "main",
+    "rerun_cell",
+    "run_study",
+    "take_cycle_0",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # ``main`` is imported on first use: importing ``__main__`` with the package would make
+    # ``python -m resail_pipeline.study`` warn that it is loaded already
+    if name == "main":
+        from resail_pipeline.study.__main__ import main
+
+        return main
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,173 @@
+"""The data folder's cells: whether an experiment is evaluated, cycle 0 taken from another
+folder, and a cell's paired differences in the grid beside those of its rerun."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from resail_pipeline.config import ConfigError
+from resail_pipeline.io import atomic_path
+from resail_pipeline.study.plan import Experiment, StudyPlan, data_folder
+
+logger = logging.getLogger(__name__)
+
+
+#: what the evaluation of a cycle writes, under ``07_model_output/<folder>/<experiment>/cycle_<r>``
+#: (the catalog's ``eval_*`` datasets): the last node of the cycle pipeline
+EVALUATION_FILES = ("eval_results.parquet", "eval_summary.parquet", "eval_steps.parquet")
+
+
+def finished(experiment: Experiment, outputs: Path) -> bool:
+    """Whether every evaluation file of ``experiment``'s last cycle is under ``outputs`` (the data
+    folder of ``07_model_output``): its run would have nothing left to do."""
+    cycle = outputs / experiment.name / f"cycle_{experiment.cycles}"
+    return all((cycle / name).is_file() for name in EVALUATION_FILES)
+
+
+#: what a cell's evaluation reads besides its checkpoints: the initial policy and the fixed
+#: Experience of cycle 0, per data layer
+_SHARED_INPUTS = (
+    ("06_models", "shared/cycle_0"),
+    ("03_primary", "shared/cycle_0/experience.parquet"),
+)
+#: all of cycle 0, per data layer: the initial policy's record, its reference episodes, the
+#: fixed Experience, the probe set and the initial policy's evaluation
+_CYCLE_0 = tuple(
+    (layer, "shared/cycle_0")
+    for layer in ("02_intermediate", "03_primary", "04_feature", "06_models", "07_model_output")
+)
+#: the evaluation settings a plan may set, and the column of ``eval_results`` each one decides
+_EVALUATION_COLUMNS = {
+    "evaluate.splits": "split",
+    "evaluate.views": "view",
+    "evaluate.decoding_seeds": "decoding_seed",
+}
+
+
+def _copy_missing(data: Path, parts: Sequence[tuple[str, str]], source: str, target: str) -> None:
+    """Copy each ``(layer, part)`` of ``data/<layer>/<source>`` to ``data/<layer>/<target>``
+    where it is missing there, each moved into place whole."""
+    for layer, part in parts:
+        destination = data / layer / target / part
+        origin = data / layer / source / part
+        if destination.exists() or not origin.exists():
+            continue
+        with atomic_path(destination) as tmp:
+            (shutil.copytree if origin.is_dir() else shutil.copy2)(origin, tmp)
+
+
+def take_cycle_0(plan: StudyPlan, env: str, project: Path) -> bool:
+    """Copy cycle 0 of the folder ``plan.cycle_0_from`` names into the plan's own, if the plan
+    names one and its own folder has none of cycle 0 yet (see the module notes). Returns whether
+    it copied.
+
+    Raises:
+        ConfigError: the source folder has no evaluated cycle 0, or its episodes were played with
+            other splits, views, decoding seeds or numbers of tasks than the plan sets.
+    """
+    if plan.cycle_0_from is None:
+        return False
+    run_env, tag = data_folder(plan, env, project)
+    data = project / "data"
+    if any((data / layer / f"{run_env}{tag}" / part).exists() for layer, part in _CYCLE_0):
+        return False
+    source = f"{run_env}{plan.cycle_0_from}"
+    results = data / "07_model_output" / source / "shared" / "cycle_0" / "eval_results.parquet"
+    if not results.is_file():
+        raise ConfigError(f"cycle_0_from: {results}: missing; that folder has no evaluated cycle 0")
+    played = pd.read_parquet(results, columns=[*_EVALUATION_COLUMNS.values(), "task_id"])
+    for key, column in _EVALUATION_COLUMNS.items():
+        values = sorted(played[column].unique().tolist())
+        if key in plan.params and values != sorted(plan.params[key]):
+            raise ConfigError(
+                f"cycle_0_from: {results}: played with {column} {values}, the plan's {key} is "
+                f"{plan.params[key]}"
+            )
+    tasks = {split: int(n) for split, n in played.groupby("split")["task_id"].nunique().items()}
+    wanted = plan.params.get("evaluate.num_tasks")
+    if wanted is not None and set(tasks.values()) != {wanted}:
+        raise ConfigError(
+            f"cycle_0_from: {results}: played on {tasks} tasks per split, the plan's "
+            f"evaluate.num_tasks is {wanted}"
+        )
+    _copy_missing(data, _CYCLE_0, source, f"{run_env}{tag}")
+    logger.info("study: cycle 0 taken from %s", source)
+    return True
+
+
+def _cell_names(plan: StudyPlan, name: str) -> list[Experiment]:
+    """The plan's experiment ``name`` after the one the report compares it with at the same
+    cycle, where there is one: a ReSAIL variant's parent, an ablation's full method (the
+    experiment named after its method)."""
+    from resail_pipeline.evaluation.report import comparisons
+
+    entries = {e.name: e for e in plan.experiments}  # the last entry: the most cycles
+    if name not in entries:
+        raise ConfigError(f"--rerun: no experiment {name!r} in the plan; it has {sorted(entries)}")
+    against = dict(comparisons({name: entries[name].method})).get(name)
+    names = [name] if against is None else [against, name]
+    missing = [n for n in names if n not in entries]
+    if missing:
+        raise ConfigError(f"--rerun: {name!r} is compared with {missing[0]!r}, not in the plan")
+    return [entries[n] for n in names]
+
+
+def _cell_results(outputs: Path, names: Sequence[str], cycle: int) -> pd.DataFrame:
+    """The ``eval_results`` of the initial policy and of ``names`` at ``cycle`` in ``outputs``,
+    with their ``experiment``."""
+    frames = [pd.read_parquet(outputs / "shared" / "cycle_0" / "eval_results.parquet")]
+    frames[0]["experiment"] = "shared"
+    for name in names:
+        frame = pd.read_parquet(outputs / name / f"cycle_{cycle}" / "eval_results.parquet")
+        frames.append(frame.assign(experiment=name))
+    return pd.concat(frames, ignore_index=True)
+
+
+def compare_cells(grid: pd.DataFrame, rerun: pd.DataFrame) -> pd.DataFrame:
+    """The paired differences of a cell's comparisons in the grid and in its rerun, side by side.
+
+    Both are ``eval_results`` of the initial policy and the cell's experiments, with their
+    ``experiment``; each gives every comparison the report makes (each experiment against the
+    initial policy, the ReSAIL variant against its parent, an ablation against its full method) per
+    benchmark and view, with its 95% interval over tasks and the decoding seeds it was measured over.
+    """
+    from resail_pipeline.evaluation.report import paired_differences_table
+
+    keys = ["Comparison", "Benchmark", "View", "Cycle"]
+    sides = []
+    for frame, side in ((grid, "grid"), (rerun, "rerun")):
+        table = paired_differences_table(frame, source=side).drop(columns="Tasks")
+        seeds = ", ".join(str(s) for s in sorted(frame["decoding_seed"].unique()))
+        sides.append(
+            table.rename(
+                columns={
+                    "Difference (pp)": f"{side}: seeds {seeds} (pp)",
+                    "95% CI (pp)": f"{side}: 95% CI (pp)",
+                }
+            )
+        )
+    order = pd.concat([side[keys] for side in sides]).drop_duplicates()  # the report's order
+    return order.merge(sides[0], on=keys, how="left").merge(sides[1], on=keys, how="left")
+
+
+def _write_comparison(table: pd.DataFrame, reporting: Path, names: list[str], cycle: int) -> None:
+    from resail_pipeline.evaluation.report import table_to_markdown
+
+    reporting.mkdir(parents=True, exist_ok=True)
+    stem = f"rerun-{names[-1]}-cycle_{cycle}"  # one pair per cell: cells of one folder keep theirs
+    with atomic_path(reporting / f"{stem}.csv") as tmp:
+        table.to_csv(tmp, index=False)
+    text = (
+        f"# Cycle {cycle} of {', '.join(names)}, evaluated again\n\n"
+        "Paired differences in success (percentage points), 95% percentile-bootstrap intervals "
+        "over tasks: the grid's beside the rerun's, each column naming its decoding seeds.\n\n"
+        f"{table_to_markdown(table, float_format='+.1f')}\n"
+    )
+    with atomic_path(reporting / f"{stem}.md") as tmp:
+        tmp.write_text(text)
+    logger.info("rerun: %s", reporting / f"{stem}.md")

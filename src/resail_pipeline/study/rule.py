@@ -1,0 +1,113 @@
+"""The rule a plan pre-registers: its choice among the candidates once they are evaluated, and
+the table of every candidate written beside the report."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from resail_pipeline.io import atomic_path
+from resail_pipeline.study.plan import StudyPlan
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RuleOutcome:
+    """What a plan's rule found: every candidate's differences, the choice, and whether the
+    choice met the rule's aim (``largest_gain``: a gain; ``largest_harmless``: no harm)."""
+
+    # one row per candidate, split and view: difference, low, high (points), tasks, harmless, gain
+    table: pd.DataFrame
+    chosen: float | None
+    met: bool
+
+
+def apply_rule(plan: StudyPlan, outputs: Path) -> RuleOutcome:
+    """Every candidate's cycle-1 paired difference from cycle 0, and the rule's choice.
+
+    Args:
+        plan: a plan with a rule.
+        outputs: the data folder's model outputs (``data/07_model_output/<env><data_tag>``).
+
+    Returns:
+        One row per candidate, split and view (``difference``, ``low``, ``high`` in percentage
+        points, ``tasks``, ``harmless``: upper bound >= 0, ``gain``: lower bound > 0), the chosen
+        value (``None`` when no candidate is harmless) and whether it met the rule's aim.
+    """
+    from resail_pipeline.evaluation.stats import paired_difference
+
+    if plan.rule is None:
+        raise ValueError("plan: has no rule")
+    baseline = pd.read_parquet(outputs / "shared" / "cycle_0" / "eval_results.parquet")
+    rows = []
+    for experiment, value in plan.candidates():
+        results = pd.read_parquet(outputs / experiment.name / "cycle_1" / "eval_results.parquet")
+        for (split, view), group in results.groupby(["split", "view"], sort=True):
+            base = baseline[(baseline["split"] == split) & (baseline["view"] == view)]
+            d = paired_difference(group, base)
+            rows.append(
+                {
+                    "experiment": experiment.name,
+                    plan.rule.parameter: value,
+                    "split": split,
+                    "view": view,
+                    "difference": 100 * d["difference"],
+                    "low": 100 * d["low"],
+                    "high": 100 * d["high"],
+                    "tasks": d["tasks"],
+                    "harmless": d["high"] >= 0,
+                    "gain": d["low"] > 0,
+                }
+            )
+    table = pd.DataFrame(rows)
+    by_value = table.groupby(plan.rule.parameter)
+    harmless = by_value["harmless"].all()
+    largest_harmless = float(harmless[harmless].index.max()) if harmless.any() else None
+    if plan.rule.choose == "largest_harmless":
+        return RuleOutcome(table, largest_harmless, largest_harmless is not None)
+    ordinary = table[table["view"] == "ordinary"].groupby(plan.rule.parameter)
+    if ordinary.ngroups == 0:
+        raise ValueError("largest_gain: the candidates were not evaluated in the ordinary view")
+    gains = ordinary["difference"].mean()[ordinary["gain"].all()]
+    if gains.empty:
+        return RuleOutcome(table, largest_harmless, met=False)
+    return RuleOutcome(table, float(gains.idxmax()), met=True)
+
+
+def write_rule(plan: StudyPlan, outputs: Path, reporting: Path) -> RuleOutcome:
+    """Apply the plan's rule; write every candidate and the choice to ``reporting/rule.md``."""
+    from resail_pipeline.evaluation.report import table_to_markdown
+
+    outcome = apply_rule(plan, outputs)
+    table, chosen, rule = outcome.table, outcome.chosen, plan.rule
+    # the candidates' values as written (a learning rate is not a one-decimal figure)
+    shown = table.assign(**{rule.parameter: table[rule.parameter].map(lambda v: f"{v:g}")})
+    smallest = f"{table[rule.parameter].min():g}"
+    if rule.choose == "largest_gain" and outcome.met:
+        verdict = f"chosen: {rule.parameter} = {chosen:g}, a gain in the ordinary view"
+    elif rule.choose == "largest_gain" and chosen is not None:
+        verdict = (
+            f"no candidate gains in the ordinary view (the aim is not met); chosen, the largest "
+            f"harmless: {rule.parameter} = {chosen:g}"
+        )
+    elif chosen is not None:
+        verdict = f"chosen: {rule.parameter} = {chosen:g}"
+    elif rule.choose == "largest_gain":
+        verdict = f"no candidate gains and none is harmless; the smallest, {smallest}, is harmful"
+    else:
+        verdict = f"no candidate is harmless; the smallest, {smallest}, is harmful"
+    text = (
+        f"# Rule `{rule.choose}` over {rule.method}'s {rule.parameter}\n\n"
+        "Paired difference of cycle 1 from cycle 0 in percentage points, 95% bootstrap interval "
+        "over tasks; harmless: upper bound >= 0; gain: lower bound > 0.\n\n"
+        f"{table_to_markdown(shown, float_format='.1f')}\n\n{verdict}\n"
+    )
+    reporting.mkdir(parents=True, exist_ok=True)
+    with atomic_path(reporting / "rule.md") as tmp:
+        Path(tmp).write_text(text)
+    logger.info("study: %s", verdict)
+    return outcome

@@ -1,0 +1,254 @@
+"""Running a plan through Kedro subprocesses (``kedro run`` per experiment, then the report, or
+the evaluations of one cell again), each experiment's wall time to the time table."""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import json
+import logging
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from resail_pipeline.config import ConfigError, check_int
+from resail_pipeline.io import atomic_path, tied_to_this_process
+from resail_pipeline.study.cells import (
+    _SHARED_INPUTS,
+    _cell_names,
+    _cell_results,
+    _copy_missing,
+    _write_comparison,
+    compare_cells,
+    finished,
+    take_cycle_0,
+)
+from resail_pipeline.study.plan import Experiment, StudyPlan, data_folder, nest
+from resail_pipeline.study.rule import write_rule
+
+logger = logging.getLogger(__name__)
+
+#: how often a running experiment's time row is rewritten, in seconds
+HEARTBEAT_S = 60.0
+
+
+def _run(
+    command: Sequence[str],
+    project: Path,
+    env: Mapping[str, str],
+    heartbeat: Callable[[], None] | None = None,
+    every: float = HEARTBEAT_S,
+) -> int:
+    """Run ``command`` to its end; call ``heartbeat`` every ``every`` seconds while it runs."""
+    # the child dies with this process, however it dies: a killed runner leaves no run holding
+    # the experiment's lock (and its trainer dies with it in turn)
+    process = subprocess.Popen(
+        list(command), cwd=project, env=dict(env), preexec_fn=tied_to_this_process()
+    )
+    while True:
+        try:
+            return process.wait(timeout=every if heartbeat is not None else None)
+        except subprocess.TimeoutExpired:
+            heartbeat()
+
+
+def _kedro(
+    args: Sequence[str],
+    project: Path,
+    params: Mapping[str, Any] | None = None,
+    cycles: int | None = None,
+    heartbeat: Callable[[], None] | None = None,
+) -> int:
+    """``python -m kedro <args>`` in ``project``; ``params`` go through a run configuration file
+    (``kedro run --config``), which carries lists and strings as YAML (``--params`` splits its
+    value at every comma)."""
+    env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "true"}
+    if cycles is not None:
+        env["RESAIL_CYCLES"] = str(cycles)
+    with tempfile.TemporaryDirectory(prefix="resail-study-") as folder:
+        command = [sys.executable, "-m", "kedro", *args]
+        if params:
+            config = Path(folder) / "run.yml"
+            config.write_text(yaml.safe_dump({"run": {"params": dict(params)}}, sort_keys=False))
+            command += ["--config", str(config)]
+            logger.info("parameters: %s", json.dumps(params, sort_keys=True))
+        logger.info("%s%s", f"RESAIL_CYCLES={cycles} " if cycles else "", " ".join(command[1:]))
+        return _run(command, project, env, heartbeat)
+
+
+def _peak_rss_gib() -> float:
+    """The largest resident memory of any finished child process so far, in GiB."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # KiB on Linux
+
+
+def _write_row(
+    path: Path, row: Mapping[str, Any], key: Sequence[str] = ("experiment", "started")
+) -> None:
+    """Put ``row`` in the CSV at ``path`` (header on creation), in place of the row with the same
+    ``key`` values if there is one, else at the end; the file is rewritten atomically."""
+    rows = []
+    if path.is_file():
+        with path.open(newline="") as handle:
+            rows = list(csv.DictReader(handle))
+    text = {k: str(v) for k, v in row.items()}
+    same = [i for i, old in enumerate(rows) if all(old.get(k) == text[k] for k in key)]
+    if same:
+        rows[same[0]] = text
+    else:
+        rows.append(text)
+    with atomic_path(path) as tmp, tmp.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(row))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+@dataclass
+class _Segment:
+    """One invocation's run of an experiment: its row of the time log."""
+
+    log: Path
+    experiment: Experiment
+    started: str = field(
+        default_factory=lambda: datetime.datetime.now().isoformat(timespec="milliseconds")
+    )
+    start: float = field(default_factory=time.monotonic)
+
+    def record(self, code: int | str = "") -> None:
+        """Write the row as it stands: ``code`` the exit status, empty while it runs."""
+        _write_row(
+            self.log,
+            {
+                "experiment": self.experiment.name,
+                "method": self.experiment.method,
+                "cycles": self.experiment.cycles,
+                "started": self.started,
+                "seconds": round(time.monotonic() - self.start, 1),
+                "peak_rss_gib": round(_peak_rss_gib(), 2),
+                "exit_code": code,
+                "finished": time.strftime("%Y-%m-%dT%H:%M:%S") if code != "" else "",
+            },
+        )
+
+
+def run_study(
+    plan: StudyPlan, env: str, project: Path, *, log: Path, tier: int | None = None
+) -> None:
+    """Run the experiments of ``plan`` in order (those of tiers up to ``tier``; ``None``: all),
+    then the report; raise on the first failure.
+
+    Raises:
+        ConfigError: ``tier`` is none of the plan's tiers (before anything runs).
+    """
+    if tier is not None and tier not in plan.tiers:
+        raise ConfigError(f"--tier: the plan's tiers are {plan.tiers}, got {tier}")
+    experiments = [e for e in plan.experiments if tier is None or e.tier <= tier]
+    if len(experiments) < len(plan.experiments):
+        logger.info(
+            "study: tiers up to %d, %d of the plan's %d experiments",
+            tier,
+            len(experiments),
+            len(plan.experiments),
+        )
+    outputs = project / "data" / "07_model_output" / "".join(data_folder(plan, env, project))
+    take_cycle_0(plan, env, project)
+    for k, experiment in enumerate(experiments, start=1):
+        if finished(experiment, outputs):
+            logger.info(
+                "study: experiment %d/%d %s, %d cycles: evaluated already",
+                k,
+                len(experiments),
+                experiment.name,
+                experiment.cycles,
+            )
+            continue
+        logger.info(
+            "study: experiment %d/%d %s (%s, %d cycles, tier %d)",
+            k,
+            len(experiments),
+            experiment.name,
+            experiment.method,
+            experiment.cycles,
+            experiment.tier,
+        )
+        segment = _Segment(log, experiment)
+        segment.record()
+        code = _kedro(
+            ["run", "--env", env, "--pipelines", "cycle", "--only-missing-outputs"],
+            project,
+            params=experiment.run_params(plan.params),
+            cycles=experiment.cycles,
+            heartbeat=segment.record,
+        )
+        segment.record(code)
+        if code != 0:
+            raise RuntimeError(
+                f"study: experiment {experiment.name!r} failed (exit code {code}); what it "
+                "finished is kept, and running the study again continues from there"
+            )
+    # the plan's shared overrides (e.g. its data_tag): the report reads the same folder
+    report = ["run", "--env", env, "--pipelines", "report"]
+    if _kedro(report, project, params=nest(plan.params)) != 0:
+        raise RuntimeError("study: the report failed")
+    if plan.rule is not None:
+        write_rule(plan, outputs, project / "data" / "08_reporting" / outputs.name)
+
+
+def rerun_cell(
+    plan: StudyPlan, env: str, project: Path, *, name: str, cycle: int, seeds: Sequence[int]
+) -> pd.DataFrame:
+    """Evaluate one cell of the grid again with decoding ``seeds``, from the checkpoints it kept.
+
+    The initial policy, experiment ``name`` at ``cycle`` and the experiment it is compared with (a
+    ReSAIL variant's parent, an ablation's full method) are evaluated with the plan's settings and
+    the grid's fixed Experience in the data folder ``<grid folder>-seeds<s>`` (their checkpoints
+    and the Experience copied there first; what exists is kept, so an interrupted rerun resumes,
+    and cells sharing an experiment evaluate it once). Their paired differences go beside the
+    grid's to ``data/08_reporting/<that folder>/rerun-<name>-cycle_<cycle>.md`` and ``.csv``.
+
+    Returns:
+        The side-by-side table (:func:`compare_cells`).
+    """
+    check_int("--cycle", cycle, low=1)
+    if not seeds or any(not isinstance(s, int) or s < 0 for s in seeds):
+        raise ConfigError(f"--seeds: one or more decoding seeds >= 0, got {list(seeds)}")
+    experiments = _cell_names(plan, name)
+    names = [e.name for e in experiments]
+    run_env, tag = data_folder(plan, env, project)
+    rerun_tag = f"{tag}-seeds{'-'.join(str(s) for s in seeds)}"
+    data = project / "data"
+    inputs = [*_SHARED_INPUTS, *(("06_models", f"{n}/cycle_{cycle}") for n in names)]
+    results = [("07_model_output", f"{n}/cycle_{cycle}/eval_results.parquet") for n in names]
+    for layer, part in (*inputs, *results):  # before anything is copied or run
+        if not (data / layer / f"{run_env}{tag}" / part).exists():
+            raise ConfigError(
+                f"{data / layer / f'{run_env}{tag}' / part}: missing; the grid has not finished "
+                f"cycle {cycle} of {names}"
+            )
+    _copy_missing(data, inputs, f"{run_env}{tag}", f"{run_env}{rerun_tag}")
+    shared = {**plan.params, "data_tag": rerun_tag, "evaluate.decoding_seeds": list(seeds)}
+    for k, experiment in enumerate(experiments):
+        logger.info("rerun: %s, cycle %d, decoding seeds %s", experiment.name, cycle, list(seeds))
+        nodes = (["cycle_0.evaluate_node"] if k == 0 else []) + [f"cycle_{cycle}.evaluate_node"]
+        args = ["run", "--env", env, "--pipelines", "cycle", "--only-missing-outputs"]
+        args += ["--nodes", ",".join(nodes)]
+        if _kedro(args, project, params=experiment.run_params(shared), cycles=cycle) != 0:
+            raise RuntimeError(
+                f"rerun: the evaluation of {experiment.name!r} failed; what it finished is kept"
+            )
+    outputs = data / "07_model_output"
+    table = compare_cells(
+        _cell_results(outputs / f"{run_env}{tag}", names, cycle),
+        _cell_results(outputs / f"{run_env}{rerun_tag}", names, cycle),
+    )
+    _write_comparison(table, data / "08_reporting" / f"{run_env}{rerun_tag}", names, cycle)
+    return table
