@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from resail_pipeline import study
 from resail_pipeline.config import ConfigError
 from resail_pipeline.study.plan import load_plan, plan_path
 from resail_pipeline.study.runner import rerun_cell, run_study
 
+#: the package this command runs (imported before it, as every parent is): its docstring is the help
+_PACKAGE = sys.modules[__spec__.parent]
+
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m resail_pipeline.study", description=study.__doc__
+        prog="python -m resail_pipeline.study", description=_PACKAGE.__doc__
     )
     parser.add_argument("--env", default="study", help="Kedro configuration environment")
     parser.add_argument(
