@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from statistics import NormalDist
 
@@ -19,11 +20,11 @@ import pandas as pd
 PAIRS = (("oel", "oel_resail"), ("sdpo", "sdpo_resail"))
 
 
-def contrasts(grid: Path, level: float = 0.95, power: float = 0.8) -> pd.DataFrame:
-    """One row per pair, cycle, split and view of ``grid`` (a data folder's model outputs)."""
-    normal = NormalDist()
-    z = normal.inv_cdf(1 - (1 - level) / 2) + normal.inv_cdf(power)
-    rows = []
+def paired_cells(
+    grid: Path,
+) -> Iterator[tuple[str, str, int, str, str, pd.DataFrame, pd.DataFrame]]:
+    """Every cell of ``grid`` (a data folder's model outputs) whose parent and ReSAIL version are
+    both evaluated: ``(parent, resail, cycle, split, view, parent's rows, ReSAIL's rows)``."""
     for parent, resail in PAIRS:
         for folder in sorted((grid / parent).glob("cycle_*"), key=lambda f: int(f.name[6:])):
             other = grid / resail / folder.name / "eval_results.parquet"
@@ -32,22 +33,31 @@ def contrasts(grid: Path, level: float = 0.95, power: float = 0.8) -> pd.DataFra
             a, b = pd.read_parquet(folder / "eval_results.parquet"), pd.read_parquet(other)
             for (split, view), group in a.groupby(["split", "view"], sort=True):
                 paired = b[(b["split"] == split) & (b["view"] == view)]
-                x = group.groupby("task_id")["success"].mean()
-                y = paired.groupby("task_id")["success"].mean()
-                d = (y - x.reindex(y.index)).dropna()
-                se = float(d.std(ddof=1) / math.sqrt(len(d)))
-                rows.append(
-                    {
-                        "pair": f"{resail} - {parent}",
-                        "cycle": int(folder.name[6:]),
-                        "split": split,
-                        "view": view,
-                        "tasks": len(d),
-                        "difference": round(100 * float(d.mean()), 1),
-                        "se": round(100 * se, 2),
-                        "mde": round(100 * z * se, 1),
-                    }
-                )
+                yield parent, resail, int(folder.name[6:]), split, view, group, paired
+
+
+def contrasts(grid: Path, level: float = 0.95, power: float = 0.8) -> pd.DataFrame:
+    """One row per pair, cycle, split and view of ``grid`` (a data folder's model outputs)."""
+    normal = NormalDist()
+    z = normal.inv_cdf(1 - (1 - level) / 2) + normal.inv_cdf(power)
+    rows = []
+    for parent, resail, cycle, split, view, group, paired in paired_cells(grid):
+        x = group.groupby("task_id")["success"].mean()
+        y = paired.groupby("task_id")["success"].mean()
+        d = (y - x.reindex(y.index)).dropna()
+        se = float(d.std(ddof=1) / math.sqrt(len(d)))
+        rows.append(
+            {
+                "pair": f"{resail} - {parent}",
+                "cycle": cycle,
+                "split": split,
+                "view": view,
+                "tasks": len(d),
+                "difference": round(100 * float(d.mean()), 1),
+                "se": round(100 * se, 2),
+                "mde": round(100 * z * se, 1),
+            }
+        )
     return pd.DataFrame(rows)
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from grid_power import PAIRS, paired_cells
 
 from resail_pipeline.evaluation.stats import (
     minimum_detectable_effect,
@@ -29,31 +30,15 @@ from resail_pipeline.evaluation.stats import (
 )
 from resail_pipeline.io import atomic_path
 
-#: the earlier grid's pairs: each parent and its ReSAIL version
-PAIRS = (("oel", "oel_resail"), ("sdpo", "sdpo_resail"))
-
 
 def prior_ratios(grid: Path, view: str = "ordinary") -> pd.DataFrame:
     """Every pair's variance ratio in ``grid`` (a data folder's model outputs), per cycle and
     split, in ``view``."""
-    rows = []
-    for parent, resail in PAIRS:
-        for folder in sorted((grid / parent).glob("cycle_*")):
-            other = grid / resail / folder.name / "eval_results.parquet"
-            if not other.is_file():
-                continue
-            a = pd.read_parquet(folder / "eval_results.parquet")
-            b = pd.read_parquet(other)
-            for split, group in a[a["view"] == view].groupby("split", sort=True):
-                paired = b[(b["view"] == view) & (b["split"] == split)]
-                rows.append(
-                    {
-                        "parent": parent,
-                        "cycle": int(folder.name.split("_")[1]),
-                        "split": split,
-                        "ratio": variance_ratio(group, paired),
-                    }
-                )
+    rows = [
+        {"parent": parent, "cycle": cycle, "split": split, "ratio": variance_ratio(a, b)}
+        for parent, _, cycle, split, cell_view, a, b in paired_cells(grid)
+        if cell_view == view
+    ]
     if not rows:
         raise SystemExit(f"{grid}: no pair of {[list(p) for p in PAIRS]} evaluated in {view}")
     return pd.DataFrame(rows)
