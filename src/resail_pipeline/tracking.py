@@ -77,18 +77,21 @@ class TrackingConfig:
                 raise ConfigError(f"{name}: must be a non-empty string, got {value!r}")
 
     @property
+    def store_file(self) -> Path | None:
+        """The SQLite file :attr:`uri` names where it is a bare path; ``None`` for a URI."""
+        if "://" in self.uri or self.uri.startswith("sqlite:"):
+            return None
+        return Path(self.uri).resolve()
+
+    @property
     def tracking_uri(self) -> str:
         """:attr:`uri` as MLflow takes it: a bare path becomes an SQLite URI (absolute)."""
-        if "://" in self.uri or self.uri.startswith("sqlite:"):
-            return self.uri
-        return f"sqlite:///{Path(self.uri).resolve()}"
+        return self.uri if self.store_file is None else f"sqlite:///{self.store_file}"
 
     @property
     def artifact_root(self) -> str | None:
         """Where a new experiment keeps its artifacts: beside a local store's file."""
-        if "://" in self.uri or self.uri.startswith("sqlite:"):
-            return None
-        return Path(self.uri).resolve().with_name("artifacts").as_uri()
+        return None if self.store_file is None else self.store_file.with_name("artifacts").as_uri()
 
 
 def flat_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -129,8 +132,8 @@ class Tracker:
             return
         import mlflow
 
-        if "://" not in config.uri and not config.uri.startswith("sqlite:"):
-            Path(config.uri).resolve().parent.mkdir(parents=True, exist_ok=True)
+        if config.store_file is not None:
+            config.store_file.parent.mkdir(parents=True, exist_ok=True)
         mlflow.set_tracking_uri(config.tracking_uri)
         client = mlflow.MlflowClient()
         experiment = client.get_experiment_by_name(config.experiment)
