@@ -474,23 +474,29 @@ def _eval_results(
         for seed, row in enumerate(successes)
         for task, success in enumerate(row)
     ]
-    folder.mkdir(parents=True)
+    folder.mkdir(parents=True, exist_ok=True)  # a candidate's results may be written again
     pd.DataFrame(rows).to_parquet(folder / "eval_results.parquet", index=False)
 
 
-def test_the_rule_chooses_the_largest_harmless_rate_and_reports_every_candidate(tmp_path):
-    from resail_pipeline.study import write_rule
-
+def _rule_plan(tmp_path: Path, choose: str):
+    """A plan of three OEL candidates, lr 1e-5 (small), 2e-5 (middle) and 4e-5 (large), chosen
+    among by the rule ``choose``."""
     plan_file = tmp_path / "plan.yml"
     plan_file.write_text(
-        "rule: {choose: largest_harmless, parameter: train.optimizer.lr, method: oel}\n"
+        f"rule: {{choose: {choose}, parameter: train.optimizer.lr, method: oel}}\n"
         "experiments:\n"
         + "".join(
             f"  - {{name: {name}, method: oel, cycles: 1, params: {{train.optimizer.lr: {lr}}}}}\n"
             for name, lr in (("small", 1e-5), ("middle", 2e-5), ("large", 4e-5))
         )
     )
-    plan = load_plan(plan_file)
+    return load_plan(plan_file)
+
+
+def test_the_rule_chooses_the_largest_harmless_rate_and_reports_every_candidate(tmp_path):
+    from resail_pipeline.study import write_rule
+
+    plan = _rule_plan(tmp_path, "largest_harmless")
     tasks = 40
     half = [task % 2 == 0 for task in range(tasks)]  # the initial policy solves half the tasks
     outputs = tmp_path / "outputs"
@@ -517,8 +523,6 @@ def test_the_rule_chooses_the_largest_harmless_rate_and_reports_every_candidate(
 
     # every candidate harms: none is chosen, and the smallest is reported as harmful
     for name in ("small", "middle"):
-        (outputs / name / "cycle_1" / "eval_results.parquet").unlink()
-        (outputs / name / "cycle_1").rmdir()
         _eval_results(outputs / name / "cycle_1", [[False] * tasks] * 2, cycle=1)
     assert apply_rule(plan, outputs).chosen is None and not apply_rule(plan, outputs).met
     assert write_rule(plan, outputs, tmp_path / "report").chosen is None
@@ -528,16 +532,7 @@ def test_the_rule_chooses_the_largest_harmless_rate_and_reports_every_candidate(
 def test_the_gain_rule_chooses_the_largest_ordinary_gain_else_the_largest_harmless(tmp_path):
     from resail_pipeline.study import write_rule
 
-    plan_file = tmp_path / "plan.yml"
-    plan_file.write_text(
-        "rule: {choose: largest_gain, parameter: train.optimizer.lr, method: oel}\n"
-        "experiments:\n"
-        + "".join(
-            f"  - {{name: {name}, method: oel, cycles: 1, params: {{train.optimizer.lr: {lr}}}}}\n"
-            for name, lr in (("small", 1e-5), ("middle", 2e-5), ("large", 4e-5))
-        )
-    )
-    plan = load_plan(plan_file)
+    plan = _rule_plan(tmp_path, "largest_gain")
     tasks = 40
     half = [task % 2 == 0 for task in range(tasks)]
     three_quarters = [task % 4 != 1 for task in range(tasks)]
@@ -552,8 +547,6 @@ def test_the_gain_rule_chooses_the_largest_ordinary_gain_else_the_largest_harmle
 
     # no candidate gains: the largest harmless one, and the aim reported unmet
     for name in ("small", "middle"):
-        (outputs / name / "cycle_1" / "eval_results.parquet").unlink()
-        (outputs / name / "cycle_1").rmdir()
         _eval_results(outputs / name / "cycle_1", [half, half], cycle=1)
     outcome = write_rule(plan, outputs, tmp_path / "report")
     assert outcome.chosen == 4e-5 and not outcome.met
