@@ -120,3 +120,51 @@ def test_documented_command(doc, command, tmp_path, monkeypatch):
         parse_args(args)
     else:
         pytest.fail(f"{doc}: no check for `{command}`; run it here or say why it cannot run")
+
+
+def _base_parameters() -> dict:
+    from kedro.config import OmegaConfigLoader
+
+    from resail_pipeline.settings import CONFIG_LOADER_ARGS
+
+    loader = OmegaConfigLoader(
+        str(ROOT / "conf"), **{**CONFIG_LOADER_ARGS, "default_run_env": "base"}
+    )
+    return loader["parameters"]
+
+
+def test_the_parameter_reference_is_what_the_models_say():
+    """docs/parameters.md is generated from the configuration models and conf/base: a field, a
+    default or a description changed in one is changed in the page, or this fails."""
+    from resail_pipeline.pipelines.parameters import parameter_reference
+
+    expected = parameter_reference(_base_parameters(), "base")
+    assert (ROOT / "docs" / "parameters.md").read_text() == expected, (
+        "docs/parameters.md is stale: .venv/bin/python scripts/parameter_reference.py --env base "
+        "> docs/parameters.md"
+    )
+
+
+def test_the_readme_parameter_table_shows_what_conf_base_sets():
+    """Every row of README's parameter table: the value in its default column is what conf/base
+    resolves the key(s) to (``a`` x ``b`` for two keys of one section)."""
+    from resail_pipeline.pipelines.parameters import _value
+
+    params = _base_parameters()
+    text = (ROOT / "README.md").read_text()
+    table = text[text.index("| option | default | meaning |") :].split("\n\n")[0]
+    rows = [line.split(" | ") for line in table.splitlines()[2:]]
+    assert len(rows) >= 10
+    for option, default, _ in rows:
+        keys = re.findall(r"`([^`]+)`", option)
+        parent = keys[0].rsplit(".", 1)[0]
+        shown = default.replace("`", "").split(" x ")
+        assert len(shown) == len(keys), option
+        for key, cell in zip([keys[0], *(f"{parent}.{k}" for k in keys[1:])], shown, strict=True):
+            value = params
+            for part in key.split("."):
+                value = value[part]
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                assert float(cell) == value, key
+            else:
+                assert cell == _value(value), key

@@ -26,12 +26,12 @@ SCRIPT = ROOT / "scripts" / "gpu_check.sh"
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("device", "tpu", "device: must be cuda or cpu"),
+        ("device", "tpu", r"device: must be one of \['cuda', 'cpu'\], got 'tpu'"),
         ("tasks", 1, "tasks: training takes two trajectories"),
         ("updates", 0, "updates: must be a positive integer"),
         ("max_new_tokens", True, "max_new_tokens: must be a positive integer"),
-        ("skip", ("train",), "skip: unknown step"),
-        ("budget_s", 0, "budget_s: must be positive"),
+        ("skip", ("train",), r"skip\[0\]: must be one of \[.generation."),
+        ("budget_s", 0, "budget_s: must be > 0, got 0"),
         ("scale_response_tokens", 0, "scale_response_tokens: must be a positive integer"),
     ],
 )

@@ -9,7 +9,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Strict
+
+from resail_pipeline.config import Config, ConfigError, Field, Number, model_validator, one_of
 
 #: the steps, in the order they run
 CHECKS = ("generation", "probe", "train_single", "train_deepspeed", "aitz", "smoke", "scale")
@@ -73,61 +77,58 @@ class CheckFailed(AssertionError):
         self.details = details or {}
 
 
-@dataclass(frozen=True)
-class CheckOptions:
+#: a path given as text or as a Path
+AnyPath = Annotated[Path, Strict(False)]
+
+
+class CheckOptions(Config):
     """What the check runs with (``scripts/gpu_check.sh --help``)."""
 
-    # cuda | cpu: where every step computes
-    device: str = "cuda"
-    # the Kedro project: its conf/, reference/ and src/
-    project: Path = field(default_factory=Path.cwd)
-    # the policy every step starts from (relative paths: under project)
-    policy: Path = REFERENCE_POLICY
-    # TextCraft tasks played (one episode each): the prompts, the training corpus, the probe set
-    tasks: int = 4
-    # episodes end after this many steps
-    max_steps: int = 10
-    # tokens per response: rollout, comparison and training responses
-    max_new_tokens: int = 48
-    # prompts compared with transformers' generate
-    prompts: int = 6
-    # optimiser updates per training cycle (two trajectories each)
-    updates: int = 2
-    # seed of the rollout and the trainer
-    seed: int = 0
-    # seconds for all steps; a step that would start after them is skipped
-    budget_s: float = 460.0
-    # scratch folder (checkpoints, logs, the smoke project); None: a temporary one, removed
-    # when every step passed
-    work: Path | None = None
-    # steps of CHECKS not to run (recorded as skipped); the later steps need generation's episodes
-    skip: tuple[str, ...] = ()
-    # the scale step's model shape: a folder with a config.json (relative paths: under project);
-    # None: SCALE_SHAPE on a GPU, the policy's own on the CPU
-    scale_shape: Path | None = None
-    # the aitz step's initial policy: None, the small Qwen3-VL warm-started there; else a folder
-    # with a Qwen3-VL config.json (relative paths: under project) whose shape is built with random
-    # weights over the GUI tokenizer (reference/shapes/Qwen3-VL-4B-Instruct: the paper's model)
-    aitz_shape: Path | None = None
-    # the scale step's prompts (words of the tokenizer, one token each) and responses (tokens)
-    scale_prompt_words: int = 1500
-    scale_response_tokens: int = 512
+    device: one_of("cuda", "cpu") = "cuda"
+    """Where every step computes."""
+    project: AnyPath = Field(default_factory=Path.cwd)
+    """The Kedro project: its conf/, reference/ and src/."""
+    policy: AnyPath = REFERENCE_POLICY
+    """The policy every step starts from (relative paths: under project)."""
+    tasks: int = Field(4, ge=1)
+    """TextCraft tasks played (one episode each): the prompts, the training corpus, the probe
+    set."""
+    max_steps: int = Field(10, ge=1)
+    """Episodes end after this many steps."""
+    max_new_tokens: int = Field(48, ge=1)
+    """Tokens per response: rollout, comparison and training responses."""
+    prompts: int = Field(6, ge=1)
+    """Prompts compared with transformers' generate."""
+    updates: int = Field(2, ge=1)
+    """Optimiser updates per training cycle (two trajectories each)."""
+    seed: int = Field(0, ge=0)
+    """Seed of the rollout and the trainer."""
+    budget_s: Number = Field(460.0, gt=0)
+    """Seconds for all steps; a step that would start after them is skipped."""
+    work: AnyPath | None = None
+    """Scratch folder (checkpoints, logs, the smoke project); null: a temporary one, removed when
+    every step passed."""
+    skip: tuple[one_of(*CHECKS), ...] = ()
+    """Steps not to run (recorded as skipped); the later steps need generation's episodes."""
+    scale_shape: AnyPath | None = None
+    """The scale step's model shape: a folder with a config.json (relative paths: under
+    project); null: SCALE_SHAPE on a GPU, the policy's own on the CPU."""
+    aitz_shape: AnyPath | None = None
+    """The aitz step's initial policy: null, the small Qwen3-VL warm-started there; else a folder
+    with a Qwen3-VL config.json (relative paths: under project) whose shape is built with random
+    weights over the GUI tokenizer (reference/shapes/Qwen3-VL-4B-Instruct: the paper's model)."""
+    scale_prompt_words: int = Field(1500, ge=1)
+    """The scale step's prompt words (words of the tokenizer, one token each)."""
+    scale_response_tokens: int = Field(512, ge=1)
+    """The scale step's response tokens."""
 
-    def __post_init__(self) -> None:
-        if self.device not in ("cuda", "cpu"):
-            raise ValueError(f"device: must be cuda or cpu, got {self.device!r}")
-        positive = ("tasks", "max_steps", "max_new_tokens", "prompts", "updates")
-        for name in (*positive, "scale_prompt_words", "scale_response_tokens"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: must be a positive integer, got {value!r}")
+    @model_validator(mode="after")
+    def _trains(self) -> CheckOptions:
         if self.tasks < 2:
-            raise ValueError(f"tasks: training takes two trajectories per update, got {self.tasks}")
-        unknown = sorted(set(self.skip) - set(CHECKS))
-        if unknown:
-            raise ValueError(f"skip: unknown step(s) {unknown}; the steps are {list(CHECKS)}")
-        if not self.budget_s > 0:
-            raise ValueError(f"budget_s: must be positive, got {self.budget_s!r}")
+            raise ConfigError(
+                f"tasks: training takes two trajectories per update, got {self.tasks}"
+            )
+        return self
 
     @property
     def policy_path(self) -> Path:

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import pandas as pd
 
-from resail_pipeline.config import ConfigError, check_int
+from resail_pipeline.config import ConfigError, Field, check_int
 from resail_pipeline.envs import Environment
 from resail_pipeline.generation.base import Generator, derive_seed
 from resail_pipeline.journal import EpisodeJournal
@@ -31,19 +30,14 @@ from resail_pipeline.rollout import (
 )
 
 
-@dataclass(frozen=True)
 class CollectConfig(RolloutSettings):
     """One cycle's collection, decoded as at deployment (appendix A.3)."""
 
-    # the environment split tasks are drawn from
     split: str = "train"
-    # trajectories per cycle (a task recurs when this exceeds the split); the trainer uses each
-    # once per cycle
-    num_trajectories: int = 240
-
-    def __post_init__(self) -> None:
-        check_int("num_trajectories", self.num_trajectories, low=1)
-        super().__post_init__()
+    """The environment split tasks are drawn from."""
+    num_trajectories: int = Field(240, ge=1)
+    """Trajectories per cycle (a task recurs when this exceeds the split); the trainer uses each
+    once per cycle."""
 
 
 def cycle_tasks(task_ids: list[int], num: int, cycle: int, seed: int) -> list[int]:
@@ -142,7 +136,7 @@ def collection_settings(
         "env": env,
         "env_options": dict(env_options),
         "seed": seed,
-        "collect": {k: v for k, v in asdict(config).items() if k != "max_live"},
+        "collect": {k: v for k, v in config.model_dump().items() if k != "max_live"},
         "generation": dict(generation),
     }
 

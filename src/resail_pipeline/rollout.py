@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 from tqdm.auto import tqdm
 
-from resail_pipeline.config import check_int
+from resail_pipeline.config import Config, Field, Number, model_validator
 from resail_pipeline.envs.base import (
     END_ENV_DONE,
     END_STEP_LIMIT,
@@ -53,24 +53,27 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class RolloutSettings:
+class RolloutSettings(Config):
     """How a configuration that rolls episodes out (collection, evaluation) decodes, and how many
-    episodes it keeps alive at once. Decoding defaults are the paper's (appendix A.3); subclasses
-    call ``super().__post_init__()``.
+    episodes it keeps alive at once. Decoding defaults are the paper's (appendix A.3).
     """
 
-    temperature: float = 0.4
-    top_p: float = 1.0
-    top_k: int = -1
-    max_new_tokens: int = 1024
-    # episodes alive at once (each holds an environment; a turn's generate call has one prompt
-    # per live episode); None = the environment's own limit (``live_limit``), else all of them
-    max_live: int | None = None
+    temperature: Number = Field(0.4, ge=0)
+    """Sampling temperature; 0 is greedy."""
+    top_p: Number = Field(1.0, gt=0, le=1)
+    """Nucleus sampling mass."""
+    top_k: int = Field(-1, ge=-1)
+    """Top-k truncation of sampling; -1: off."""
+    max_new_tokens: int = Field(1024, ge=1)
+    """Response tokens per step at most."""
+    max_live: int | None = Field(None, ge=1)
+    """Episodes alive at once (each holds an environment; a turn's generate call has one prompt
+    per live episode); null: the environment's own limit (``live_limit``), else all of them."""
 
-    def __post_init__(self) -> None:
-        self.sampling()  # the range checks of SamplingParams, at construction
-        check_int("max_live", self.max_live, low=1, optional=True)
+    @model_validator(mode="after")
+    def _samples(self) -> RolloutSettings:
+        self.sampling()  # top_k as every sampler checks it
+        return self
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(

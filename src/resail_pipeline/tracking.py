@@ -25,13 +25,12 @@ import logging
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from resail_pipeline.config import ConfigError, check_bool
+from resail_pipeline.config import Config, ConfigError, Field, model_validator
 
 __all__ = ["Tracker", "TrackingConfig", "flat_params"]
 
@@ -58,23 +57,23 @@ TRAIN_COLUMNS = (
 )
 
 
-@dataclass(frozen=True)
-class TrackingConfig:
+class TrackingConfig(Config):
     """``params:tracking``."""
 
-    # log the run to MLflow (where the tracking extra is installed)
     enabled: bool = True
-    # the store: a path (an SQLite file, created with its folder) or any MLflow tracking URI
-    uri: str = "data/09_tracking/mlflow.db"
-    # the MLflow experiment the runs are filed under
-    experiment: str = "resail-pipeline"
+    """Log the run to MLflow (where the ``tracking`` extra is installed)."""
+    uri: str = Field("data/09_tracking/mlflow.db", min_length=1)
+    """The store: a path (an SQLite file, created with its folder) or any MLflow tracking URI."""
+    experiment: str = Field("resail-pipeline", min_length=1)
+    """The MLflow experiment the runs are filed under."""
 
-    def __post_init__(self) -> None:
-        check_bool("enabled", self.enabled)
+    @model_validator(mode="after")
+    def _not_blank(self) -> TrackingConfig:
         for name in ("uri", "experiment"):
             value = getattr(self, name)
-            if not isinstance(value, str) or not value.strip():
+            if not value.strip():
                 raise ConfigError(f"{name}: must be a non-empty string, got {value!r}")
+        return self
 
     @property
     def store_file(self) -> Path | None:

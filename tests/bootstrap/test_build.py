@@ -315,7 +315,7 @@ def test_training_data_a_warm_start_tokenizer_cannot_encode_is_named(built):
 
 
 def test_a_warm_start_must_name_a_directory():
-    with pytest.raises(ValueError, match="warm_start: must be a policy directory"):
+    with pytest.raises(ValueError, match="warm_start: must be a non-empty string or null, got ''"):
         BootstrapConfig.from_dict({**TINY, "warm_start": ""})
 
 

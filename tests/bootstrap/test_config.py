@@ -78,7 +78,7 @@ def test_where_a_policy_is_trained_is_not_part_of_its_recipe():
             {"warm_start": "p", "data": {"on_policy_episodes": 1, "on_policy_temperature": -1}},
             r"data.on_policy_temperature: must be in \[0.0, 2.0\]",
         ),
-        ({"warm_start": 3}, "warm_start: must be a policy directory or null"),
+        ({"warm_start": 3}, "warm_start: must be a non-empty string or null, got 3"),
         ({"training": {"precision": "fp16"}}, "training.precision: must be one of"),
         ({"training": {"device": "gpu"}}, "training.device: must be one of"),
         ({"training": {"learning_rate": 0}}, r"training.learning_rate: must be in \(0.0"),
@@ -117,12 +117,10 @@ def test_alfworld_refuses_what_only_textcraft_has(field):
 
 def test_every_setting_an_environment_refuses_is_a_data_setting():
     """The table of refused settings names real fields, so that none is silently ignored."""
-    import dataclasses
-
     from resail_pipeline.bootstrap.config import DemonstrationSettings
     from resail_pipeline.bootstrap.environments import BUILDABLE_ENVS
 
-    names = {f.name for f in dataclasses.fields(DemonstrationSettings)}
+    names = set(DemonstrationSettings.model_fields)
     refused = {name for env in BUILDABLE_ENVS.values() for name, _ in env.unsupported}
     assert refused == {"renamed_copies", "copying_drills", "searching_expert"} and refused <= names
 

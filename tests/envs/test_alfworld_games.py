@@ -308,7 +308,7 @@ def test_config_ranges(field, value):
         ("clone", 2.5, "must be a positive integer"),
         ("max_receptacles", 2, "must be an integer >= 3"),
         ("distractors", 1.5, "must be a non-negative integer"),
-        ("max_plan_length", 31, "must be <= 30"),
+        ("max_plan_length", 31, r"must be an integer in \[1, 30\], got 31"),
         ("seed", -1, "must be a non-negative integer"),
     ],
 )

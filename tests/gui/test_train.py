@@ -6,7 +6,6 @@ from __future__ import annotations
 import shutil
 import sys
 import types
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -110,9 +109,9 @@ def test_prepare_writes_the_inputs_and_the_command(gui_inputs, tmp_path, aitz_ro
 def test_a_job_without_paths_is_refused(gui_inputs, tmp_path, aitz_root):
     job = _job(tmp_path, gui_inputs[0], "one", {"kind": "single"}, aitz_root)
     with pytest.raises(ConfigError, match="initial: required path"):
-        replace(job, initial="")
+        job.replace(initial="")
     with pytest.raises(ConfigError, match="checkpoint: required path"):
-        replace(job, checkpoint="")
+        job.replace(checkpoint="")
 
 
 def _weights(path: str) -> dict[str, torch.Tensor]:
@@ -191,9 +190,9 @@ def test_a_killed_run_continues_from_its_snapshot(gui_inputs, tmp_path, aitz_roo
     def run(name: str, snapshots: Path | None = None, lr: float = 1e-4):
         monitored.clear()
         job = _job(tmp_path, initial, name, {"kind": "single"}, aitz_root)
-        optimizer = replace(job.aitz.offline.optimizer, lr=lr)
-        aitz = replace(job.aitz, offline=replace(job.aitz.offline, optimizer=optimizer))
-        job = replace(job, aitz=aitz, snapshots=str(snapshots or ""))
+        optimizer = job.aitz.offline.optimizer.replace(lr=lr)
+        aitz = job.aitz.replace(offline=job.aitz.offline.replace(optimizer=optimizer))
+        job = job.replace(aitz=aitz, snapshots=str(snapshots or ""))
         info = gui_train.train(prepare(job, pool, summaries, subset, kept).config)
         run_dir = Path(job.run_dir)
         return types.SimpleNamespace(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -114,17 +113,16 @@ def test_the_key_holds_settings_world_and_inputs_not_paths(make_config, tmp_path
     config = make_config(name="a", **SECTIONS)
     inputs = {"policy": "1" * 64, "steps": "2" * 64}
     key = run_key(config, 1, inputs)
-    moved = dataclasses.replace(
-        config,
-        run=dataclasses.replace(
-            config.run, checkpoint="/elsewhere/policy", run_dir="/elsewhere", snapshots="/s"
+    moved = config.replace(
+        run=config.run.replace(
+            checkpoint="/elsewhere/policy", run_dir="/elsewhere", snapshots="/s"
         ),
         snapshot_every=5,
     )
     assert run_key(moved, 1, inputs) == key
     assert run_key(config, 2, inputs) != key
     assert run_key(config, 1, {**inputs, "steps": "3" * 64}) != key
-    other_lr = dataclasses.replace(config, optimizer=dataclasses.replace(config.optimizer, lr=1e-5))
+    other_lr = config.replace(optimizer=config.optimizer.replace(lr=1e-5))
     assert run_key(other_lr, 1, inputs) != key
 
 

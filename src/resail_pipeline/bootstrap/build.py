@@ -537,11 +537,11 @@ def prepare_training_data(
 
 def _check_shape(model_config, shape: ModelShape, source: str) -> None:
     """Raise naming the first field of ``shape`` that the warm start's model does not have."""
-    for f in dataclasses.fields(shape):
-        have, want = getattr(model_config, f.name, None), getattr(shape, f.name)
+    for name, want in shape:
+        have = getattr(model_config, name, None)
         if have != want:
             raise ValueError(
-                f"model.{f.name}: the warm start {source} has {have}, the configuration {want}"
+                f"model.{name}: the warm start {source} has {have}, the configuration {want}"
             )
 
 

@@ -13,7 +13,6 @@ command, configuration, training-data hash, time, machine and weights sha256 of 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import shutil
@@ -91,7 +90,7 @@ def dual_view_evaluation(
             decoding_seed=reference_seed,
             journal=journal,
         )
-        both = dataclasses.replace(config, views=(VIEW_ORDINARY, VIEW_PRIVILEGED))
+        both = config.replace(views=(VIEW_ORDINARY, VIEW_PRIVILEGED))
         results, _ = evaluate_policy(
             environment,
             generator,
@@ -331,7 +330,7 @@ def evaluate_and_record(
             policy=sha256,
             env=env,
             env_data=str(data),
-            config=dataclasses.asdict(config),
+            config=config.model_dump(),
             reference_seed=reference_seed,
             generation=generation,
         )

@@ -62,7 +62,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from resail_pipeline.config import check_bool, check_int
+from resail_pipeline.config import ConfigError, check_int
 from resail_pipeline.envs.base import END_STEP_LIMIT, END_SUCCESS, Observation, StepResult
 
 logger = logging.getLogger(__name__)
@@ -384,7 +384,8 @@ class AlfWorldEnv:
     ):
         check_int("max_steps", max_steps, low=1)
         check_int("test_size", test_size, low=1)
-        check_bool("expert", expert)
+        if not isinstance(expert, bool):
+            raise ConfigError(f"expert: must be true or false, got {expert!r}")
         self.data_root = resolve_data_root(data_path)
         self.max_steps = max_steps
         self.test_size = test_size

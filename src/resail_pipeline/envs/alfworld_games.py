@@ -58,7 +58,7 @@ import time
 import traceback
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
 from pathlib import Path
@@ -67,7 +67,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from resail_pipeline.config import ConfigError, check_int
+from resail_pipeline.config import Config, ConfigError, Field, check_int
 from resail_pipeline.envs.alfworld import (
     ALFWORLD_DATA,
     DATA_DIR,
@@ -133,42 +133,30 @@ SPLIT_SCENES = {"train": "train", "id": "train", "ood": "test", "dev": "train", 
 Location = tuple[int, int, int, int]
 
 
-@dataclass(frozen=True)
-class GameGenConfig:
+class GameGenConfig(Config):
     """How many games to build and how large."""
 
-    #: games of the train split (the cycles collect on them)
-    train: int = 1024
-    #: games of valid_seen, the ID evaluation split (training scenes, new games)
-    id: int = 256
-    #: games of valid_unseen, the OOD evaluation split (test scenes)
-    ood: int = 256
-    #: games of dev, where a learning rate is chosen (training scenes, new games)
-    dev: int = 256
-    #: games of clone, the initial policy's behaviour cloning (training scenes, new games)
-    clone: int = 512
-    #: seed of every random draw; the same seed gives the same games
-    seed: int = 0
-    #: receptacles kept from the room (the ones the task needs are always kept); ``None`` keeps
-    #: every receptacle of the room, as ALFWorld's own games keep every receptacle of the scene
-    max_receptacles: int | None = None
-    #: objects placed besides the task's own
-    distractors: int = 3
-    #: longest planner walkthrough accepted (episodes are cut at 30 steps)
-    max_plan_length: int = 20
-    #: candidates drawn for one game before giving up
-    max_attempts: int = 40
-
-    def __post_init__(self) -> None:
-        for split in SPLITS:
-            check_int(split, getattr(self, split), low=1)
-        check_int("seed", self.seed, low=0)
-        check_int("max_receptacles", self.max_receptacles, low=3, optional=True)
-        check_int("distractors", self.distractors, low=0)
-        check_int("max_plan_length", self.max_plan_length, low=1)
-        if self.max_plan_length > 30:  # episodes are cut at 30 steps
-            raise ConfigError(f"max_plan_length: must be <= 30, got {self.max_plan_length}")
-        check_int("max_attempts", self.max_attempts, low=1)
+    train: int = Field(1024, ge=1)
+    """Games of the train split (the cycles collect on them)."""
+    id: int = Field(256, ge=1)
+    """Games of valid_seen, the ID evaluation split (training scenes, new games)."""
+    ood: int = Field(256, ge=1)
+    """Games of valid_unseen, the OOD evaluation split (test scenes)."""
+    dev: int = Field(256, ge=1)
+    """Games of dev, where a learning rate is chosen (training scenes, new games)."""
+    clone: int = Field(512, ge=1)
+    """Games of clone, the initial policy's behaviour cloning (training scenes, new games)."""
+    seed: int = Field(0, ge=0)
+    """Seed of every random draw; the same seed gives the same games."""
+    max_receptacles: int | None = Field(None, ge=3)
+    """Receptacles kept from the room (the ones the task needs are always kept); null keeps every
+    receptacle of the room, as ALFWorld's own games keep every receptacle of the scene."""
+    distractors: int = Field(3, ge=0)
+    """Objects placed besides the task's own."""
+    max_plan_length: int = Field(20, ge=1, le=30)
+    """Longest planner walkthrough accepted (episodes are cut at 30 steps)."""
+    max_attempts: int = Field(40, ge=1)
+    """Candidates drawn for one game before giving up."""
 
     def games(self, split: str) -> int:
         """Games of ``split`` (one of :data:`~resail_pipeline.envs.alfworld.SPLITS`)."""
@@ -178,7 +166,7 @@ class GameGenConfig:
 
     def drawing(self) -> dict[str, int | None]:
         """The settings every game's draw depends on (all but the counts)."""
-        return {k: v for k, v in asdict(self).items() if k not in SPLITS}
+        return {k: v for k, v in self.model_dump().items() if k not in SPLITS}
 
 
 def default_root(config: GameGenConfig | None = None) -> Path:
@@ -625,7 +613,7 @@ def _write_games(out: Path, config: GameGenConfig, workers: int | None) -> list[
         raise RuntimeError(f"ALFWorld finds {len(games)} of the {len(jobs)} games written")
     _check_distinct(games)
     manifest = {
-        "settings": asdict(config),
+        "settings": config.model_dump(),
         "games": {split: config.games(split) for split in SPLITS},
         "files": [str(game.relative_to(out)) for game in games],
         "sha256": games_sha256(out, games),
@@ -651,7 +639,7 @@ def ensure_games(
     manifest = root / MANIFEST
     if manifest.is_file():
         there = json.loads(manifest.read_text())
-        if there.get("settings") == asdict(config):
+        if there.get("settings") == config.model_dump():
             return root
     started = time.perf_counter()
     write_games(root, config, workers)

@@ -14,14 +14,13 @@ All views and seeds of one checkpoint run as one batched rollout.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import Annotated
 
 import pandas as pd
 
-from resail_pipeline.config import ConfigError, check_int
+from resail_pipeline.config import ConfigError, Field, model_validator, one_of
 from resail_pipeline.envs import Environment
 from resail_pipeline.experience import (
     SummarizeConfig,
@@ -45,36 +44,29 @@ VIEWS = (VIEW_ORDINARY, VIEW_PRIVILEGED)
 EXPERIENCE_COLUMNS = ("task_id", "traj_id", "outcome", "summary", "accepted")
 
 
-@dataclass(frozen=True)
 class EvalConfig(RolloutSettings):
     """How a checkpoint is evaluated (defaults: the paper's, appendix A.3)."""
 
-    # the environment's test splits (TextCraft: test; ALFWorld: id and ood), each reported apart
     splits: tuple[str, ...] = ("test",)
-    # evaluate `num_tasks` ids of each split, evenly spaced over its fixed order so that a subset
-    # keeps the split's mix of difficulties (see `spread`); None = all of them
-    num_tasks: int | None = None
-    # one full pass over the tasks per seed; mean and sample SD are taken over seeds
-    decoding_seeds: tuple[int, ...] = (0, 1, 2)
-    # "ordinary" (no PI, the deployment view) and/or "privileged" (the fixed Experience)
-    views: tuple[str, ...] = (VIEW_ORDINARY,)
+    """The environment's test splits (TextCraft: ``test``; ALFWorld: ``id`` and ``ood``), each
+    reported apart."""
+    num_tasks: int | None = Field(None, ge=1)
+    """Evaluate ``num_tasks`` ids of each split, evenly spaced over its fixed order so that a
+    subset keeps the split's mix of difficulties (see :func:`spread`); null: all of them."""
+    decoding_seeds: tuple[Annotated[int, Field(ge=0)], ...] = (0, 1, 2)
+    """One full pass over the tasks per seed; mean and sample SD are taken over seeds."""
+    views: tuple[one_of(*VIEWS), ...] = (VIEW_ORDINARY,)
+    """``ordinary`` (no PI, the deployment view) and/or ``privileged`` (the fixed Experience)."""
 
-    def __post_init__(self) -> None:
-        for name in ("splits", "decoding_seeds", "views"):
-            if not isinstance(getattr(self, name), tuple | list):
-                raise ConfigError(f"{name}: must be a list, got {getattr(self, name)!r}")
-            object.__setattr__(self, name, tuple(getattr(self, name)))
+    @model_validator(mode="after")
+    def _distinct(self) -> EvalConfig:
         if not self.splits or len(set(self.splits)) != len(self.splits):
             raise ConfigError(f"splits: must be distinct split names, got {list(self.splits)}")
-        check_int("num_tasks", self.num_tasks, low=1, optional=True)
         if not self.decoding_seeds or len(set(self.decoding_seeds)) != len(self.decoding_seeds):
             raise ConfigError(f"decoding_seeds: must be distinct, got {list(self.decoding_seeds)}")
-        for seed in self.decoding_seeds:
-            check_int("decoding_seeds", seed, low=0)
-        unknown = [v for v in self.views if v not in VIEWS]
-        if unknown or not self.views or len(set(self.views)) != len(self.views):
+        if not self.views or len(set(self.views)) != len(self.views):
             raise ConfigError(f"views: must be distinct values of {VIEWS}, got {list(self.views)}")
-        super().__post_init__()
+        return self
 
     @property
     def privileged(self) -> bool:
@@ -242,7 +234,7 @@ def build_experience(
     trajectories, steps = reference_episodes(
         make_env, generator, config, decoding_seed=decoding_seed, journal=journal
     )
-    summarize = dataclasses.replace(summarize, on_rejected="rules")
+    summarize = summarize.replace(on_rejected="rules")
     planner = configured_planner(summarize, make_env)
     summaries = summarize_trajectories(trajectories, steps, summarize, generator, planner=planner)
     experience = summaries.merge(trajectories[["traj_id", "task_id"]], on="traj_id", how="left")

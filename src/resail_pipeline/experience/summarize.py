@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
-from resail_pipeline.config import ConfigError, check_choice, check_int
+from resail_pipeline.config import Config, ConfigError, Field, model_validator, one_of
 from resail_pipeline.experience.alfworld_rules import walkthrough_planner
 from resail_pipeline.experience.evidence import Planner, build_evidence_table, outcome_of
 from resail_pipeline.experience.extraction import (
@@ -51,32 +50,28 @@ SOURCE_RULES_FALLBACK = "rules_fallback"
 CORRECTED_PLANS = ("evidence", "walkthrough")
 
 
-@dataclass(frozen=True)
-class SummarizeConfig:
+class SummarizeConfig(Config):
     """How the summaries of a cycle are made. Defaults: the paper's model extraction."""
 
-    # "model": the frozen cycle-start policy writes them (appendix G); "rules": built from the
-    # trajectory itself, for policies too small to write prose
-    source: str = SOURCE_MODEL
-    # model extraction: generations per trajectory at most, each with a new seed (>= 1); generous,
-    # so that every trajectory gets an accepted summary (those still rejected are counted per
-    # cycle in train_metrics and the report)
-    max_attempts: int = 8
-    # a trajectory whose model summary was never accepted: "drop" (recorded as rejected; consumers
-    # leave it out) or "rules" (the rules-based summary instead)
-    on_rejected: str = "drop"
-    # model extraction: decoding; every attempt of every trajectory derives its own seed from
-    # sampling.seed (see extraction); n must be 1
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    # rules-based failure summaries: "evidence" (the corrected plan follows from what the episode
-    # saw) or "walkthrough" (the game's stored walkthrough: an oracle, ALFWorld only)
-    corrected_plan: str = "evidence"
+    source: one_of(*SOURCES) = SOURCE_MODEL
+    """``model``: the frozen cycle-start policy writes them (appendix G); ``rules``: built from the
+    trajectory itself, for policies too small to write prose."""
+    max_attempts: int = Field(8, ge=1)
+    """Model extraction: generations per trajectory at most, each with a new seed; generous, so
+    that every trajectory gets an accepted summary (those still rejected are counted per cycle in
+    train_metrics and the report)."""
+    on_rejected: one_of(*ON_REJECTED) = "drop"
+    """A trajectory whose model summary was never accepted: ``drop`` (recorded as rejected;
+    consumers leave it out) or ``rules`` (the rules-based summary instead)."""
+    sampling: SamplingParams = SamplingParams()
+    """Model extraction's decoding; every attempt of every trajectory derives its own seed from
+    ``sampling.seed`` (see extraction); ``n`` must be 1."""
+    corrected_plan: one_of(*CORRECTED_PLANS) = "evidence"
+    """Rules-based failure summaries: ``evidence`` (the corrected plan follows from what the
+    episode saw) or ``walkthrough`` (the game's stored walkthrough: an oracle, ALFWorld only)."""
 
-    def __post_init__(self) -> None:
-        check_choice("source", self.source, SOURCES)
-        check_int("max_attempts", self.max_attempts, low=1)
-        check_choice("on_rejected", self.on_rejected, ON_REJECTED)
-        check_choice("corrected_plan", self.corrected_plan, CORRECTED_PLANS)
+    @model_validator(mode="after")
+    def _one_summary_per_attempt(self) -> SummarizeConfig:
         if self.sampling.n != 1:
             raise ConfigError(
                 f"sampling.n: must be 1 (one summary per attempt), got {self.sampling.n}"
@@ -86,6 +81,7 @@ class SummarizeConfig:
                 "sampling.temperature: greedy decoding repeats the same text on every retry; "
                 f"use temperature > 0 or max_attempts: 1 (got {self.max_attempts})"
             )
+        return self
 
 
 def configured_planner(config: SummarizeConfig, make_env: Callable[[], Any]) -> Planner | None:

@@ -17,33 +17,34 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from resail_pipeline.config import check_int, check_number, is_int
+from resail_pipeline.config import Config, ConfigError, Field, Number, model_validator
 
 
-@dataclass(frozen=True)
-class SamplingParams:
+class SamplingParams(Config):
     """Decoding settings. ``temperature == 0`` is greedy; ``top_k == -1`` means no top-k.
 
     ``seed`` makes a call reproducible: the same prompts, params and seed give the same outputs
     on the same backend and hardware.
     """
 
-    temperature: float = 0.4
-    top_p: float = 1.0
-    top_k: int = -1
-    max_new_tokens: int = 1024
-    seed: int = 0
-    #: samples per prompt (GRPO groups); outputs are grouped prompt-major.
-    n: int = 1
+    temperature: Number = Field(0.4, ge=0)
+    """Sampling temperature; 0 is greedy."""
+    top_p: Number = Field(1.0, gt=0, le=1)
+    """Nucleus sampling mass."""
+    top_k: int = Field(-1, ge=-1)
+    """Top-k truncation of sampling; -1: off."""
+    max_new_tokens: int = Field(1024, ge=1)
+    """Response tokens at most."""
+    seed: int = Field(0, ge=0)
+    """The call's seed (see :func:`response_seeds`)."""
+    n: int = Field(1, ge=1)
+    """Samples per prompt (GRPO groups); outputs are grouped prompt-major."""
 
-    def __post_init__(self) -> None:
-        check_number("temperature", self.temperature, low=0)
-        check_number("top_p", self.top_p, low=0, high=1, low_open=True)
-        if not (is_int(self.top_k) and self.top_k == -1):
-            check_int("top_k", self.top_k, low=1)  # -1: off
-        check_int("max_new_tokens", self.max_new_tokens, low=1)
-        check_int("seed", self.seed, low=0)
-        check_int("n", self.n, low=1)
+    @model_validator(mode="after")
+    def _top_k_or_off(self) -> SamplingParams:
+        if self.top_k == 0:
+            raise ConfigError("top_k: must be a positive integer, or -1 (off), got 0")
+        return self
 
 
 @dataclass(frozen=True)

@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
-from resail_pipeline.config import (
-    ConfigError,
-    check_choice,
-    check_int,
-    check_number,
-    check_sections,
-)
+from resail_pipeline.config import Config, ConfigError, Field, Number, model_validator, one_of
 from resail_pipeline.generation import GENERATOR_REGISTRY, check_options
 from resail_pipeline.generation.transformers_backend import DTYPES
 from resail_pipeline.gui.offline import OfflineConfig
@@ -30,105 +23,121 @@ __all__ = [
 SOURCES = ("synthetic", "release")
 
 
-@dataclass(frozen=True)
-class DataConfig:
+class DataConfig(Config):
     """Where the episodes are (``<root>/<split>/<category>/<episode_id>/...``)."""
 
     root: str = "data/01_raw/aitz-synthetic"
-    source: str = "synthetic"
-    # the generator's sizes and seed (source: synthetic)
-    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
-    # episodes longer than this are left out (appendix A.2: at most 20 steps)
-    max_steps: int = 20
+    """The folder of the episodes, one subfolder per split."""
+    source: one_of(*SOURCES) = "synthetic"
+    """``synthetic`` (written at ``root`` by the generator) or ``release`` (a copy of the AITZ
+    release at ``root``)."""
+    synthetic: SyntheticConfig = SyntheticConfig()
+    """The generator's sizes and seed (source: synthetic)."""
+    max_steps: int = Field(20, ge=1)
+    """Episodes longer than this are left out (appendix A.2: at most 20 steps)."""
 
-    def __post_init__(self) -> None:
-        check_sections(self)
-        if not isinstance(self.root, str) or not self.root:
+    @model_validator(mode="after")
+    def _root(self) -> DataConfig:
+        if not self.root:
             raise ConfigError(f"root: must be a folder path, got {self.root!r}")
-        check_choice("source", self.source, SOURCES)
-        check_int("max_steps", self.max_steps, low=1)
+        return self
 
 
-@dataclass(frozen=True)
-class WarmStartConfig:
+class WarmStartConfig(Config):
     """The small model's behaviour cloning on training episodes outside the pool."""
 
-    updates: int = 300
-    batch: int = 16
-    lr: float = 3e-3
-    seed: int = 0
-    hidden_size: int = 128
-    num_hidden_layers: int = 2
+    updates: int = Field(300, ge=0)
+    """Optimiser updates of behaviour cloning; 0: none."""
+    batch: int = Field(16, ge=1)
+    """Logged steps per update."""
+    lr: Number = Field(3e-3, gt=0)
+    """AdamW's learning rate."""
+    seed: int = Field(0, ge=0)
+    """Seeds the small model's weights and the order of its steps."""
+    hidden_size: int = Field(128, ge=64)
+    """The small model's hidden size: a multiple of 64 (attention heads of 64)."""
+    num_hidden_layers: int = Field(2, ge=1)
+    """The small model's decoder layers."""
 
-    def __post_init__(self) -> None:
-        check_int("updates", self.updates, low=0)
-        check_int("batch", self.batch, low=1)
-        check_number("lr", self.lr, low=0, low_open=True)
-        check_int("seed", self.seed, low=0)
-        check_int("hidden_size", self.hidden_size, low=64)
+    @model_validator(mode="after")
+    def _heads(self) -> WarmStartConfig:
         if self.hidden_size % 64:
             raise ConfigError(
                 f"hidden_size: must be a multiple of 64 (heads of 64), got {self.hidden_size}"
             )
-        check_int("num_hidden_layers", self.num_hidden_layers, low=1)
+        return self
 
 
-@dataclass(frozen=True)
-class InitialConfig:
+class InitialConfig(Config):
     """The initial policy: a local Qwen3-VL checkpoint, or (``path: null``) the small model
     built here and warm-started."""
 
     path: str | None = None
+    """A local Qwen3-VL checkpoint folder; null: the small model built here and warm-started."""
     device: str = "auto"
-    dtype: str = "auto"
-    # responses decoded together (the policy and its copies)
-    batch_size: int = 16
-    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+    """Where the policy runs: ``auto``, ``cpu`` or ``cuda[:N]``."""
+    dtype: one_of(*DTYPES) = "auto"
+    """The policy's dtype: ``auto``, ``float32`` or ``bfloat16``."""
+    batch_size: int = Field(16, ge=1)
+    """Responses decoded together (the policy and its copies)."""
+    warm_start: WarmStartConfig = WarmStartConfig()
+    """The small model's behaviour cloning (``path: null`` only)."""
 
-    def __post_init__(self) -> None:
-        check_sections(self)
-        if self.path is not None and (not isinstance(self.path, str) or not self.path):
+    @model_validator(mode="after")
+    def _names(self) -> InitialConfig:
+        if self.path is not None and not self.path:
             raise ConfigError(f"path: must be a checkpoint folder or null, got {self.path!r}")
-        if not isinstance(self.device, str) or not self.device:
+        if not self.device:
             raise ConfigError(f"device: must be auto, cpu or cuda[:N], got {self.device!r}")
-        check_choice("dtype", self.dtype, DTYPES)
-        check_int("batch_size", self.batch_size, low=1)
+        return self
 
 
-@dataclass(frozen=True)
-class GenerationConfig:
+class GenerationConfig(Config):
     """What generates from the frozen initial policy (its diagnostic attempts and summaries): the
     generation protocol's backend by name. ``transformers`` is the policy's own model
     (``initial.device``, ``dtype`` and ``batch_size``); ``vllm`` a vLLM engine serving the same
     checkpoint (the ``gpu`` extra). The trainer samples and monitors its live student itself."""
 
-    backend: str = "transformers"
-    # options of the vllm backend (vllm.LLM's: dtype, max_model_len, gpu_memory_utilization, ...)
-    vllm: dict[str, Any] = field(default_factory=dict)
+    backend: one_of(*sorted(GENERATOR_REGISTRY)) = "transformers"
+    """The generation backend: ``transformers`` or ``vllm``."""
+    vllm: dict[str, Any] = Field(default_factory=dict)
+    """Options of the vllm backend (vllm.LLM's: dtype, max_model_len, gpu_memory_utilization,
+    ...); read with backend vllm only."""
 
-    def __post_init__(self) -> None:
-        check_choice("backend", self.backend, sorted(GENERATOR_REGISTRY))
-        if self.vllm is None:  # `vllm:` left empty in YAML
-            object.__setattr__(self, "vllm", {})
-        if not isinstance(self.vllm, dict):
-            raise ConfigError(f"vllm: expected a mapping of vLLM options, got {self.vllm!r}")
+    @model_validator(mode="before")
+    @classmethod
+    def _options(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "vllm" not in data:
+            return data
+        if data["vllm"] is None:  # `vllm:` left empty in YAML
+            return {**data, "vllm": {}}
+        if not isinstance(data["vllm"], dict):
+            raise ConfigError(f"vllm: expected a mapping of vLLM options, got {data['vllm']!r}")
+        return data
+
+    @model_validator(mode="after")
+    def _vllm_options(self) -> GenerationConfig:
         if self.backend == "vllm":
             check_options("vllm", self.vllm, "vllm")
+        return self
 
 
-@dataclass(frozen=True)
-class AitzConfig:
+class AitzConfig(Config):
     """``params:aitz``."""
 
-    data: DataConfig = field(default_factory=DataConfig)
-    initial: InitialConfig = field(default_factory=InitialConfig)
-    generation: GenerationConfig = field(default_factory=GenerationConfig)
-    offline: OfflineConfig = field(default_factory=OfflineConfig)
-    # where checkpoints are staged before the catalog publishes them
+    data: DataConfig = DataConfig()
+    """Where the episodes are and which of them are read."""
+    initial: InitialConfig = InitialConfig()
+    """The initial policy: the frozen teacher and the student's start."""
+    generation: GenerationConfig = GenerationConfig()
+    """What generates the initial policy's diagnostic attempts and summaries."""
+    offline: OfflineConfig = OfflineConfig()
+    """The experiment's pool, filter, training and monitoring."""
     staging_dir: str = "data/06_models/.staging/aitz"
+    """Where checkpoints are staged before the catalog publishes them."""
 
-    def __post_init__(self) -> None:
-        check_sections(self)
+    @model_validator(mode="after")
+    def _pool_leaves_warm_start(self) -> AitzConfig:
         if self.data.source == "synthetic" and self.initial.path is None:
             pool = self.offline.pool_size
             if self.data.synthetic.train_episodes <= pool:
@@ -137,3 +146,4 @@ class AitzConfig:
                     f"(offline.schedule: {pool} episodes) to leave episodes for the warm start, "
                     f"got {self.data.synthetic.train_episodes}"
                 )
+        return self

@@ -39,7 +39,6 @@ import random
 import time
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,11 +48,12 @@ import torch
 from tqdm.auto import tqdm
 
 from resail_pipeline.config import (
+    Config,
     ConfigError,
-    check_choice,
-    check_int,
-    check_number,
-    check_sections,
+    Field,
+    Number,
+    model_validator,
+    one_of,
 )
 from resail_pipeline.evaluation.gui_actions import actions_match, predicted_action
 from resail_pipeline.generation.base import SamplingParams, derive_seed
@@ -94,34 +94,44 @@ logger = logging.getLogger(__name__)
 ON_REJECTED = ("rules", "drop")
 
 
-@dataclass(frozen=True)
-class OfflineConfig:
+class OfflineConfig(Config):
     """The experiment's settings (the paper's: 100 updates x 16 trajectories, keep 0.8)."""
 
-    # updates, trajectories per update (the pool is their product) and the seed of every draw
-    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
-    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
-    # the student's fresh responses during training
-    responses: SamplingParams = field(default_factory=SamplingParams)
-    # the diagnostic attempts, the summaries and the monitoring (paper: temperature 0.4)
-    evaluation: SamplingParams = field(default_factory=SamplingParams)
-    # the filtered run's global share of steps kept, in (0, 1]
-    keep: float = 0.8
-    monitor_every: int = 10
-    monitor_episodes: int = 101
-    summary_attempts: int = 3
-    on_rejected: str = "rules"
-    # steps per forward pass (on each rank); top-K of the divergences' support
-    micro_batch: int = 8
-    top_k: int = 20
-    # the trainer's engine, processes and precision (the text trainer's: single, ddp, deepspeed)
-    engine: EngineConfig = field(default_factory=EngineConfig)
-    # updates between snapshots of a run (student, AdamW, metrics, curve) from which a rerun of
-    # a killed run continues; the last update's is always taken (training/snapshots.py)
-    snapshot_every: int = 1
+    schedule: ScheduleConfig = ScheduleConfig()
+    """Updates, trajectories per update (the pool is their product) and the seed of every
+    draw."""
+    optimizer: OptimizerConfig = OptimizerConfig()
+    """AdamW's settings for the student."""
+    responses: SamplingParams = SamplingParams()
+    """The student's fresh responses during training."""
+    evaluation: SamplingParams = SamplingParams()
+    """The diagnostic attempts, the summaries and the monitoring (paper: temperature 0.4)."""
+    keep: Number = Field(0.8, gt=0, le=1)
+    """The filtered run's global share of steps kept, in (0, 1]."""
+    monitor_every: int = Field(10, ge=1)
+    """Updates between measurements of accuracy on the monitoring subset (update 0 and the last
+    update are always measured)."""
+    monitor_episodes: int = Field(101, ge=1)
+    """Test episodes in the monitoring subset."""
+    summary_attempts: int = Field(3, ge=1)
+    """Rounds in which an episode's summary is asked of the initial policy before
+    ``on_rejected`` decides."""
+    on_rejected: one_of(*ON_REJECTED) = "rules"
+    """An episode whose summaries were all rejected: ``rules`` (a summary written from its
+    logged actions) or ``drop`` (left out)."""
+    micro_batch: int = Field(8, ge=1)
+    """Steps per forward pass (on each rank)."""
+    top_k: int = Field(20, ge=1)
+    """Top-K of the divergences' support."""
+    engine: EngineConfig = EngineConfig()
+    """The trainer's engine, processes and precision (the text trainer's: single, ddp,
+    deepspeed)."""
+    snapshot_every: int = Field(1, ge=1)
+    """Updates between snapshots of a run (student, AdamW, metrics, curve) from which a rerun of
+    a killed run continues; the last update's is always taken (training/snapshots.py)."""
 
-    def __post_init__(self) -> None:
-        check_sections(self)
+    @model_validator(mode="after")
+    def _gui_engine(self) -> OfflineConfig:
         engine = self.engine
         for name in ("micro_batch_steps", "chunk_size"):
             if getattr(engine, name) is not None:
@@ -134,14 +144,7 @@ class OfflineConfig:
                 "engine.zero_stage: the GUI trainer runs ZeRO stage 1 or 2 (stage 3 partitions "
                 "the vision tower, which its in-loop sampling does not gather); got 3"
             )
-        check_number("keep", self.keep, low=0, high=1, low_open=True)
-        check_int("monitor_every", self.monitor_every, low=1)
-        check_int("monitor_episodes", self.monitor_episodes, low=1)
-        check_int("summary_attempts", self.summary_attempts, low=1)
-        check_choice("on_rejected", self.on_rejected, ON_REJECTED)
-        check_int("micro_batch", self.micro_batch, low=1)
-        check_int("top_k", self.top_k, low=1)
-        check_int("snapshot_every", self.snapshot_every, low=1)
+        return self
 
     @property
     def pool_size(self) -> int:

@@ -18,12 +18,11 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from PIL import Image, ImageDraw
 
-from resail_pipeline.config import check_int
+from resail_pipeline.config import Config, Field
 from resail_pipeline.io import atomic_path
 
 __all__ = ["APPS", "SyntheticConfig", "write_synthetic"]
@@ -76,18 +75,15 @@ _TITLE_H, _SEARCH_H, _ROW_H = 40, 36, 44
 _KEYS = {"type": 3, "tap": 4, "scroll": 4, "back": 5, "home": 6, "enter": 7, "stop": 10}
 
 
-@dataclass(frozen=True)
-class SyntheticConfig:
+class SyntheticConfig(Config):
     """How many episodes of each split; ``seed`` fixes every choice."""
 
-    train_episodes: int = 64
-    test_episodes: int = 16
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        check_int("train_episodes", self.train_episodes, low=1)
-        check_int("test_episodes", self.test_episodes, low=1)
-        check_int("seed", self.seed, low=0)
+    train_episodes: int = Field(64, ge=1)
+    """Episodes written into the ``train`` split."""
+    test_episodes: int = Field(16, ge=1)
+    """Episodes written into the ``test`` split."""
+    seed: int = Field(0, ge=0)
+    """Fixes every choice of the generator: apps, scripts, items and queries."""
 
 
 Box = tuple[int, int, int, int]  # left, top, right, bottom in pixels
@@ -240,7 +236,7 @@ def write_synthetic(root: str | Path, config: SyntheticConfig) -> Path:
     for split, count in (("train", config.train_episodes), ("test", config.test_episodes)):
         folder = root / split
         stamp = folder / ".synthetic.json"
-        wanted = json.dumps(asdict(config), sort_keys=True)
+        wanted = json.dumps(config.model_dump(), sort_keys=True)
         if stamp.is_file() and stamp.read_text() == wanted:
             continue
         with atomic_path(folder) as tmp:

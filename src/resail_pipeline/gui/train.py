@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +38,7 @@ from resail_pipeline.checkpoints import (
     enable_activation_checkpointing,
     read_checkpoint_info,
 )
-from resail_pipeline.config import ConfigError, build, to_data
+from resail_pipeline.config import Config, ConfigError, build, model_validator, to_data
 from resail_pipeline.devices import off_process
 from resail_pipeline.generation.transformers_backend import resolve_dtype
 from resail_pipeline.gui import offline
@@ -88,28 +88,30 @@ CURVE_FILE = "curve.parquet"
 POOL_FILE, SUMMARIES_FILE, MONITOR_FILE = "pool.parquet", "summaries.parquet", "monitor.parquet"
 
 
-@dataclass(frozen=True)
-class GuiTrainJob:
+class GuiTrainJob(Config):
     """One OEL run of the AITZ experiment, as the trainer process reads it."""
 
-    # the ``aitz`` parameters (``offline.engine`` resolved by :func:`prepare`)
-    aitz: AitzConfig = field(default_factory=AitzConfig)
-    # oel | oel_sgs: the run's name (the filtered run trains on the pool's kept steps only)
+    aitz: AitzConfig
+    """The ``aitz`` parameters (``offline.engine`` resolved by :func:`prepare`)."""
     run: str = "oel"
-    # the initial policy's checkpoint: the frozen teacher and the student's start
+    """``oel`` | ``oel_sgs``: the run's name (the filtered run trains on the pool's kept steps
+    only)."""
     initial: str = ""
-    # where the run's inputs, metrics, curve and log are written
+    """The initial policy's checkpoint: the frozen teacher and the student's start."""
     run_dir: str = ""
-    # where the final student is published
+    """Where the run's inputs, metrics, curve and log are written."""
     checkpoint: str = ""
-    # where the run keeps its snapshots, the same for every rerun, so that one continues where a
-    # killed run stopped (training/snapshots.py); empty: none
+    """Where the final student is published."""
     snapshots: str = ""
+    """Where the run keeps its snapshots, the same for every rerun, so that one continues where a
+    killed run stopped (training/snapshots.py); empty: none."""
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _paths(self) -> GuiTrainJob:
         for name in ("initial", "run_dir", "checkpoint"):
-            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+            if not getattr(self, name):
                 raise ConfigError(f"{name}: required path, got {getattr(self, name)!r}")
+        return self
 
     @property
     def engine(self) -> EngineConfig:
@@ -145,7 +147,7 @@ def prepare(
     """Write the inputs and the resolved job into ``job.run_dir``; nothing starts."""
     # no CUDA context in this process
     engine = off_process(resolve_engine, job.engine, ENGINE_FIELD)
-    job = replace(job, aitz=replace(job.aitz, offline=replace(job.aitz.offline, engine=engine)))
+    job = job.replace(aitz=job.aitz.replace(offline=job.aitz.offline.replace(engine=engine)))
     run_dir = Path(job.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     pool = pool if kept is None else pool.assign(kept=np.asarray(kept, dtype=bool))

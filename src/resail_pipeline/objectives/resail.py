@@ -17,17 +17,16 @@ With balancing on, ``rho = 1`` is *not* the uniform mean: steps are weighted per
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from resail_pipeline.config import check_bool, check_choice, check_int, check_number
+from resail_pipeline.config import Config, Field, Number, one_of
 from resail_pipeline.objectives.distillation import DEFAULT_TOP_K, token_divergences
 from resail_pipeline.objectives.selection import (
     SELECTION_STRATEGIES,
-    check_rho,
     check_trajectory_index,
     select_steps,
     trajectory_balanced_mean,
@@ -48,31 +47,24 @@ SELECTIONS = (*SELECTION_STRATEGIES, "none")
 RETENTION_VIEWS = ("privileged", "ordinary", "none")
 
 
-@dataclass(frozen=True)
-class ResailConfig:
+class ResailConfig(Config):
     """The ReSAIL switches. Defaults: the paper's full method with TextCraft's rho and lambda."""
 
-    # which steps of U are distilled: "top" (SGS), "bottom", "random", or "none" (all of U)
-    selection: str = "top"
-    # selection ratio in (0, 1]: K = ceil(rho * |U|); unused with selection "none"
-    rho: float = 0.25
-    # TLB: average selected losses within each trajectory, then divide by |B| (eq. 5);
-    # off: the uniform mean over the selected steps
+    selection: one_of(*SELECTIONS) = "top"
+    """Which steps of ``U`` are distilled: ``top`` (SGS), ``bottom``, ``random``, or ``none``
+    (all of ``U``)."""
+    rho: Number = Field(0.25, gt=0, le=1)
+    """Selection ratio: ``K = ceil(rho * |U|)``; unused with selection ``none``."""
     balancing: bool = True
-    # retention view: "privileged" (PR, eq. 6), "ordinary" (ablation control), or "none"
-    retention: str = "privileged"
-    # retention weight lambda >= 0; ignored when retention is "none"
-    lam: float = field(default=1.0, metadata={"key": "lambda"})
-    # support size K of the top-K plus tail distributions
-    top_k: int = DEFAULT_TOP_K
-
-    def __post_init__(self) -> None:
-        check_choice("selection", self.selection, SELECTIONS)
-        check_rho(self.rho)
-        check_bool("balancing", self.balancing)
-        check_choice("retention", self.retention, RETENTION_VIEWS)
-        check_number("lambda", self.lam, low=0)  # the YAML key (a keyword in Python)
-        check_int("top_k", self.top_k, low=1)
+    """TLB: average the selected losses within each trajectory, then divide by ``|B|`` (eq. 5);
+    off: the uniform mean over the selected steps."""
+    retention: one_of(*RETENTION_VIEWS) = "privileged"
+    """Retention view: ``privileged`` (PR, eq. 6), ``ordinary`` (the ablation's control), or
+    ``none``."""
+    lam: Number = Field(1.0, ge=0, alias="lambda")
+    """Retention weight ``lambda``; ignored when retention is ``none``."""
+    top_k: int = Field(DEFAULT_TOP_K, ge=1)
+    """Support size ``K`` of the top-K plus tail distributions."""
 
     @classmethod
     def off(cls, top_k: int = DEFAULT_TOP_K) -> ResailConfig:

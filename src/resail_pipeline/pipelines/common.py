@@ -11,19 +11,26 @@ policy's manifest (cycle ``r`` starts from the checkpoint of cycle ``r - 1``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pandas as pd
 from kedro.pipeline import Pipeline
 
 from resail_pipeline.checkpoints import CheckpointInfo
-from resail_pipeline.config import ConfigError, build, check_choice, check_folder_name, check_int
+from resail_pipeline.config import (
+    Config,
+    ConfigError,
+    Field,
+    FolderName,
+    build,
+    model_validator,
+    one_of,
+)
 from resail_pipeline.devices import visible_devices
-from resail_pipeline.envs import Environment, check_env_name, check_env_options, make_env
+from resail_pipeline.envs import ENV_REGISTRY, Environment, check_env_options, make_env
 from resail_pipeline.generation import (
     GENERATOR_REGISTRY,
     RUN_SUPPLIED_OPTIONS,
@@ -71,69 +78,69 @@ def in_cycle(base: Pipeline, cycle: int) -> Pipeline:
     )
 
 
-@dataclass(frozen=True)
-class RunConfig:
+class RunConfig(Config):
     """``params:run``: what every node of a run shares."""
 
-    # environment registry name
-    env: str
-    # training method (selects the objective; also names the experiment by default)
-    method: str
-    # folder of this run's datasets under data/<layer>/<env>/ (None: the method's name)
-    experiment: str | None = None
-    # seeds task sampling and collection
-    seed: int = 0
-    # generation backend name (transformers | vllm)
-    backend: str = "transformers"
-    # backend name -> options of its from_checkpoint; only the chosen backend's are used, so that
-    # an environment that switches backend never hands one backend's options to the other
-    generation: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # options of the environment adapter (e.g. max_steps, ALFWorld's data_path)
-    env_options: dict[str, Any] = field(default_factory=dict)
-    # where nodes stage model directories for the catalog to publish
+    env: one_of(*sorted(ENV_REGISTRY))
+    """Environment registry name."""
+    method: one_of(*METHODS)
+    """Training method (selects the objective; also names the experiment by default)."""
+    experiment: FolderName | None = Field(None, min_length=1)
+    """Folder of this run's datasets under ``data/<layer>/<env>/``; null: the method's name."""
+    seed: int = Field(0, ge=0)
+    """Seeds task sampling and collection."""
+    backend: one_of(*sorted(GENERATOR_REGISTRY)) = "transformers"
+    """Generation backend name (``transformers`` | ``vllm``)."""
+    generation: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Backend name -> options of its ``from_checkpoint``; only the chosen backend's are used, so
+    that an environment that switches backend never hands one backend's options to the other."""
+    env_options: dict[str, Any] = Field(default_factory=dict)
+    """Options of the environment adapter (e.g. ``max_steps``, ALFWorld's ``data_path``)."""
     staging_dir: str = "data/06_models/.staging"
-    # generators per node, each in its own process (generation.sharded): "auto" is one per
-    # visible GPU (none: one, in the node's own process); an integer > 1 starts that many
-    shards: int | str = 1
+    """Where nodes stage model directories for the catalog to publish."""
+    shards: Annotated[int, Field(ge=1)] | one_of("auto") = 1
+    """Generators per node, each in its own process (``generation.sharded``): ``auto`` is one per
+    visible GPU (none: one, in the node's own process); an integer > 1 starts that many."""
 
-    def __post_init__(self) -> None:
-        check_env_name(self.env)
-        check_choice("method", self.method, METHODS)
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults(cls, data: Any) -> Any:
+        """The experiment named after the method where none is given; ``generation:`` left empty
+        in YAML is no options; each backend's options under its name, as a mapping."""
+        if not isinstance(data, Mapping):
+            return data
+        data = dict(data)
+        if data.get("experiment") is None and "method" in data:
+            data["experiment"] = data["method"]
+        if "generation" in data and data["generation"] is None:
+            data["generation"] = {}
+        if isinstance(data.get("generation"), Mapping):
+            for backend, options in data["generation"].items():
+                if backend not in GENERATOR_REGISTRY:
+                    raise ConfigError(
+                        f"generation: {backend!r} is not a generation backend; give each "
+                        f"backend's options under its name, one of {sorted(GENERATOR_REGISTRY)}"
+                    )
+                if not isinstance(options, dict):
+                    raise ConfigError(f"generation.{backend}: expected a mapping, got {options!r}")
+        return data
+
+    @model_validator(mode="after")
+    def _runnable(self) -> RunConfig:
         if self.method == REACT:
             raise ConfigError(
                 "method: react is the initial policy, never trained: its results are "
                 "cycle_0's evaluation, which every run writes and the report draws flat across "
                 "cycles (`kedro run --pipelines=report`)"
             )
-        if self.backend not in GENERATOR_REGISTRY:
-            raise ConfigError(
-                f"backend: unknown generation backend {self.backend!r}; "
-                f"choose one of {sorted(GENERATOR_REGISTRY)}"
-            )
-        if self.experiment is None:
-            object.__setattr__(self, "experiment", self.method)
-        check_folder_name(self.experiment, "experiment")
         if self.experiment == SHARED_FOLDER:
             raise ConfigError(
                 f"experiment: {SHARED_FOLDER!r} is the folder every experiment shares (cycle 0 and "
                 "the cycle-1 corpus); name the experiment otherwise"
             )
-        check_int("seed", self.seed, low=0)
-        if not isinstance(self.env_options, dict):
-            raise ConfigError(f"env_options: expected a mapping, got {self.env_options!r}")
         check_env_options(self.env, self.env_options)
         if Path(self.staging_dir).exists() and not Path(self.staging_dir).is_dir():
             raise ConfigError(f"staging_dir: {self.staging_dir} is a file; give a folder")
-        if self.generation is None:  # `generation:` left empty in YAML
-            object.__setattr__(self, "generation", {})
-        for backend, options in self.generation.items():
-            if backend not in GENERATOR_REGISTRY:
-                raise ConfigError(
-                    f"generation: {backend!r} is not a generation backend; give each "
-                    f"backend's options under its name, one of {sorted(GENERATOR_REGISTRY)}"
-                )
-            if not isinstance(options, dict):
-                raise ConfigError(f"generation.{backend}: expected a mapping, got {options!r}")
         for option in RUN_SUPPLIED_OPTIONS:
             if option in self.generation_options:
                 raise ConfigError(
@@ -141,8 +148,7 @@ class RunConfig:
                     "from its manifest); remove it"
                 )
         check_options(self.backend, self.generation_options, f"generation.{self.backend}")
-        if self.shards != "auto":
-            check_int("shards", self.shards, low=1)
+        return self
 
     @property
     def generation_options(self) -> dict[str, Any]:

@@ -8,24 +8,35 @@ not after it trains. A top-level key that is no section (``trian`` for ``train``
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from resail_pipeline.checkpoints import CheckpointError, load_tokenizer
-from resail_pipeline.config import ConfigError, build, check_folder_name, check_int
+from resail_pipeline.collection import CollectConfig
+from resail_pipeline.config import (
+    Config,
+    ConfigError,
+    build,
+    check_folder_name,
+    check_int,
+    field_docs,
+)
 from resail_pipeline.evaluation.evaluate import VIEW_PRIVILEGED
 from resail_pipeline.experience import SummarizeConfig, configured_planner
 from resail_pipeline.experience.extraction import SOURCE_MODEL
 from resail_pipeline.generation.cuda import GpuInfo
 from resail_pipeline.gui.config import AitzConfig
 from resail_pipeline.initial_policy import requested_policy
-from resail_pipeline.pipelines.bootstrap.nodes import bootstrap_config
+from resail_pipeline.pipelines.bootstrap.nodes import BootstrapParams, bootstrap_config
 from resail_pipeline.pipelines.collect.nodes import collect_config
 from resail_pipeline.pipelines.common import RunConfig
-from resail_pipeline.pipelines.evaluate.nodes import eval_config
-from resail_pipeline.pipelines.report.nodes import REPORT_KEYS
+from resail_pipeline.pipelines.evaluate.nodes import EvaluateParams, eval_config
+from resail_pipeline.pipelines.report.nodes import ReportConfig
 from resail_pipeline.pipelines.score.nodes import ScoreParams
 from resail_pipeline.prompt_budget import (
     PROMPT_ORDINARY,
@@ -39,19 +50,20 @@ from resail_pipeline.tracking import TrackingConfig
 from resail_pipeline.training import TrainConfig
 from resail_pipeline.training.memory import ModelShape, check_fits, plan_memory
 
-#: the parameter sections: ``params:<section>`` of the pipelines
-SECTIONS = (
-    "run",
-    "bootstrap",
-    "collect",
-    "summarize",
-    "score",
-    "train",
-    "evaluate",
-    "report",
-    "aitz",
-    "tracking",
-)
+#: the parameter sections, ``params:<section>`` of the pipelines, and the model of each
+SECTION_MODELS: dict[str, type[Config]] = {
+    "run": RunConfig,
+    "bootstrap": BootstrapParams,
+    "collect": CollectConfig,
+    "summarize": SummarizeConfig,
+    "score": ScoreParams,
+    "train": TrainConfig,
+    "evaluate": EvaluateParams,
+    "report": ReportConfig,
+    "aitz": AitzConfig,
+    "tracking": TrackingConfig,
+}
+SECTIONS = tuple(SECTION_MODELS)
 #: top-level keys that are no section: the data folder's tag, set on the command line or in an
 #: environment's parameters (the catalog follows it: :class:`~resail_pipeline.hooks.RunConfigLoader`)
 RUNTIME_KEYS = ("data_tag",)
@@ -81,9 +93,7 @@ def check_parameters(params: Mapping[str, Any]) -> None:
     eval_config(dict(params["evaluate"]), run.env)
     build(AitzConfig, dict(params["aitz"]), "aitz")
     build(TrackingConfig, dict(params["tracking"]), "tracking")
-    extra = sorted(set(params["report"]) - set(REPORT_KEYS))
-    if extra:
-        raise ConfigError(f"report: unknown parameter(s) {extra}; known: {list(REPORT_KEYS)}")
+    build(ReportConfig, dict(params["report"]), "report")
 
 
 def check_budgets(params: Mapping[str, Any]) -> None:
@@ -271,3 +281,49 @@ def check_training_memory(
     )
     logger.info("memory plan of one training rank: %s", plan.describe())
     check_fits(plan, min(g.memory for g in gpus), device="the smallest visible GPU")
+
+
+def _markdown(text: str) -> str:
+    """A docstring's reStructuredText as a Markdown table cell."""
+    text = re.sub(r":\w+:`~?(?:[\w.]+\.)?([^`]+)`", r"`\1`", text)  # :mod:`~a.b.c` -> `c`
+    return text.replace("``", "`").replace("|", "\\|")
+
+
+def _value(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list | dict):
+        return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()
+    return str(value)
+
+
+def parameter_reference(params: Mapping[str, Any], env: str = "base") -> str:
+    """The reference of every parameter (Markdown): per section, each field's key, type, default
+    (the model's), value in ``params`` (the parameters of configuration environment ``env``) and
+    description, all taken from the models of :data:`SECTION_MODELS`."""
+    lines = [
+        "# Parameters",
+        "",
+        "Every parameter of the pipelines, generated from the configuration models by",
+        f"`.venv/bin/python scripts/parameter_reference.py --env {env}` (a test holds this page",
+        "equal to its output). *Default* is the model's (the paper's setting where the paper",
+        f"states one); *conf/{env}* is what that configuration sets, where it differs.",
+    ]
+    for section, model in SECTION_MODELS.items():
+        lines += ["", f"## `{section}`", "", " ".join(_markdown(model.__doc__ or "").split()), ""]
+        lines += [f"| key | type | default | conf/{env} | meaning |", "|---|---|---|---|---|"]
+        for row in field_docs(model, section):
+            value: Any = params
+            for part in row.key.split("."):
+                value = value.get(part, _UNSET) if isinstance(value, Mapping) else _UNSET
+            shown = "" if value is _UNSET or value == row.default else f"`{_value(value)}`"
+            lines.append(
+                f"| `{row.key}` | {row.kind} | `{_value(row.default)}` | {shown} | "
+                f"{_markdown(row.description)} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+_UNSET = object()

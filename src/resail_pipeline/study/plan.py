@@ -4,47 +4,71 @@ checked whole before anything runs; where it lives and which data folder its run
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from resail_pipeline.config import ConfigError, build, check_folder_name, check_int
+from resail_pipeline.config import (
+    Config,
+    ConfigError,
+    Field,
+    FolderName,
+    build,
+    check_folder_name,
+    model_validator,
+    one_of,
+)
 from resail_pipeline.training.config import METHODS, REACT
 
 PLAN_FILE = "study.yml"
+#: the methods an experiment may run: every one but react, which is cycle 0's evaluation
+TRAINED = tuple(m for m in METHODS if m != REACT)
 
 
-@dataclass(frozen=True)
-class Experiment:
+class Experiment(Config):
     """One run of the cycle pipeline: ``run.method``, ``run.experiment``, cycles, overrides."""
 
-    method: str
-    cycles: int
-    name: str = ""
-    params: Mapping[str, Any] = field(default_factory=dict)
-    # the plan's tiers run in order; ``--tier N`` runs those up to N (the question first)
-    tier: int = 1
+    method: one_of(*TRAINED)
+    """The run's training method (``run.method``); not react, which is cycle 0's evaluation."""
+    cycles: int = Field(ge=1)
+    """Cycles the run trains."""
+    name: FolderName = ""
+    """The run's experiment (``run.experiment``), the folder of its datasets; empty: the method's
+    name."""
+    params: dict[str, Any] = Field(default_factory=dict)
+    """The experiment's parameter overrides (dotted keys or nested), over the plan's shared ones;
+    not ``run``'s, which the method and name give."""
+    tier: int = Field(1, ge=1)
+    """The plan's tiers run in order; ``--tier N`` runs those up to N (the question first)."""
 
-    def __post_init__(self) -> None:
-        if self.method not in METHODS or self.method == REACT:
-            trained = [m for m in METHODS if m != REACT]
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults(cls, data: Any) -> Any:
+        """React is refused saying why; the name is the method's where none is given;
+        ``params:`` left empty is no overrides, and the overrides are checked as a plan's are
+        (:func:`check_overrides`)."""
+        if not isinstance(data, Mapping):
+            return data
+        data = dict(data)
+        if data.get("method") == REACT:
             raise ConfigError(
-                f"method: must be one of {trained} (react is cycle 0's evaluation, which every "
-                f"experiment writes), got {self.method!r}"
+                f"method: must be one of {list(TRAINED)} (react is cycle 0's evaluation, which "
+                f"every experiment writes), got {REACT!r}"
             )
-        check_int("cycles", self.cycles, low=1)
-        check_int("tier", self.tier, low=1)
-        if not self.name:
-            object.__setattr__(self, "name", self.method)
-        check_folder_name(self.name, "name")
-        if self.params is None:  # `params:` left empty
-            object.__setattr__(self, "params", {})
-        check_overrides(self.params, "params")
+        if not data.get("name") and "method" in data:
+            data["name"] = data["method"]
+        if data.get("params", {}) is None:
+            data["params"] = {}
+        check_overrides(data.get("params", {}), "params")
+        return data
+
+    @model_validator(mode="after")
+    def _no_run_keys(self) -> Experiment:
         for key in self.params:
             if key.split(".")[0] == "run":
                 raise ConfigError(f"params: {key!r}; the method and name are given as such")
+        return self
 
     def run_params(self, shared: Mapping[str, Any]) -> dict[str, Any]:
         """The run's parameter overrides, nested as ``kedro run --params`` gives them: the plan's
@@ -116,45 +140,54 @@ def _is_number(value: Any) -> bool:
 RULES = ("largest_harmless", "largest_gain")
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(Config):
     """A choice among a plan's candidates, fixed before their results are seen."""
 
-    # the parameter the candidates vary, as the experiments' params name it
     parameter: str
-    # the method whose experiments are the candidates
-    method: str
-    # largest_harmless: the largest value whose paired interval's upper bound is >= 0;
-    # largest_gain: the largest ordinary-view gain whose interval lies above 0, else as above
-    choose: str = "largest_harmless"
-
-    def __post_init__(self) -> None:
-        if self.choose not in RULES:
-            raise ConfigError(f"choose: must be one of {list(RULES)}, got {self.choose!r}")
-        if self.method not in METHODS:
-            raise ConfigError(f"method: must be one of {list(METHODS)}, got {self.method!r}")
+    """The parameter the candidates vary, as the experiments' params name it."""
+    method: one_of(*METHODS)
+    """The method whose experiments are the candidates."""
+    choose: one_of(*RULES) = "largest_harmless"
+    """``largest_harmless``: the largest value whose paired interval's upper bound is >= 0;
+    ``largest_gain``: the largest ordinary-view gain whose interval lies above 0, else as
+    above."""
 
 
-@dataclass(frozen=True)
-class StudyPlan:
+class StudyPlan(Config):
     """Experiments in the order they run, overrides shared by all (e.g. ``data_tag``),
     optionally the rule that chooses among them, and the data tag of the folder whose cycle 0
     the runs take (``cycle_0_from``; ``None``: they play their own)."""
 
     experiments: tuple[Experiment, ...]
-    params: Mapping[str, Any] = field(default_factory=dict)
+    """The experiments, in the order they run."""
+    params: dict[str, Any] = Field(default_factory=dict)
+    """Parameter overrides every experiment shares (``data_tag``, dotted keys or nested)."""
     rule: Rule | None = None
-    cycle_0_from: str | None = None
+    """The rule that chooses among the candidates, pre-registered; null: none."""
+    cycle_0_from: FolderName | None = None
+    """The data tag of the folder whose cycle 0 the runs take; null: they play their own."""
 
-    def __post_init__(self) -> None:
-        if not self.experiments:
-            raise ConfigError("experiments: the plan has no experiments")
-        check_overrides(self.params, "params")
-        source = self.cycle_0_from
+    @model_validator(mode="before")
+    @classmethod
+    def _overrides(cls, data: Any) -> Any:
+        """``params:`` left empty is no overrides; the overrides and the source's tag are checked
+        before anything else."""
+        if not isinstance(data, Mapping):
+            return data
+        data = dict(data)
+        if data.get("params", {}) is None:
+            data["params"] = {}
+        check_overrides(data.get("params", {}), "params")
+        source = data.get("cycle_0_from")
         if source is not None and not isinstance(source, str):
             raise ConfigError(f"cycle_0_from: a data tag (a string), got {source!r}")
-        if source is not None:
-            check_folder_name(source, "cycle_0_from", empty=True)
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> StudyPlan:
+        if not self.experiments:
+            raise ConfigError("experiments: the plan has no experiments")
+        source = self.cycle_0_from
         if source is not None and source == flatten(self.params).get("data_tag"):
             raise ConfigError(f"cycle_0_from: {source!r} is the plan's own data_tag")
         methods: dict[str, str] = {}
@@ -174,6 +207,7 @@ class StudyPlan:
                     f"rule: no {self.rule.method} experiment sets {self.rule.parameter}; "
                     "nothing to choose"
                 )
+        return self
 
     @property
     def tiers(self) -> list[int]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
 
 import torch
 from torch import Tensor
@@ -170,7 +169,7 @@ class GrpoTrainer(_OrdinaryLikelihood):
         self.engine.sync_sampling_model()  # every rank, whatever its share (ZeRO-3: a collective)
         if not mine:
             return [], torch.zeros(0), torch.zeros(0)
-        params = replace(self.config.responses.sampling_params(self.config.schedule.seed), n=group)
+        params = self.config.responses.sampling_params(self.config.schedule.seed).replace(n=group)
         seeds = [
             step_seed(self.config.schedule.seed, steps[i].traj_id, steps[i].t, u) for i in mine
         ]

@@ -16,20 +16,19 @@ configurations, conf/paper*, set Megatron-LM's 0.01).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 
 from resail_pipeline.config import (
+    Config,
     ConfigError,
+    Field,
+    Number,
     build,
-    check_bool,
-    check_choice,
-    check_int,
-    check_number,
-    check_sections,
+    model_validator,
+    one_of,
     to_data,
 )
 from resail_pipeline.generation import SamplingParams
@@ -72,87 +71,74 @@ ENGINES = ("auto", "single", "ddp", "deepspeed")
 PRECISIONS = ("auto", "fp32", "bf16")
 
 
-@dataclass(frozen=True)
-class ScheduleConfig:
+class ScheduleConfig(Config):
     """Which trajectories each update sees (algorithm 1, line 4)."""
 
-    # M: optimiser updates per cycle
-    updates: int = 30
-    # |B|: trajectories per update, drawn without replacement from the cycle's corpus
-    trajectories_per_update: int = 8
-    # seeds the batch order, random selection, response sampling and torch (reset every cycle)
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        check_int("updates", self.updates, low=1)
-        check_int("trajectories_per_update", self.trajectories_per_update, low=1)
-        check_int("seed", self.seed, low=0)
+    updates: int = Field(30, ge=1)
+    """M: optimiser updates per cycle."""
+    trajectories_per_update: int = Field(8, ge=1)
+    """|B|: trajectories per update, drawn without replacement from the cycle's corpus."""
+    seed: int = Field(0, ge=0)
+    """Seeds the batch order, random selection, response sampling and torch (reset every cycle)."""
 
 
-@dataclass(frozen=True)
-class OptimizerConfig:
+#: an AdamW beta
+Beta = Annotated[Number, Field(ge=0, lt=1)]
+
+
+class OptimizerConfig(Config):
     """AdamW with a constant learning rate and no warm-up; state reset every cycle."""
 
-    # learning rate, constant for the whole cycle (paper: 1e-6)
-    lr: float = 1e-6
-    # AdamW (beta1, beta2), each in [0, 1)
-    betas: tuple[float, float] = (0.9, 0.999)
-    # AdamW epsilon, > 0
-    eps: float = 1e-8
-    # decoupled weight decay, >= 0; 0.0 as in conf/base/parameters_train.yml, which every committed
-    # run trained with (conf/paper* set 0.01; AITZ's offline training sets its own)
-    weight_decay: float = 0.0
-    # clip the global gradient norm to this value; None: no clipping
-    grad_clip: float | None = 1.0
-
-    def __post_init__(self) -> None:
-        check_number("lr", self.lr, low=0, low_open=True)
-        betas = tuple(self.betas) if isinstance(self.betas, (list, tuple)) else ()
-        if len(betas) != 2:
-            raise ConfigError(f"betas: must be two numbers in [0, 1), got {self.betas!r}")
-        for i, beta in enumerate(betas):
-            check_number(f"betas[{i}]", beta, low=0, high=1, high_open=True)
-        object.__setattr__(self, "betas", (float(betas[0]), float(betas[1])))
-        check_number("eps", self.eps, low=0, low_open=True)
-        check_number("weight_decay", self.weight_decay, low=0)
-        check_number("grad_clip", self.grad_clip, low=0, low_open=True, optional=True)
+    lr: Number = Field(1e-6, gt=0)
+    """Learning rate, constant for the whole cycle (paper: 1e-6)."""
+    betas: tuple[Beta, Beta] = (0.9, 0.999)
+    """AdamW's (beta1, beta2)."""
+    eps: Number = Field(1e-8, gt=0)
+    """AdamW's epsilon."""
+    weight_decay: Number = Field(0.0, ge=0)
+    """Decoupled weight decay: 0.0 as every committed run trained with (``conf/paper*`` set
+    Megatron-LM's 0.01; AITZ's offline training sets its own)."""
+    grad_clip: Number | None = Field(1.0, gt=0)
+    """Clip the global gradient norm to this value; null: no clipping."""
 
 
-@dataclass(frozen=True)
-class EngineConfig:
+class EngineConfig(Config):
     """How the update runs: engine, processes, precision, micro-batching."""
 
-    # auto | single | ddp | deepspeed; auto: deepspeed with GPUs, else single (ddp under torchrun)
-    kind: str = "auto"
-    # data-parallel processes over all nodes; None: one per GPU of every node (nodes x GPUs per
-    # node), or 1 per node without GPUs; over several nodes, it must be that product
-    world_size: int | None = None
-    # machines taking part, each running world_size / nodes processes under its own torchrun agent
-    nodes: int = 1
-    # host:port where the nodes' torchrun agents meet (c10d rendezvous); required with nodes > 1
+    kind: one_of(*ENGINES) = "auto"
+    """``auto`` | ``single`` | ``ddp`` | ``deepspeed``; auto: deepspeed with GPUs, else single
+    (ddp under torchrun)."""
+    world_size: int | None = Field(None, ge=1)
+    """Data-parallel processes over all nodes; null: one per GPU of every node (nodes x GPUs per
+    node), or 1 per node without GPUs; over several nodes, it must be that product."""
+    nodes: int = Field(1, ge=1)
+    """Machines taking part, each running world_size / nodes processes under its own torchrun
+    agent."""
     rdzv_endpoint: str | None = None
-    # command prefix that starts one torchrun agent on every node, e.g. [srun, --nodes=2,
-    # --ntasks-per-node=1] under SLURM; empty: this machine's agent only (start the others alike)
+    """host:port where the nodes' torchrun agents meet (c10d rendezvous); required with
+    nodes > 1."""
     launcher: tuple[str, ...] = ()
-    # DeepSpeed ZeRO stage: 1, 2 (default) or 3
-    zero_stage: int = 2
-    # auto | fp32 | bf16; auto: bf16 on GPUs that support it, else fp32
-    precision: str = "auto"
-    # interaction steps per forward/backward on one rank; None: the rank's whole share of U at once
-    micro_batch_steps: int | None = None
-    # response positions per block in the full-vocabulary reductions; None: all at once
-    chunk_size: int | None = None
-    # recompute decoder activations in backward (saves memory, costs one extra forward)
+    """Command prefix that starts one torchrun agent on every node, e.g. ``[srun, --nodes=2,
+    --ntasks-per-node=1]`` under SLURM; empty: this machine's agent only (start the others
+    alike)."""
+    zero_stage: one_of(1, 2, 3) = 2
+    """DeepSpeed ZeRO stage."""
+    precision: one_of(*PRECISIONS) = "auto"
+    """``auto`` | ``fp32`` | ``bf16``; auto: bf16 on GPUs that support it, else fp32."""
+    micro_batch_steps: int | None = Field(None, ge=1)
+    """Interaction steps per forward/backward on one rank; null: the rank's whole share of U at
+    once."""
+    chunk_size: int | None = Field(None, ge=1)
+    """Response positions per block in the full-vocabulary reductions; null: all at once."""
     gradient_checkpointing: bool = False
+    """Recompute decoder activations in backward (saves memory, costs one extra forward)."""
 
-    def __post_init__(self) -> None:
-        check_choice("kind", self.kind, ENGINES)
-        check_int("world_size", self.world_size, low=1, optional=True)
+    @model_validator(mode="after")
+    def _processes(self) -> EngineConfig:
         if self.kind == "single" and self.world_size not in (None, 1):
             raise ConfigError(
                 f"world_size: the single engine runs one process, got {self.world_size}"
             )
-        check_int("nodes", self.nodes, low=1)
         if self.nodes > 1:
             if self.kind == "single":
                 raise ConfigError(f"nodes: the single engine runs one process, got {self.nodes}")
@@ -166,17 +152,7 @@ class EngineConfig:
                 raise ConfigError(
                     f"world_size: {self.world_size} processes do not split over {self.nodes} nodes"
                 )
-        launcher = self.launcher
-        if isinstance(launcher, list):
-            launcher = tuple(launcher)
-            object.__setattr__(self, "launcher", launcher)
-        if not isinstance(launcher, tuple) or not all(isinstance(a, str) for a in launcher):
-            raise ConfigError(f"launcher: must be a list of strings, got {self.launcher!r}")
-        check_choice("zero_stage", self.zero_stage, (1, 2, 3))
-        check_choice("precision", self.precision, PRECISIONS)
-        check_int("micro_batch_steps", self.micro_batch_steps, low=1, optional=True)
-        check_int("chunk_size", self.chunk_size, low=1, optional=True)
-        check_bool("gradient_checkpointing", self.gradient_checkpointing)
+        return self
 
     @property
     def bf16_parameters(self) -> bool:
@@ -231,7 +207,7 @@ class EngineConfig:
                 f"node, but each node has {num_gpus} GPU(s); leave it null (nodes x GPUs per "
                 "node)"
             )
-        return replace(self, kind=kind, world_size=world_size, precision=precision)
+        return self.replace(kind=kind, world_size=world_size, precision=precision)
 
     @property
     def processes_per_node(self) -> int:
@@ -239,31 +215,28 @@ class EngineConfig:
         return (self.world_size or 1) // self.nodes
 
 
-@dataclass(frozen=True)
-class ResponseConfig:
+class ResponseConfig(Config):
     """Fresh OEL responses (sampled from the current student) and the length of every response."""
 
-    # sampling temperature (> 0); 1.0 samples the policy's own distribution
-    temperature: float = 1.0
-    # nucleus sampling mass in (0, 1]
-    top_p: float = 1.0
-    # top-k truncation of sampling; -1: off
-    top_k: int = -1
-    # response tokens per step: OEL's max_new_tokens; cached (SDPO) responses are cut to this
-    max_tokens: int = 1024
-    # rows decoded together when sampling in training (OEL, GRPO)
-    batch_size: int = 16
-    # cache tokens a decode batch may hold, counting each row's prompt and max_tokens (None: no
-    # bound): what keeps in-loop sampling beside the student, the teacher and the optimizer state
-    # within a GPU's memory where histories are long
-    max_batch_tokens: int | None = None
+    temperature: Number = Field(1.0, gt=0)
+    """Sampling temperature; 1.0 samples the policy's own distribution."""
+    top_p: Number = Field(1.0, gt=0, le=1)
+    """Nucleus sampling mass."""
+    top_k: int = Field(-1, ge=-1)
+    """Top-k truncation of sampling; -1: off."""
+    max_tokens: int = Field(1024, ge=1)
+    """Response tokens per step: OEL's max_new_tokens; cached (SDPO) responses are cut to this."""
+    batch_size: int = Field(16, ge=1)
+    """Rows decoded together when sampling in training (OEL, GRPO)."""
+    max_batch_tokens: int | None = Field(None, ge=1)
+    """Cache tokens a decode batch may hold, counting each row's prompt and max_tokens (null: no
+    bound): what keeps in-loop sampling beside the student, the teacher and the optimizer state
+    within a GPU's memory where histories are long."""
 
-    def __post_init__(self) -> None:
-        check_int("max_batch_tokens", self.max_batch_tokens, low=1, optional=True)
-        check_number("temperature", self.temperature, low=0, low_open=True)  # sampled
-        check_int("max_tokens", self.max_tokens, low=1)
-        check_int("batch_size", self.batch_size, low=1)
-        self.sampling_params(seed=0)  # top_p and top_k, checked as every sampler checks them
+    @model_validator(mode="after")
+    def _samples(self) -> ResponseConfig:
+        self.sampling_params(seed=0)  # top_k as every sampler checks it
+        return self
 
     def sampling_params(self, seed: int) -> SamplingParams:
         """One response per prompt with these settings."""
@@ -277,8 +250,7 @@ class ResponseConfig:
         )
 
 
-@dataclass(frozen=True)
-class ProbeConfig:
+class ProbeConfig(Config):
     """The PI-sensitivity probe (appendix D.3): a diagnostic, off by default.
 
     When enabled, the trainer evaluates the current student on the fixed probe set at the cycle
@@ -287,68 +259,48 @@ class ProbeConfig:
     ``top_k``.
     """
 
-    # evaluate the probe at the cycle start (update 0) and after every update
     enabled: bool = False
-    # logged trajectories in the probe set (paper: 16); read where the set is built
-    num_trajectories: int = 16
-    # support size: the initial model's ordinary-view top-K at every response position (paper: 20)
-    top_k: int = 20
-    # probe steps per no-grad forward on one rank
-    micro_batch_steps: int = 8
-
-    def __post_init__(self) -> None:
-        check_bool("enabled", self.enabled)
-        check_int("num_trajectories", self.num_trajectories, low=1)
-        check_int("top_k", self.top_k, low=1)
-        check_int("micro_batch_steps", self.micro_batch_steps, low=1)
+    """Evaluate the probe at the cycle start (update 0) and after every update."""
+    num_trajectories: int = Field(16, ge=1)
+    """Logged trajectories in the probe set (paper: 16); read where the set is built."""
+    top_k: int = Field(20, ge=1)
+    """Support size: the initial model's ordinary-view top-K at every response position
+    (paper: 20)."""
+    micro_batch_steps: int = Field(8, ge=1)
+    """Probe steps per no-grad forward on one rank."""
 
 
-@dataclass(frozen=True)
-class GrpoConfig:
+class GrpoConfig(Config):
     """Offline GRPO (appendix B.4): groups of sampled responses at every successful logged step,
     rewarded by exact action match, verl's clipped surrogate and ``low_var_kl`` to the initial
     policy. Sampling follows ``responses`` (temperature, length)."""
 
-    # responses per logged step (the group); advantages need at least 2
-    samples: int = 8
-    # PPO ratios are clipped to [1 - clip_low, 1 + clip_high]
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    # weight of low_var_kl to the frozen initial policy (not part of rewards or advantages)
-    kl_beta: float = 0.01
-
-    def __post_init__(self) -> None:
-        check_int("samples", self.samples, low=2)  # advantages need a group of two
-        check_number("clip_low", self.clip_low, low=0, high=1, high_open=True)
-        check_number("clip_high", self.clip_high, low=0)
-        check_number("kl_beta", self.kl_beta, low=0)
+    samples: int = Field(8, ge=2)
+    """Responses per logged step (the group); advantages need at least 2."""
+    clip_low: Number = Field(0.2, ge=0, lt=1)
+    """PPO ratios are clipped to [1 - clip_low, 1 + clip_high]."""
+    clip_high: Number = Field(0.28, ge=0)
+    """See ``clip_low``."""
+    kl_beta: Number = Field(0.01, ge=0)
+    """Weight of low_var_kl to the frozen initial policy (not part of rewards or advantages)."""
 
 
-@dataclass(frozen=True)
-class RunPaths:
+class RunPaths(Config):
     """Where the inputs are described and the outputs go."""
 
-    # the input manifest (YAML): cycle-start checkpoint and Parquet inputs with their sha256
     manifest: str = ""
-    # the final student's Hugging Face directory; written whole or not at all
+    """The input manifest (YAML): cycle-start checkpoint and Parquet inputs with their sha256."""
     checkpoint: str = ""
-    # directory for train_metrics.parquet, selected_steps.parquet, probe.parquet and the log
+    """The final student's Hugging Face directory; written whole or not at all."""
     run_dir: str = ""
-    # the new checkpoint's name; its policy_id is "{name}@{sha256[:12]}"
-    policy_name: str = "policy"
-    # the cycle r this run trains (pi_r -> pi_{r+1}); recorded in the checkpoint's manifest
-    cycle: int = 1
-    # folder of the run's snapshots, from which a rerun of a killed run continues (kept across
-    # reruns; removed once the checkpoint is published); empty: none are taken
+    """Directory for train_metrics.parquet, selected_steps.parquet, probe.parquet and the log."""
+    policy_name: str = Field("policy", min_length=1)
+    """The new checkpoint's name; its policy_id is ``{name}@{sha256[:12]}``."""
+    cycle: int = Field(1, ge=0)
+    """The cycle r this run trains (pi_r -> pi_{r+1}); recorded in the checkpoint's manifest."""
     snapshots: str = ""
-
-    def __post_init__(self) -> None:
-        for name in ("manifest", "checkpoint", "run_dir", "snapshots"):
-            if not isinstance(getattr(self, name), str):
-                raise ConfigError(f"{name}: must be a path string, got {getattr(self, name)!r}")
-        if not isinstance(self.policy_name, str) or not self.policy_name:
-            raise ConfigError(f"policy_name: must be a non-empty string, got {self.policy_name!r}")
-        check_int("cycle", self.cycle, low=0)
+    """Folder of the run's snapshots, from which a rerun of a killed run continues (kept across
+    reruns; removed once the checkpoint is published); empty: none are taken."""
 
     def check_set(self) -> None:
         """Raise unless the three paths a run needs are given."""
@@ -357,44 +309,36 @@ class RunPaths:
                 raise ConfigError(f"run.{name}: required to run the trainer")
 
 
-@dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(Config):
     """Everything one cycle of training needs, grouped as in the YAML file."""
 
-    # one of METHODS
-    method: str = "oel_resail"
-    # the ablation switches (selection, rho, balancing, retention, lambda, top_k); the parents
-    # use only top_k (ResailConfig.off)
-    resail: ResailConfig = field(default_factory=ResailConfig)
-    # updates, trajectories per update, seed
-    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
-    # AdamW settings
-    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
-    # engine, world size, precision, micro-batching
-    engine: EngineConfig = field(default_factory=EngineConfig)
-    # OEL sampling and response length
-    responses: ResponseConfig = field(default_factory=ResponseConfig)
-    # the PI-sensitivity probe (off by default)
-    probe: ProbeConfig = field(default_factory=ProbeConfig)
-    # offline GRPO's groups, clipping and KL weight (read by method grpo only)
-    grpo: GrpoConfig = field(default_factory=GrpoConfig)
-    # input manifest and output paths
-    run: RunPaths = field(default_factory=RunPaths)
-    # the forward of training, scoring and in-loop sampling compiled with torch.compile: true,
-    # false, or auto (compiled on a CPU with a C++ compiler; YAML reads on/off as true/false).
-    # Eager unless asked: conf/base asks for auto; direct library callers and unit tests stay
-    # eager so that a tiny run does not pay the compile
-    compile: bool | str = False
-    # updates between snapshots of the run (student, AdamW, records) in run.snapshots; the last
-    # update's is always taken (training/snapshots.py)
-    snapshot_every: int = 1
-
-    def __post_init__(self) -> None:
-        check_choice("method", self.method, METHODS)
-        check_int("snapshot_every", self.snapshot_every, low=1)
-        if self.compile not in (True, False, "auto"):
-            raise ConfigError(f"compile: must be true, false or auto, got {self.compile!r}")
-        check_sections(self)
+    method: one_of(*METHODS) = "oel_resail"
+    """The training method (table 1)."""
+    resail: ResailConfig = ResailConfig()
+    """The ablation switches (selection, rho, balancing, retention, lambda, top_k); the parents
+    use only top_k (``ResailConfig.off``)."""
+    schedule: ScheduleConfig = ScheduleConfig()
+    """Updates, trajectories per update, seed."""
+    optimizer: OptimizerConfig = OptimizerConfig()
+    """AdamW's settings."""
+    engine: EngineConfig = EngineConfig()
+    """Engine, world size, precision, micro-batching."""
+    responses: ResponseConfig = ResponseConfig()
+    """OEL's sampling and the response length."""
+    probe: ProbeConfig = ProbeConfig()
+    """The PI-sensitivity probe (off by default)."""
+    grpo: GrpoConfig = GrpoConfig()
+    """Offline GRPO's groups, clipping and KL weight (read by method grpo only)."""
+    run: RunPaths = RunPaths()
+    """Input manifest and output paths."""
+    compile: bool | one_of("auto") = False
+    """The forward of training, scoring and in-loop sampling compiled with torch.compile: true,
+    false, or auto (compiled on a CPU with a C++ compiler; YAML reads on/off as true/false).
+    Eager unless asked: conf/base asks for auto; direct library callers and unit tests stay eager
+    so that a tiny run does not pay the compile."""
+    snapshot_every: int = Field(1, ge=1)
+    """Updates between snapshots of the run (student, AdamW, records) in run.snapshots; the last
+    update's is always taken (training/snapshots.py)."""
 
     # ------------------------------------------------------------------------------------------
     # what the method means
@@ -491,4 +435,4 @@ class TrainConfig:
             engine = self.engine.resolve(num_gpus=num_gpus, bf16_supported=bf16_supported)
         except ConfigError as error:
             raise ConfigError(f"engine.{error}") from None
-        return replace(self, engine=engine)
+        return self.replace(engine=engine)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +117,7 @@ def resolve_engine(engine: EngineConfig, field: str = "engine") -> EngineConfig:
 
 def resolve_for_machine(config: TrainConfig) -> TrainConfig:
     """``config`` with ``auto`` resolved for the GPUs torch sees here (none: the CPU)."""
-    return replace(config, engine=resolve_engine(config.engine))
+    return config.replace(engine=resolve_engine(config.engine))
 
 
 def load_frozen(path: str, engine: EngineConfig) -> tuple[PreTrainedModel, Any]:
@@ -200,7 +200,7 @@ def resolve_engine_for_process(engine: EngineConfig, field: str = "engine") -> E
     Errors name the setting as ``field``."""
     launched = int(os.environ.get("WORLD_SIZE", "1"))
     if engine.world_size is None and "WORLD_SIZE" in os.environ:
-        engine = replace(engine, world_size=launched)
+        engine = engine.replace(world_size=launched)
     if not engine.resolved:
         engine = resolve_engine(engine, field)
     if engine.world_size != launched:
@@ -217,7 +217,7 @@ def resolve_engine_for_process(engine: EngineConfig, field: str = "engine") -> E
 
 def resolve_for_process(config: TrainConfig) -> TrainConfig:
     """``config`` with ``auto`` resolved for this process; checks the world size torchrun gave."""
-    return replace(config, engine=resolve_engine_for_process(config.engine))
+    return config.replace(engine=resolve_engine_for_process(config.engine))
 
 
 class TrainingRun:

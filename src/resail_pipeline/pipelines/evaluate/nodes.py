@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Any
 
 import pandas as pd
 
 from resail_pipeline.checkpoints import resolve_device
-from resail_pipeline.config import build, check_int
+from resail_pipeline.config import Field, build
 from resail_pipeline.devices import machine_description, off_process
 from resail_pipeline.envs import evaluation_splits
 from resail_pipeline.evaluation.evaluate import EvalConfig, build_experience, evaluate_policy
@@ -21,20 +20,30 @@ from resail_pipeline.training.run import probe_set_with_frozen
 
 logger = logging.getLogger(__name__)
 
-#: ``params:evaluate`` keys that are not :class:`EvalConfig` fields.
-_REFERENCE_KEYS = ("reference_seed",)
+
+class EvaluateParams(EvalConfig):
+    """``params:evaluate``: the evaluation's configuration and the fixed Experience's seed."""
+
+    reference_seed: int = Field(1000, ge=0)
+    """Decoding seed of the initial policy's reference episodes, one per evaluation task, whose
+    summaries make the fixed Experience of the privileged view."""
+
+
+def evaluate_section(params: dict[str, Any], env: str) -> EvaluateParams:
+    """``params:evaluate`` checked, in environment ``env``: ``splits: null`` is the environment's
+    own evaluation splits (:func:`~resail_pipeline.envs.evaluation_splits`: TextCraft's ``test``,
+    ALFWorld's ``id`` and ``ood``)."""
+    fields = dict(params)
+    if fields.get("splits") is None:
+        fields["splits"] = evaluation_splits(env)
+    return build(EvaluateParams, fields, "evaluate")
 
 
 def eval_config(params: dict[str, Any], env: str) -> EvalConfig:
-    """``params:evaluate`` as the evaluation's configuration in environment ``env``
-    (``reference_seed`` checked apart); ``splits: null`` is the environment's own evaluation
-    splits (:func:`~resail_pipeline.envs.evaluation_splits`: TextCraft's ``test``, ALFWorld's
-    ``id`` and ``ood``)."""
-    check_int("evaluate.reference_seed", params.get("reference_seed"), low=0)
-    fields = {k: v for k, v in params.items() if k not in _REFERENCE_KEYS}
-    if fields.get("splits") is None:
-        fields["splits"] = evaluation_splits(env)
-    return build(EvalConfig, fields, "evaluate")
+    """``params:evaluate`` as the evaluation's configuration in environment ``env`` (without
+    ``reference_seed``)."""
+    checked = evaluate_section(params, env)
+    return EvalConfig(**{k: v for k, v in checked if k in EvalConfig.model_fields})
 
 
 def evaluate_node(
@@ -57,7 +66,7 @@ def evaluate_node(
     journal = run.journal(
         f"evaluate-cycle_{info.cycle}",
         policy=info.sha256,
-        config=dataclasses.asdict(config),
+        config=config.model_dump(),
         generation=run.generation_record(),
     )
     with run.generator(info) as generator:
@@ -95,11 +104,11 @@ def experience_node(
     summarize = build(SummarizeConfig, summarize_params, "summarize")
     make_env = run.environment(*config.splits)
     info = policy_info(checkpoint)
-    seed = int(evaluate_params["reference_seed"])
+    seed = evaluate_section(evaluate_params, run.env).reference_seed
     journal = run.journal(
         "reference",
         policy=info.sha256,
-        config=dataclasses.asdict(config),
+        config=config.model_dump(),
         reference_seed=seed,
         generation=run.generation_record(),
     )

@@ -8,12 +8,18 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
+from resail_pipeline.config import Config, Field, build
 from resail_pipeline.evaluation import report
 
 logger = logging.getLogger(__name__)
 
-#: the keys of ``params:report``
-REPORT_KEYS = ("ablations",)
+
+class ReportConfig(Config):
+    """``params:report``: what the report shows beside table 1."""
+
+    ablations: dict[str, dict[str, str]] = Field(default_factory=dict)
+    """Ablation tables in table 3's format: title -> {row label: experiment}; an experiment not
+    yet run shows as dashes."""
 
 
 def _with_cycle(frame: pd.DataFrame) -> pd.DataFrame:
@@ -37,9 +43,7 @@ def report_node(
     table (Markdown, CSV) and figures 1a, 3, 5a and 6. Every cycle an experiment trained must be
     in each input that covers it (:func:`~resail_pipeline.evaluation.report.check_cycles_covered`),
     else the report fails naming the file."""
-    unknown = sorted(set(report_params) - set(REPORT_KEYS))
-    if unknown:
-        raise ValueError(f"report: unknown parameter(s) {unknown}; known: {list(REPORT_KEYS)}")
+    config = build(ReportConfig, report_params, "report")
     main = report.main_results_table(eval_summaries, source="eval_summary files")
     eval_results = _with_cycle(eval_results)
     report.check_episode_counts(
@@ -52,7 +56,7 @@ def report_node(
             report.ablation_table(eval_summaries, dict(rows), source="eval_summary files")
         )
         + "\n"
-        for title, rows in (report_params.get("ablations") or {}).items()
+        for title, rows in config.ablations.items()
     )
     metrics, probe = _with_cycle(train_metrics), _with_cycle(probe)
     report.check_cycles_covered(eval_summaries, metrics, probe, trajectories)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import pandas as pd
 
-from resail_pipeline.config import build, check_int
+from resail_pipeline.config import Config, Field, build
 from resail_pipeline.devices import in_shards, off_process
 from resail_pipeline.io import settings_sha256
 from resail_pipeline.pipelines.common import RunConfig, policy_info
@@ -19,18 +18,13 @@ from resail_pipeline.training.run import score_with_frozen
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class ScoreParams:
+class ScoreParams(Config):
     """``params:score``."""
 
-    # seeds the cached cycle-start responses (sampled as train.responses)
-    seed: int = 0
-    # steps per scoring forward
-    micro_batch_steps: int = 16
-
-    def __post_init__(self) -> None:
-        check_int("seed", self.seed, low=0)
-        check_int("micro_batch_steps", self.micro_batch_steps, low=1)
+    seed: int = Field(0, ge=0)
+    """Seeds the cached cycle-start responses (sampled as ``train.responses``)."""
+    micro_batch_steps: int = Field(16, ge=1)
+    """Steps per scoring forward."""
 
 
 def cycle_start_key(
@@ -51,7 +45,7 @@ def cycle_start_key(
     """
     run = RunConfig.from_params(run_params)
     config = TrainConfig.from_dict({**train_params, "method": run.method}, "train")
-    train = asdict(config)
+    train = config.model_dump()
     for name in ("method", "optimizer", "schedule", "probe", "grpo", "run"):
         del train[name]
     train["resail"] = {"top_k": config.resail.top_k}
@@ -59,9 +53,11 @@ def cycle_start_key(
     settings = {
         "view": config.cached_response_view,
         "train": train,
-        "score": asdict(build(ScoreParams, score_params, "score")),
+        "score": build(ScoreParams, score_params, "score").model_dump(),
         "run": {
-            k: v for k, v in asdict(run).items() if k not in ("method", "experiment", "staging_dir")
+            k: v
+            for k, v in run.model_dump().items()
+            if k not in ("method", "experiment", "staging_dir")
         },
     }
     return f"{view}-{settings_sha256(settings)[:12]}"

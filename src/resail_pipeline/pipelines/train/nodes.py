@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +63,7 @@ def train_node(
         probe=probe_set if config.probe.enabled else None,
         reference=policy_info(initial_policy).path if config.parent == "grpo" else None,
     )
-    config = replace(config, run=replace(config.run, manifest=str(manifest)))
+    config = config.replace(run=config.run.replace(manifest=str(manifest)))
     result = launch(config)
     # the run's configuration and log travel with the model; the input snapshots are catalog copies
     for path in (result.log_path, Path(config.run.run_dir) / CONFIG_FILE):
