@@ -90,10 +90,10 @@ study-rerun: $(VENV)/.installed-$(STUDY_EXTRAS)
 # several the first is kept in reference/ (the second continues it), the last is evaluated
 # (appendix D.2, recorded in its manifest) and shipped with its stages' manifests to
 # reference/<env>-initial. Each build is cached by its configuration and code, and resumes from its
-# training state when interrupted. TextCraft's: about 7 hours on 2 CPU cores. REFERENCE names
-# another chain of the same environment and REFERENCE_SPLITS the splits its policy is evaluated
-# on (default: the environment's evaluation splits), e.g. the regime question's lever (a),
-# evaluated on dev only: `make reference REFERENCE=textcraft-clone REFERENCE_SPLITS=dev`
+# training state when interrupted (how long TextCraft's takes: docs/initial-policy.md). REFERENCE
+# names another chain of the same environment and REFERENCE_SPLITS the splits its policy is
+# evaluated on (default: the environment's evaluation splits), e.g. the regime question's lever
+# (a), evaluated on dev only: `make reference REFERENCE=textcraft-clone REFERENCE_SPLITS=dev`
 # (reference/textcraft-clone-chain/, shipped to reference/textcraft-clone-initial).
 # REFERENCE_TASKS evaluates that many tasks of each split (default: all) and REFERENCE_SEEDS with
 # those decoding seeds (default: 0 1 2), e.g. ALFWorld's policy on every game of its evaluation
@@ -157,7 +157,8 @@ rehearse-aitz: $(REHEARSAL_VENV)/.installed
 
 # Kills the smoke run with SIGKILL at 10 random points (the Kedro process or a trainer) and reruns
 # it each time: every rerun completes, nothing half-published, no staging left, the same
-# checkpoints and evaluation rows as an uninterrupted run (scripts/kill_resume.py; about 45 min).
+# checkpoints and evaluation rows as an uninterrupted run (scripts/kill_resume.py; how long it
+# takes: README.md).
 kill-check: $(VENV)/.installed-$(RUN_EXTRAS)
 	$(BIN)/python scripts/kill_resume.py --kills 10 --seed 0
 

@@ -185,7 +185,7 @@ def resolve_device(device: str | torch.device) -> torch.device:
 def bf16_native(device: torch.device) -> bool:
     """Whether ``device`` computes bf16 matrix products natively: a CUDA device with bf16 support,
     or a CPU whose oneDNN has bf16 kernels (AVX-512 or AMX). Elsewhere bf16 autocast is emulated,
-    and far slower than fp32 (18x on a 2-core AVX2 machine: ``benchmarks/bootstrap_training.py``).
+    and far slower than fp32 (``benchmarks/bootstrap_training.py`` measures both).
     """
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
@@ -200,9 +200,9 @@ def bf16_native(device: torch.device) -> bool:
 def bf16_faster(device: torch.device) -> bool:
     """Whether ``device`` multiplies matrices faster in bf16 than in fp32: a CUDA device with bf16
     support; a CPU that computes bf16 natively (:func:`bf16_native`) where its bf16 products, timed
-    beside fp32's, run faster. Native is not enough on a CPU: with AMX tiles bf16 ran 5 to 7 times
-    fp32's rate, and with AVX-512 BF16 alone 2.7 times on an AMD EPYC but 0.54 times on an Intel
-    Xeon whose oneDNN was held below AMX (docs/generation.md), where fp32 evaluated faster."""
+    beside fp32's, run faster. Native is not enough on a CPU: with AMX tiles bf16 is the faster,
+    but with AVX-512 BF16 alone it depends on the processor, and where fp32's products are the
+    faster, fp32 evaluates faster too (docs/generation.md, "Choosing the dtype")."""
     if device.type != "cpu":
         return bf16_native(device)
     return bf16_native(device) and _cpu_bf16_faster()

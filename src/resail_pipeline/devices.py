@@ -117,7 +117,7 @@ def separate_compile_cache() -> None:
 def matmul_rate(dtype: torch.dtype, size: int = 2048, seconds: float = 1.0) -> float:
     """Measured FLOP/s of a ``(size, size) @ (size, size)`` product on the CPU in ``dtype``, over
     about ``seconds``. Where one product would take longer than that (bf16 on a processor that
-    emulates it runs at a few GFLOP/s), the cube's side is halved until it fits."""
+    emulates it), the cube's side is halved until it fits."""
     while True:
         a = torch.randn(size, size).to(dtype)
         b = torch.randn(size, size).to(dtype)
@@ -139,9 +139,9 @@ GEMM_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 def matmul_rates(rounds: int = 3, seconds: float = 0.1) -> dict[torch.dtype, float]:
     """The best of ``rounds`` :func:`matmul_rate` timings of each dtype of :data:`GEMM_DTYPES`,
-    the dtypes timed in turn within a round. A single timing can read a third of the rate: a
-    fresh process's first fp32 products ran at 247-375 GFLOP/s on a Xeon whose later ones ran at
-    410, and one at 139 beside the start of a Kedro run."""
+    the dtypes timed in turn within a round: a single timing can read far below the machine's
+    rate (a fresh process's first products, or products timed while another process starts, as
+    at the start of a Kedro run)."""
     best = dict.fromkeys(GEMM_DTYPES.values(), 0.0)
     for _ in range(rounds):
         for dtype, rate in best.items():
@@ -197,16 +197,15 @@ def keep_freed_memory() -> bool:
     unmaps it when it is freed, and hands the top of its heap back beyond another. On a CPU each
     large activation of a training step (one layer's MLP activations over a teacher's 22,000
     tokens, 22,000 x 768 fp32 values, are 68 MB) is then faulted in again, page by page, zeroed by
-    the kernel, at every step: in ``benchmarks/train_update_cost.py --side-by-side`` the trainer
-    of 4ce2e74 took 12.84 s per ``oel`` update with glibc's default and 7.35 s with this setting
-    (``--same-allocator``, docs/training.md). With every block taken from the heap and up to
-    2 GiB of its free top kept, later steps reuse the same pages: the heap grows for the first
-    few steps (a freed block does not always fit the next one's alignment) until its free blocks
-    join into ones that do, and the resident set then stays near that peak instead of falling
-    between steps. A generator on a CPU sets it too: an fp32 evaluation of the shipped policy
-    without AMX took 31.6 and 32.1 s with it, 34.6 and 33.3 s without (``rollout_speed.py``,
-    20 ``test`` tasks x seed 0 x 2 views, alternating). Process-wide; returns whether glibc
-    took the setting (``False`` with another C library, where nothing changes).
+    the kernel, at every step (``benchmarks/train_update_cost.py --side-by-side`` times the earlier
+    trainer with glibc's default, and with ``--same-allocator`` with this setting:
+    docs/training.md). With every block taken from the heap and up to 2 GiB of its free top kept,
+    later steps reuse the same pages: the heap grows for the first few steps (a freed block does
+    not always fit the next one's alignment) until its free blocks join into ones that do, and the
+    resident set then stays near that peak instead of falling between steps. A generator on a CPU
+    sets it too, for the same page faults in its forwards (an evaluation with and without it:
+    docs/generation.md, "Choosing the dtype"). Process-wide; returns whether glibc took the
+    setting (``False`` with another C library, where nothing changes).
     """
     try:
         mallopt = ctypes.CDLL(None).mallopt

@@ -1,14 +1,14 @@
-"""Does a policy read its guidance? A teacher-forced check of the privileged view, in a minute.
+"""Does a policy read its guidance? A teacher-forced check of the privileged view, no rollout.
 
 Rolling a policy out in both views (:func:`~.reference.evaluate_and_record`) is what the targets
-are measured by, but it takes half an hour on CPU and mixes many effects. :func:`guidance_use`
-asks one narrow question on the planner's own demonstrations: at each step of a demonstration
-(with injected mistakes), how likely is the planner's next action under the policy, in the ordinary
-view and in the privileged view whose insert is the failure analysis of a stalled demonstration
-of the same task, a summary whose corrected plan spells the answer out? A policy that reads the
-plan scores higher in the privileged view; one that ignores it scores the same or lower. The first
-steps are also scored apart: there the answer is the plan's first action, a copy that needs no
-tracking of progress through the plan.
+are measured by, but it generates every step of every episode and mixes many effects.
+:func:`guidance_use` asks one narrow question on the planner's own demonstrations: at each step of
+a demonstration (with injected mistakes), how likely is the planner's next action under the
+policy, in the ordinary view and in the privileged view whose insert is the failure analysis of a
+stalled demonstration of the same task, a summary whose corrected plan spells the answer out? A
+policy that reads the plan scores higher in the privileged view; one that ignores it scores the
+same or lower. The first steps are also scored apart: there the answer is the plan's first
+action, a copy that needs no tracking of progress through the plan.
 
 Where a step is missed, the greedy response is decoded and the miss classified (:data:`MISSES`):
 no action, the planner's action with other quantities, an action the episode already took (a

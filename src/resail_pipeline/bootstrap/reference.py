@@ -313,7 +313,7 @@ def evaluate_and_record(
     same arguments, plays only the episodes it had not finished, and the record's ``seconds``
     count the interrupted runs' rollouts too. The folder is removed once the record is written.
     """
-    _manifest_path(policy)  # where the result goes, checked before half an hour of rollouts
+    _manifest_path(policy)  # where the result goes, checked before any rollout
     env = env or policy_env(policy)
     results = None if results is None else Path(results)
     if results is not None and results.exists() and not results.is_dir():

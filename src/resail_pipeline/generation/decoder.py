@@ -170,8 +170,9 @@ def _one_query_attention(
     values (``mask``: ``(B, 1, 1, L)``, true where a column is attended; ``None``: all), written as
     products, sums and a softmax in fp32 rather than matrix products: compiled, each becomes a loop
     that reads the cache once, in its own dtype, and accumulates in fp32. Decoding one token reads
-    the whole cache for little arithmetic; on a CPU without AMX, SDPA's kernel spent about 4 times
-    this loop's CPU time doing it over a bf16 cache (docs/generation.md)."""
+    the whole cache for little arithmetic; on a CPU without AMX, SDPA's kernel does it over a bf16
+    cache several times slower than this loop (docs/generation.md, "Without AMX: decoding's
+    loop", measures both)."""
     rows, heads, _, dim = q.shape
     groups = heads // keys.shape[1]
     grouped = q.reshape(rows, keys.shape[1], groups, dim)  # the heads that share a key head

@@ -34,8 +34,9 @@ How a call runs:
   keeps that many tokens' cache between calls (least recently used out), for prompts that extend
   earlier ones, and drops it whenever the model's weights change. On TextCraft's appendix-G
   prompts it barely pays: the step count comes before the history, so consecutive turns of an
-  episode share only their first 8 tokens, and within a turn it saves 5% of the tokens, which its
-  extra forwards and masked attention cost back (docs/generation.md).
+  episode share only their first 8 tokens, and within a turn it saves a small share of the
+  tokens, which its extra forwards and masked attention cost back (``benchmarks/rollout_speed.py``
+  measures both: docs/generation.md).
 
 What is guaranteed:
 
@@ -92,7 +93,8 @@ _FIRST_DECODE_COLUMNS = 64
 
 #: New storage is this much larger than asked for, so that the next few larger buffers fit in it:
 #: an episode's prompts grow from turn to turn, and with them each turn's buffers, and fresh
-#: memory costs a page fault per page (up to 0.4 s for a batch's cache on a CPU).
+#: memory costs a page fault per page on a CPU (docs/generation.md, "Moving rows and fresh
+#: memory", measures it).
 _STORAGE_HEADROOM = 1.25
 
 #: What one more forward costs, in padded tokens, when prefill rows are cut into forwards.
@@ -100,8 +102,8 @@ _FORWARD_COST_TOKENS = 128
 
 #: The least share of a prompt that a shared prefix must cover for the prompt to be encoded on
 #: top of it. A prompt encoded after a prefix attends through a padding mask; one encoded whole
-#: attends causally with no mask, which skips the masked half of the scores (about 40% less
-#: attention time on CPU) and so costs about 12% less per token.
+#: attends causally with no mask, which skips the masked half of the scores and so costs less
+#: per token: a short shared prefix saves less than the mask costs.
 _MIN_REUSED_SHARE = 0.25
 
 #: ``dtype`` option values (``auto``: bf16 where the device multiplies faster in it, else fp32).
@@ -336,7 +338,7 @@ class _KVBuffer:
         movers = rows[rows >= count]  # as many kept rows past the first `count`
         # Row by row: each row's columns are one strided block, copied at memory speed, where
         # advanced indexing over the row dimension (one gather and one scatter of every mover)
-        # took 6 times as long on a CPU, a sixth of an evaluation's time.
+        # was several times slower on a CPU (docs/generation.md, "Moving rows and fresh memory").
         for hole, mover in zip(holes.tolist(), movers.tolist(), strict=True):
             self.data[:, :, hole, :, columns].copy_(self.data[:, :, mover, :, columns])
         self.mask[holes] = self.mask[movers]

@@ -166,8 +166,9 @@ class EngineConfig(Config):
         weights itself) rather than the model's own modules. Not under activation checkpointing,
         which hooks the model's own layers, and not under ZeRO-3: DeepSpeed gathers a partitioned
         weight when a module's forward runs, or, read outside one, on access, keeping it until the
-        whole forward ends, so that the functional forward would hold the whole model gathered
-        (measured with DeepSpeed 0.19.8), which ZeRO-3 is there to avoid."""
+        whole forward ends, so that the functional forward would hold nearly the whole model
+        gathered at once (``tests/training/test_distributed.py`` measures it: docs/training.md),
+        which ZeRO-3 is there to avoid."""
         zero3 = self.kind == "deepspeed" and self.zero_stage == 3
         return not (self.gradient_checkpointing or zero3)
 

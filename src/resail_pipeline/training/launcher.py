@@ -169,8 +169,8 @@ def prepare(config: TrainConfig, log_path: str | Path | None = None) -> Job:
 
 
 #: the trainer's CUDA allocator: segments that grow in place instead of new blocks beside freed
-#: ones of another size (on an H200 the device held 98,451 MiB while torch had 92,556 allocated:
-#: fragmentation took most of the memory plan's margin)
+#: ones of another size (without them, fragmentation took a large part of the memory plan's
+#: margin on an H200: docs/gpu.md, :data:`~.memory.USABLE_SHARE`)
 ALLOCATOR_CONF = "expandable_segments:True"
 
 

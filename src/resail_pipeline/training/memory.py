@@ -1,8 +1,8 @@
 """Memory of one training rank, planned before the first node runs.
 
 A configuration that cannot fit its GPUs should fail in the pre-run checks with its figures, not
-after cycle 0 has run for twenty minutes on eight of them. :func:`plan_memory` estimates what one
-rank of the trainer holds at its peak from the model's shape, the resolved engine and the budgets:
+after cycle 0 has run on eight of them. :func:`plan_memory` estimates what one rank of the trainer
+holds at its peak from the model's shape, the resolved engine and the budgets:
 
 - **weights**: the student, and the frozen model beside it (the distillation methods' teacher,
   GRPO's KL reference), in the parameters' dtype (bf16 under DeepSpeed in bf16, else fp32);
@@ -415,9 +415,9 @@ def sampling_terms(
 
 
 #: the share of a GPU's memory a plan may fill: the rest is the CUDA context, NCCL's buffers and
-#: the caching allocator's fragmentation. Measured on an H200 (the GPU check's scale step, before
-#: the trainer used expandable segments): 98,451 MiB in use for a 92,556 MiB allocator peak, an
-#: overhead of 6.4% of the peak, 4.1% of the device; 0.9 leaves that and as much again.
+#: the caching allocator's fragmentation. The share leaves about twice the overhead beyond the
+#: allocator's peak that the GPU check's scale step measured on an H200 before the trainer used
+#: expandable segments (docs/gpu.md).
 USABLE_SHARE = 0.9
 
 
