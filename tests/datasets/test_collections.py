@@ -46,6 +46,8 @@ def test_collection_checks_depth_and_contract(tmp_path):
 
 
 def test_text_and_figure_outputs(tmp_path):
+    """kedro-datasets' datasets, written through a temporary file that is renamed (no other file
+    is left beside them)."""
     text = TextDataset(str(tmp_path / "r" / "t.md"))
     text.save("| a |\n")
     assert text.load() == "| a |\n" and sorted(p.name for p in (tmp_path / "r").iterdir()) == [
@@ -55,7 +57,8 @@ def test_text_and_figure_outputs(tmp_path):
     figure.add_subplot().plot([0, 1], [1, 0])
     png = FigureDataset(str(tmp_path / "r" / "f.png"))
     png.save(figure)
-    assert png.load()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "r" / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["f.png", "t.md"]
     with pytest.raises(DatasetError, match="expected a matplotlib Figure"):
         png.save("not a figure")
     with pytest.raises(DatasetError, match=r"f\.pdf: figures are written as \.png"):

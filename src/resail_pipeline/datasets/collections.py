@@ -4,8 +4,8 @@
 file's folders in columns, so that the report reads whatever cycles and experiments exist
 (``data/07_model_output/textcraft/<experiment>/<namespace>/eval_summary.parquet``). No file gives
 an empty frame with the contract's columns, not an error: a report with no sensitivity probe is
-still a report. :class:`TextDataset` and :class:`FigureDataset` write the report's Markdown, CSV
-and PNG files atomically.
+still a report. :class:`TextDataset` and :class:`FigureDataset` are kedro-datasets' own, writing the
+report's Markdown, CSV and PNG files atomically.
 """
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 from kedro.io import AbstractDataset, DatasetError
+from kedro.io.core import get_filepath_str
+from kedro_datasets import text
+from kedro_datasets.matplotlib import MatplotlibDataset
 from matplotlib.figure import Figure
 
 from resail_pipeline.io import atomic_path
@@ -82,48 +85,40 @@ class ParquetCollectionDataset(AbstractDataset[pd.DataFrame, pd.DataFrame]):
         return {"path": str(self._path), "file": self._file, "columns": self._columns}
 
 
-class TextDataset(AbstractDataset[str, str]):
-    """A text file (Markdown, CSV), written through temp + rename."""
+class TextDataset(text.TextDataset):
+    """kedro-datasets' text file (Markdown, CSV), written atomically on a local disk: into a
+    temporary file beside it, then renamed over it, so that a killed run leaves the old file or
+    the new one, never part of one (another filesystem is written as kedro-datasets writes it)."""
 
-    def __init__(self, filepath: str, metadata: dict | None = None):
-        self._filepath = Path(filepath)
-        self.metadata = metadata
+    def __init__(self, filepath: str, **kwargs: Any):
+        super().__init__(filepath=filepath, **kwargs)
 
-    def _load(self) -> str:
-        return self._filepath.read_text()
-
-    def _save(self, data: str) -> None:
-        with atomic_path(self._filepath) as tmp:
+    def save(self, data: str) -> None:
+        if self._protocol != "file":
+            super().save(data)
+            return
+        path = Path(get_filepath_str(self._get_save_path(), self._protocol))
+        with atomic_path(path) as tmp:
             tmp.write_text(data)
-
-    def _exists(self) -> bool:
-        return self._filepath.is_file()
-
-    def _describe(self) -> dict[str, Any]:
-        return {"filepath": str(self._filepath)}
+        self._invalidate_cache()
 
 
-class FigureDataset(AbstractDataset[Figure, bytes]):
-    """A matplotlib figure saved as a PNG of :data:`DPI` dots per inch, atomically; loads the
-    bytes."""
+class FigureDataset(MatplotlibDataset):
+    """kedro-datasets' matplotlib figure, as a PNG of :data:`DPI` dots per inch (tight bounding
+    box), written atomically on a local disk as :class:`TextDataset` is."""
 
-    def __init__(self, filepath: str, metadata: dict | None = None):
-        self._filepath = Path(filepath)
-        if self._filepath.suffix != ".png":
-            raise DatasetError(f"{self._filepath}: figures are written as .png")
-        self.metadata = metadata
+    def __init__(self, filepath: str, **kwargs: Any):
+        if Path(filepath).suffix != ".png":
+            raise DatasetError(f"{filepath}: figures are written as .png")
+        save_args = {"format": "png", "dpi": DPI, "bbox_inches": "tight"}
+        save_args.update(kwargs.pop("save_args", None) or {})
+        super().__init__(filepath=filepath, save_args=save_args, **kwargs)
 
-    def _load(self) -> bytes:
-        return self._filepath.read_bytes()
-
-    def _save(self, data: Figure) -> None:
-        if not isinstance(data, Figure):
-            raise DatasetError(f"{self._filepath}: expected a matplotlib Figure, got {type(data)}")
-        with atomic_path(self._filepath) as tmp:
-            data.savefig(tmp, format="png", dpi=DPI, bbox_inches="tight")
-
-    def _exists(self) -> bool:
-        return self._filepath.is_file()
-
-    def _describe(self) -> dict[str, Any]:
-        return {"filepath": str(self._filepath)}
+    def _save_to_fs(self, full_key_path: str, plot: Figure) -> None:
+        if not isinstance(plot, Figure):
+            raise DatasetError(f"{full_key_path}: expected a matplotlib Figure, got {type(plot)}")
+        if self._protocol != "file":
+            super()._save_to_fs(full_key_path, plot)
+            return
+        with atomic_path(Path(full_key_path)) as tmp:
+            plot.savefig(tmp, **self._save_args)
