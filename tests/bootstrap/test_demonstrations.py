@@ -9,23 +9,20 @@ import random
 import pytest
 
 from resail_pipeline.bootstrap.demonstrations import (
-    ALFWORLD_IDLE,
-    ALFWORLD_MISTAKES,
-    MISTAKES,
-    NO_ACTION,
     POLICY_MISTAKE,
-    MistakeContext,
     collect_demonstrations,
     demonstration_from_record,
     demonstration_record,
     demonstration_response,
-    draw_mistake,
-    expert_env,
     play,
     relabel_episodes,
 )
 from resail_pipeline.envs import make_env
+from resail_pipeline.envs.alfworld_expert import ALFWORLD_IDLE, ALFWORLD_MISTAKES
+from resail_pipeline.envs.base import NO_ACTION
+from resail_pipeline.envs.experts import expert_env
 from resail_pipeline.envs.planner import parse_problem, plan
+from resail_pipeline.envs.textcraft_expert import MISTAKES, MistakeContext, draw_mistake
 from resail_pipeline.experience.validation import validate_summary
 from resail_pipeline.prompts import parse_action
 

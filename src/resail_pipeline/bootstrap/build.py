@@ -96,6 +96,7 @@ WORK_DIR = "work"
 _SOURCES = (
     "bootstrap/*.py",
     "envs/base.py",
+    "envs/experts.py",
     "envs/planner.py",
     "experience/evidence.py",
     "experience/rules.py",

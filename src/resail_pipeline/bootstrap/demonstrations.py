@@ -2,8 +2,8 @@
 
 An episode is played in the real environment by the exact planner
 (:mod:`resail_pipeline.envs.planner`). Before each step a mistake is injected with probability
-``mistake_rate``: an action of one of the kinds in :data:`MISTAKES`, the errors a small policy
-makes (a wrong quantity, a craft whose ingredients are not held yet, fetching a craftable item,
+``mistake_rate``: an action of one of the kinds the environment's expert draws, the errors a
+small policy makes (a wrong quantity, a craft whose ingredients are not held yet, fetching a craftable item,
 naming a tag instead of a concrete item, a distractor recipe, repeating the last craft, an
 information-only step, a response without an action). The planner then replans from the real
 inventory, so the episode shows how to recover.
@@ -23,9 +23,10 @@ mistakes until the step limit: its failure, like a weak policy's, ends at the st
 partial progress. Stalled demonstrations give the privileged view the "Failure analysis" summaries
 that it meets at evaluation time.
 
-The expert is the environment's own (:data:`EXPERTS`): TextCraft's exact planner, which replans
-from the inventory it simulates (:class:`TextCraftExpert`), and ALFWorld's planner, which the
-engine asks for a plan from the state the game is in after every step (:class:`AlfWorldExpert`).
+The expert is the environment's own (:data:`~resail_pipeline.envs.experts.EXPERTS`): TextCraft's
+exact planner, which replans from the inventory it simulates
+(:mod:`~resail_pipeline.envs.textcraft_expert`), and ALFWorld's planner, which the engine asks for
+a plan from the state the game is in after every step (:mod:`~resail_pipeline.envs.alfworld_expert`).
 Each expert also draws the mistakes of its environment.
 """
 
@@ -35,19 +36,18 @@ import json
 import logging
 import random
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import pandas as pd
 from tqdm.auto import tqdm
 
-from resail_pipeline.envs import Environment, make_env
-from resail_pipeline.envs.alfworld_world import World, parse_task, room_receptacles, search_plan
-from resail_pipeline.envs.base import Observation, StepResult
-from resail_pipeline.envs.planner import CraftingProblem, parse_problem, plan
+from resail_pipeline.envs import Environment
+from resail_pipeline.envs.base import Expert, Observation, StepResult
+from resail_pipeline.envs.experts import EXPERTS, expert_env
 from resail_pipeline.experience.evidence import Evidence, build_evidence
 from resail_pipeline.experience.rules import rules_summary
 from resail_pipeline.io import atomic_path
@@ -63,14 +63,6 @@ RESPONSE_TEMPLATE = "<thinking></thinking>\n<action>{action}</action>"
 RESPONSE_MAX_NEW_TOKENS = 48
 
 
-class PlannerEnvironment(Environment, Protocol):
-    """TextCraft's environment: it also reports the items held."""
-
-    def inventory(self) -> dict[str, int]:
-        """Item name (as the crafting commands write it) -> count held now."""
-        ...
-
-
 #: The policy id recorded for planner demonstrations.
 PLANNER_POLICY_ID = "planner"
 
@@ -81,167 +73,6 @@ POLICY_MISTAKE = "policy"
 def demonstration_response(action: str) -> str:
     """The response text that executes ``action``."""
     return RESPONSE_TEMPLATE.format(action=action)
-
-
-@dataclass(frozen=True)
-class MistakeContext:
-    """What a mistake is drawn from.
-
-    Attributes:
-        problem: the episode's goal and crafting commands.
-        inventory: the items held now.
-        plan: the planner's remaining plan from ``inventory`` (non-empty).
-        accepted: the accepted actions so far, oldest first.
-    """
-
-    problem: CraftingProblem
-    inventory: dict[str, int]
-    plan: tuple[str, ...]
-    accepted: tuple[str, ...]
-
-
-#: The executed "action" of a response without a parsable action.
-NO_ACTION = ""
-
-#: A mistake kind: the mistaken action (:data:`NO_ACTION` for a response without one), or
-#: ``None`` when the kind does not apply in this context.
-Mistake = Callable[[MistakeContext, random.Random], "str | None"]
-
-
-def _split_craft(action: str) -> tuple[int, str, list[tuple[int, str]]] | None:
-    """``craft N out using n1 in1, n2 in2`` -> ``(N, out, [(n1, in1), ...])``."""
-    if not action.startswith("craft ") or " using " not in action:
-        return None
-    head, _, tail = action[len("craft ") :].partition(" using ")
-    count, _, output = head.partition(" ")
-    ingredients = []
-    for part in tail.split(", "):
-        n, _, name = part.partition(" ")
-        if not n.isdigit() or not name:
-            return None
-        ingredients.append((int(n), name))
-    if not count.isdigit():
-        return None
-    return int(count), output, ingredients
-
-
-def _join_craft(count: int, output: str, ingredients: Sequence[tuple[int, str]]) -> str:
-    return f"craft {count} {output} using " + ", ".join(f"{n} {name}" for n, name in ingredients)
-
-
-def _other_count(n: int, rng: random.Random) -> int:
-    return rng.choice([m for m in (n - 1, n + 1, 2 * n, n + 2) if m >= 1 and m != n])
-
-
-def wrong_quantity(ctx: MistakeContext, rng: random.Random) -> str | None:
-    """The next planned action with one quantity changed."""
-    action = ctx.plan[0]
-    if action.startswith("get "):
-        n, _, item = action[len("get ") :].partition(" ")
-        return f"get {_other_count(int(n), rng)} {item}"
-    craft = _split_craft(action)
-    if craft is None:
-        return None
-    count, output, ingredients = craft
-    which = rng.randrange(len(ingredients) + 1)
-    if which == len(ingredients):
-        return _join_craft(_other_count(count, rng), output, ingredients)
-    changed = list(ingredients)
-    n, name = changed[which]
-    changed[which] = (_other_count(n, rng), name)
-    return _join_craft(count, output, changed)
-
-
-def premature_craft(ctx: MistakeContext, rng: random.Random) -> str | None:
-    """A later craft of the plan whose ingredients are not all held yet."""
-    later = [a for a in dict.fromkeys(ctx.plan[1:]) if a.startswith("craft ")]
-    rejected = [a for a in later if ctx.problem.apply(ctx.inventory, a) is None]
-    return rng.choice(rejected) if rejected else None
-
-
-def get_craftable(ctx: MistakeContext, rng: random.Random) -> str | None:
-    """Fetching an item that only a crafting command produces (the environment refuses)."""
-    needed = [a for a in ctx.plan if a.startswith("craft ")]
-    outputs = [c[1] for a in needed if (c := _split_craft(a)) is not None]
-    if not outputs:
-        return None
-    return f"get {rng.choice([1, 1, 2, 4])} {rng.choice(outputs)}"
-
-
-def tag_instead_of_item(ctx: MistakeContext, rng: random.Random) -> str | None:
-    """A planned craft naming the tag (``planks``) instead of the concrete item it stands for."""
-    for action in ctx.plan:
-        craft = _split_craft(action)
-        if craft is None:
-            continue
-        count, output, ingredients = craft
-        for recipe in ctx.problem.producers.get(output, ()):
-            names = [name for name, _ in recipe.ingredients]
-            tags = [name for name in names if ctx.problem.tag_members(name)]
-            if tags and len(names) == len(ingredients):
-                generic = [(n, name) for (n, _), name in zip(ingredients, names, strict=True)]
-                return _join_craft(count, output, generic)
-    return None
-
-
-def distractor_craft(ctx: MistakeContext, rng: random.Random) -> str | None:
-    """A listed crafting command that the plan does not use, as written in the list."""
-    used = {c[1] for a in ctx.plan if (c := _split_craft(a)) is not None}
-    others = [r.command for r in ctx.problem.recipes if r.output not in used]
-    return rng.choice(others) if others else None
-
-
-def repeat_last_craft(ctx: MistakeContext, rng: random.Random) -> str | None:
-    """The last accepted craft once more (often after its ingredients are used up)."""
-    crafts = [a for a in ctx.accepted if a.startswith("craft ")]
-    return crafts[-1] if crafts else None
-
-
-def check_inventory(ctx: MistakeContext, rng: random.Random) -> str:
-    """An information-only step: valid, but no progress."""
-    return "inventory"
-
-
-def no_action(ctx: MistakeContext, rng: random.Random) -> str:
-    """A response without a parsable action (an invalid step)."""
-    return NO_ACTION
-
-
-#: Mistake kinds and their relative weights.
-MISTAKES: dict[str, tuple[Mistake, float]] = {
-    "wrong_quantity": (wrong_quantity, 3.0),
-    "premature_craft": (premature_craft, 3.0),
-    "get_craftable": (get_craftable, 1.5),
-    "tag_instead_of_item": (tag_instead_of_item, 1.0),
-    "distractor_craft": (distractor_craft, 1.5),
-    "repeat_last_craft": (repeat_last_craft, 2.0),
-    "check_inventory": (check_inventory, 1.0),
-    "no_action": (no_action, 0.5),
-}
-
-
-def draw_mistake(
-    ctx: MistakeContext, rng: random.Random, *, no_progress: bool = False
-) -> tuple[str, str]:
-    """``(kind, action)`` of one applicable mistake, kinds drawn by weight without replacement.
-
-    With ``no_progress`` only mistakes that change nothing qualify (rejected actions, information
-    steps, responses without an action): a stalled episode must not stumble into its goal.
-    """
-    kinds = dict(MISTAKES)
-    while kinds:
-        names = list(kinds)
-        name = rng.choices(names, weights=[kinds[n][1] for n in names])[0]
-        action = kinds.pop(name)[0](ctx, rng)
-        if action is None:
-            continue
-        progresses = action not in (NO_ACTION, "inventory") and (
-            ctx.problem.apply(ctx.inventory, action) is not None
-        )
-        if no_progress and progresses:
-            continue
-        return name, action
-    raise AssertionError("check_inventory always applies")
 
 
 @dataclass(frozen=True)
@@ -257,8 +88,9 @@ class DemoStep:
         observation: the observation the executed action produced.
         informed: the action of an expert that knows what the privileged view tells, the
             privileged view's training target where it differs from ``expert`` (ALFWorld's
-            searching expert, :class:`AlfWorldSearchExpert`: the planner's action, which knows
-            where the objects are); ``""``: the same as ``expert``.
+            searching expert, :class:`~resail_pipeline.envs.alfworld_expert.AlfWorldSearchExpert`:
+            the planner's action, which knows where the objects are); ``""``: the same as
+            ``expert``.
     """
 
     history: EpisodeHistory
@@ -355,263 +187,6 @@ class Demonstration:
         """The rules-based summary of this episode (appendix-G format, outcome-matched)."""
         outcome = OUTCOME_SUCCESS if self.success else OUTCOME_FAILURE
         return Summary(outcome=outcome, text=rules_summary(self.evidence))
-
-
-class SimulationMismatch(RuntimeError):
-    """The environment accepted an action that the planner's simulation of the recipes rejects."""
-
-
-class Expert(Protocol):
-    """What :func:`play` needs of an environment's expert, for one episode at a time."""
-
-    def start(self, task_id: int, initial: Observation) -> tuple[str, ...] | None:
-        """Begin the episode ``initial`` opens; its plan from the start, ``None`` if none."""
-        ...
-
-    def plan(self) -> tuple[str, ...]:
-        """The expert's plan from the state the episode is in (non-empty until it is won)."""
-        ...
-
-    def mistake(
-        self, plan: tuple[str, ...], rng: random.Random, *, no_progress: bool
-    ) -> tuple[str, str]:
-        """``(kind, action)`` of one mistake here, ``plan`` being :meth:`plan`; with
-        ``no_progress`` only one that brings the goal no nearer."""
-        ...
-
-    def executed(self, action: str, result: StepResult, *, relabelled: bool) -> None:
-        """Follow the step that executed ``action`` with ``result``."""
-        ...
-
-    def informed(self) -> str:
-        """The privileged view's target here where it differs from ``plan()[0]``, else ``""``."""
-        ...
-
-
-class TextCraftExpert:
-    """TextCraft's exact planner (:mod:`resail_pipeline.envs.planner`), replanning from the
-    inventory it simulates; its mistakes are :data:`MISTAKES`."""
-
-    def __init__(self, env: PlannerEnvironment) -> None:
-        self.env = env
-        self._problem: CraftingProblem | None = None
-        self._inventory: dict[str, int] = {}
-        self._accepted: list[str] = []
-        self._task_id = -1
-
-    def start(self, task_id: int, initial: Observation) -> tuple[str, ...] | None:
-        self._problem = parse_problem(initial.text)
-        self._inventory, self._accepted, self._task_id = {}, [], task_id
-        clean = None if self._problem is None else plan(self._problem)
-        return None if clean is None else tuple(clean)
-
-    def plan(self) -> tuple[str, ...]:
-        remaining = plan(self._problem, self._inventory)
-        if remaining is None:
-            raise RuntimeError(f"task {self._task_id}: the planner lost its plan")
-        return tuple(remaining)
-
-    def mistake(
-        self, plan: tuple[str, ...], rng: random.Random, *, no_progress: bool
-    ) -> tuple[str, str]:
-        ctx = MistakeContext(self._problem, self._inventory, plan, tuple(self._accepted))
-        return draw_mistake(ctx, rng, no_progress=no_progress)
-
-    def executed(self, action: str, result: StepResult, *, relabelled: bool) -> None:
-        if not result.action_valid:
-            return
-        after = self._problem.apply(self._inventory, action)
-        if after is None and relabelled:
-            # a policy may craft from the game's whole recipe book, beyond the listed commands
-            # the planner simulates: the environment's own inventory keeps the labels exact
-            after = self.env.inventory()
-        if after is None:
-            raise SimulationMismatch(
-                f"task {self._task_id}: the environment accepted {action!r}, the planner's "
-                "simulation rejects it"
-            )
-        self._inventory = after
-        self._accepted.append(action)
-
-    def informed(self) -> str:
-        return ""
-
-
-#: ALFWorld commands that only report (no change to the game).
-ALFWORLD_INFORMATION = ("look", "inventory")
-
-
-class AlfWorldExpert:
-    """ALFWorld's planner expert: the engine's plan from the state the game is in
-    (:attr:`~resail_pipeline.envs.alfworld.AlfWorldEnv.expert_plan`, an environment built with
-    ``expert=True``); its mistakes are :data:`ALFWORLD_MISTAKES`. It knows the game's hidden state
-    (where every object is), so it goes straight to the object."""
-
-    def __init__(self, env: Any) -> None:
-        if not getattr(env, "expert", False):
-            raise ValueError("env: ALFWorld demonstrations need make_env('alfworld', expert=True)")
-        self.env = env
-        self._offered: tuple[str, ...] = ()
-        self._accepted: list[str] = []
-
-    def start(self, task_id: int, initial: Observation) -> tuple[str, ...] | None:
-        self._offered, self._accepted = tuple(initial.admissible_actions or ()), []
-        return self.env.expert_plan or None
-
-    def plan(self) -> tuple[str, ...]:
-        return self.env.expert_plan
-
-    def mistake(
-        self, plan: tuple[str, ...], rng: random.Random, *, no_progress: bool
-    ) -> tuple[str, str]:
-        ctx = AlfWorldContext(plan, self._offered, tuple(self._accepted))
-        kinds = {
-            k: v for k, v in ALFWORLD_MISTAKES.items() if not no_progress or k in ALFWORLD_IDLE
-        }
-        while kinds:
-            names = list(kinds)
-            name = rng.choices(names, weights=[kinds[n][1] for n in names])[0]
-            action = kinds.pop(name)[0](ctx, rng)
-            if action is not None:
-                return name, action
-        raise AssertionError("an information step always applies")
-
-    def executed(self, action: str, result: StepResult, *, relabelled: bool) -> None:
-        self._offered = tuple(result.admissible_actions or ())
-        if result.action_valid:
-            self._accepted.append(action)
-
-    def informed(self) -> str:
-        return ""
-
-
-class AlfWorldSearchExpert(AlfWorldExpert):
-    """ALFWorld's searching expert: it acts on what the episode has shown, as an agent without the
-    game's hidden state must (:func:`~resail_pipeline.envs.alfworld_world.search_plan`: fetch a
-    task object it has seen, else search the receptacles not yet searched that can hold one, in
-    the room's order); its mistakes are the planner expert's. Its informed action
-    (:meth:`informed`) is the planner's, which knows where the objects are: the privileged view,
-    whose summary of another episode of the same game says where they were, learns that one.
-    Where the search finds nothing left to do (the task sentence unread, every receptacle
-    searched), it follows the planner."""
-
-    def start(self, task_id: int, initial: Observation) -> tuple[str, ...] | None:
-        if super().start(task_id, initial) is None:
-            return None
-        self._world = World(room_receptacles(initial.text))
-        self._task = parse_task(initial.task)
-        return self.plan()
-
-    def plan(self) -> tuple[str, ...]:
-        searched = search_plan(self._task, self._world) if self._task is not None else []
-        return tuple(searched) or self.env.expert_plan
-
-    def executed(self, action: str, result: StepResult, *, relabelled: bool) -> None:
-        super().executed(action, result, relabelled=relabelled)
-        if result.action_valid:
-            self._world.observe(result.observation)
-
-    def informed(self) -> str:
-        planner = self.env.expert_plan
-        return planner[0] if planner else ""
-
-
-@dataclass(frozen=True)
-class AlfWorldContext:
-    """What an ALFWorld mistake is drawn from.
-
-    Attributes:
-        plan: the expert's plan from the state now (non-empty).
-        offered: the admissible actions now.
-        accepted: the accepted actions so far, oldest first.
-    """
-
-    plan: tuple[str, ...]
-    offered: tuple[str, ...]
-    accepted: tuple[str, ...]
-
-
-def _offered_off_plan(ctx: AlfWorldContext, verb: str, rng: random.Random) -> str | None:
-    """An admissible ``verb ...`` action that is not the plan's next one."""
-    options = [a for a in ctx.offered if a.startswith(verb) and a != ctx.plan[0]]
-    return rng.choice(options) if options else None
-
-
-def wrong_place(ctx: AlfWorldContext, rng: random.Random) -> str | None:
-    """Going to a receptacle the plan does not go to next (searching the wrong place)."""
-    return _offered_off_plan(ctx, "go to ", rng)
-
-
-def open_wrong(ctx: AlfWorldContext, rng: random.Random) -> str | None:
-    """Opening a receptacle that is not the plan's next one."""
-    return _offered_off_plan(ctx, "open ", rng)
-
-
-def take_wrong(ctx: AlfWorldContext, rng: random.Random) -> str | None:
-    """Taking an object the task does not need (it must be put down again)."""
-    return _offered_off_plan(ctx, "take ", rng)
-
-
-def premature_step(ctx: AlfWorldContext, rng: random.Random) -> str | None:
-    """A later step of the plan, before what it needs is done (the game refuses it)."""
-    later = [a for a in dict.fromkeys(ctx.plan[1:]) if a not in ctx.offered]
-    return rng.choice(later) if later else None
-
-
-def examine(ctx: AlfWorldContext, rng: random.Random) -> str | None:
-    """An information-only step: looking around, the inventory, or examining something."""
-    options = [*ALFWORLD_INFORMATION, *(a for a in ctx.offered if a.startswith("examine "))]
-    return rng.choice(options)
-
-
-def alfworld_no_action(ctx: AlfWorldContext, rng: random.Random) -> str:
-    """A response without a parsable action (an invalid step)."""
-    return NO_ACTION
-
-
-#: ALFWorld's mistake kinds and their relative weights.
-ALFWORLD_MISTAKES: dict[
-    str, tuple[Callable[[AlfWorldContext, random.Random], str | None], float]
-] = {
-    "wrong_place": (wrong_place, 3.0),
-    "open_wrong": (open_wrong, 1.0),
-    "take_wrong": (take_wrong, 1.5),
-    "premature_step": (premature_step, 2.0),
-    "examine": (examine, 1.0),
-    "no_action": (alfworld_no_action, 0.5),
-}
-#: The kinds a stalled episode may make: none takes an object, so none brings the goal nearer.
-ALFWORLD_IDLE = ("wrong_place", "open_wrong", "premature_step", "examine", "no_action")
-
-#: Environment name -> (its expert, the options its environment is built with for it).
-EXPERTS: dict[str, tuple[Callable[[Any], Expert], dict[str, Any]]] = {
-    "textcraft": (TextCraftExpert, {}),
-    "alfworld": (AlfWorldExpert, {"expert": True}),
-}
-#: Environment name -> its searching expert (``data.searching_expert``), built like its expert.
-SEARCHING_EXPERTS: dict[str, Callable[[Any], Expert]] = {"alfworld": AlfWorldSearchExpert}
-#: Environments with an expert, the only ones demonstrations can be played in.
-PLANNER_ENVS = tuple(EXPERTS)
-
-
-def expert_env(
-    env_name: str, env_options: Mapping[str, Any] | None = None, *, searching: bool = False
-) -> tuple[Environment, Expert]:
-    """``env_name``'s environment, built with ``env_options`` (the adapter's options: where
-    ALFWorld's data is, say) and those its expert needs, and the expert (its searching expert,
-    :data:`SEARCHING_EXPERTS`, with ``searching``)."""
-    if env_name not in EXPERTS:
-        raise ValueError(
-            f"env: {env_name!r} has no expert to demonstrate with (only {PLANNER_ENVS}); "
-            "configure an initial policy checkpoint instead"
-        )
-    factory, options = EXPERTS[env_name]
-    if searching:
-        if env_name not in SEARCHING_EXPERTS:
-            raise ValueError(f"data.searching_expert: {env_name!r} has no searching expert")
-        factory = SEARCHING_EXPERTS[env_name]
-    env = make_env(env_name, **{**(env_options or {}), **options})
-    return env, factory(env)
 
 
 def play(
@@ -814,7 +389,8 @@ def collect_demonstrations(
     per task, atomically) and read back instead of played again, so that an interrupted
     collection resumes where it stopped (ALFWorld's expert plans at every step: about a second a
     demonstration). The caller keys the folder by everything the demonstrations depend on.
-    ``searching``: played by the environment's searching expert (:data:`SEARCHING_EXPERTS`).
+    ``searching``: played by the environment's searching expert
+    (:data:`~resail_pipeline.envs.experts.SEARCHING_EXPERTS`).
     """
     env, expert = expert_env(env_name, env_options, searching=searching)
     stalled = round(stalled_share * episodes_per_task)

