@@ -336,12 +336,21 @@ def test_an_evaluated_experiment_is_passed_over_without_a_time_row(tmp_path, mon
     assert rows.count("oel") == 5 + 4 and rows.count("oel_resail") == 5 + 5
 
 
+def _conf(project: Path, globals_: dict[str, str]) -> None:
+    """``project/conf``: each layer's ``globals.yml`` as given, and the repository's base
+    parameters (the study resolves its data folder from them, as ``kedro run`` does)."""
+    for layer, text in globals_.items():
+        (project / "conf" / layer).mkdir(parents=True)
+        (project / "conf" / layer / "globals.yml").write_text(text)
+    for path in sorted((ROOT / "conf" / "base").glob("parameters*.yml")):
+        (project / "conf" / "base" / path.name).symlink_to(path)
+
+
 def _cycle_0_project(tmp_path: Path, plan_text: str) -> tuple[Path, Path]:
     """A project whose data folder ``textcraft-a`` has an evaluated cycle 0 (dev split, ordinary
     view, decoding seeds 0-1) in every layer, and a plan taking it into ``textcraft-b``."""
     project = tmp_path / "project"
-    (project / "conf" / "base").mkdir(parents=True)
-    (project / "conf" / "base" / "globals.yml").write_text("env: textcraft\ndata_tag: ''\n")
+    _conf(project, {"base": "env: textcraft\nmethod: oel_resail\ndata_tag: ''\n"})
     data = project / "data"
     for layer in ("02_intermediate", "03_primary", "04_feature", "06_models"):
         (data / layer / "textcraft-a" / "shared" / "cycle_0").mkdir(parents=True)
@@ -559,9 +568,10 @@ def _cell_project(tmp_path: Path) -> tuple[Path, Path]:
     """A project with a grid's cycle 2 of OEL and OEL + ReSAIL (dev split, seeds 0-1, 40 tasks):
     the initial policy solves half the tasks, OEL one in four, OEL + ReSAIL every one."""
     project = tmp_path / "project"
-    for layer, text in (("base", "env: textcraft\ndata_tag: ''\n"), ("study", "data_tag: -g\n")):
-        (project / "conf" / layer).mkdir(parents=True)
-        (project / "conf" / layer / "globals.yml").write_text(text)
+    _conf(
+        project,
+        {"base": "env: textcraft\nmethod: oel_resail\ndata_tag: ''\n", "study": "data_tag: -g\n"},
+    )
     data = project / "data"
     tasks = 40
     grid = data / "07_model_output" / "textcraft-g"

@@ -19,6 +19,7 @@ from resail_pipeline.config import (
     model_validator,
     one_of,
 )
+from resail_pipeline.settings import CONFIG_LOADER_ARGS, CONFIG_LOADER_CLASS
 from resail_pipeline.training.config import METHODS, REACT
 
 PLAN_FILE = "study.yml"
@@ -278,15 +279,14 @@ def plan_path(env: str, project: Path) -> Path:
 
 def data_folder(plan: StudyPlan, env: str, project: Path) -> tuple[str, str]:
     """The environment and the data tag of the plan's runs, whose data folder is their
-    concatenation (``textcraft`` + ``-study``): the configuration environment's ``globals.yml``
-    over the base one, then the plan's overrides."""
-    values: dict[str, Any] = {}
-    for layer in ("base", env):
-        path = project / "conf" / layer / "globals.yml"
-        if path.is_file():
-            values.update(yaml.safe_load(path.read_text()) or {})
-    if "env" not in values:
-        raise ConfigError(f"{project / 'conf' / 'base' / 'globals.yml'}: names no env")
-    env_name = check_folder_name(values["env"], "globals.yml: env")
-    tag = flatten(plan.params).get("data_tag", values.get("data_tag")) or ""
-    return env_name, check_folder_name(tag, "data_tag", empty=True)
+    concatenation (``textcraft`` + ``-study``), resolved by the project's configuration loader as
+    ``kedro run --env <env> --params <the plan's overrides>`` resolves them
+    (:class:`~resail_pipeline.hooks.RunConfigLoader`)."""
+    loader = CONFIG_LOADER_CLASS(
+        str(project / "conf"),
+        env=env,
+        runtime_params=dict(plan.params),
+        **CONFIG_LOADER_ARGS,
+    )
+    run = loader.run_values()
+    return run["env"], run["data_tag"]
