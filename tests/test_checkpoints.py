@@ -281,3 +281,34 @@ def test_the_published_reference_keeps_its_manifest_and_files_hash(copy_of, drop
     (shipped / "config.json").write_text(json.dumps({**config_json, "rope_theta": 2.0}))
     with pytest.raises(CheckpointError, match=rf"^bootstrap\.reference: checkpoint {shipped}: "):
         check_published(info, config)
+
+
+def test_an_optimizer_state_round_trips_through_flat_tensors():
+    """AdamW's moments and step counts as safetensors keeps them (no pickle), read back into a
+    fresh optimiser: the next update is the same as the uninterrupted one's."""
+    from safetensors.torch import load, save
+
+    from resail_pipeline.checkpoints import load_optimizer_tensors, optimizer_tensors
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    for _ in range(2):
+        model(torch.randn(4, 3)).square().sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    tensors, groups = optimizer_tensors(optimizer, prefix="optimizer.")
+    assert sorted(tensors) == [
+        f"optimizer.{i}.{name}" for i in (0, 1) for name in ("exp_avg", "exp_avg_sq", "step")
+    ]
+    copy = torch.nn.Linear(3, 2)
+    copy.load_state_dict(model.state_dict())
+    resumed = torch.optim.AdamW(copy.parameters(), lr=0.5)
+    kept = load(save({**tensors, "weight": copy.weight.detach()}))  # and one that is no state
+    load_optimizer_tensors(resumed, kept, groups, prefix="optimizer.")
+    assert resumed.param_groups[0]["lr"] == 0.1
+    batch = torch.randn(4, 3)
+    for net, opt in ((model, optimizer), (copy, resumed)):
+        net(batch).square().sum().backward()
+        opt.step()
+    torch.testing.assert_close(copy.weight, model.weight)

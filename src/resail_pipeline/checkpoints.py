@@ -362,3 +362,36 @@ def enable_activation_checkpointing(model: PreTrainedModel) -> None:
     if enable is None:
         enable = model.gradient_checkpointing_enable
     enable()
+
+
+def optimizer_tensors(
+    optimizer: torch.optim.Optimizer, prefix: str = ""
+) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
+    """An optimiser's state as a resumable training state keeps it, without pickle: its
+    per-parameter tensors (AdamW's moments and step counts) as flat CPU copies named
+    ``{prefix}{index}.{name}`` for safetensors, and its parameter groups (JSON-serialisable).
+    :func:`load_optimizer_tensors` reads them back. The behaviour-cloning state and the
+    trainer's snapshots both keep theirs so."""
+    state = optimizer.state_dict()
+    tensors = {
+        f"{prefix}{index}.{name}": value.detach().to("cpu", copy=True)
+        for index, entries in state["state"].items()
+        for name, value in entries.items()
+    }
+    return tensors, state["param_groups"]
+
+
+def load_optimizer_tensors(
+    optimizer: torch.optim.Optimizer,
+    tensors: dict[str, torch.Tensor],
+    param_groups: list[dict[str, Any]],
+    prefix: str = "",
+) -> None:
+    """Set ``optimizer`` to what :func:`optimizer_tensors` gave (tensors without ``prefix`` are
+    left out); the optimiser moves each tensor to its parameter's device and dtype."""
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for key, value in tensors.items():
+        if key.startswith(prefix):
+            index, _, name = key[len(prefix) :].partition(".")
+            state.setdefault(int(index), {})[name] = value
+    optimizer.load_state_dict({"state": state, "param_groups": param_groups})

@@ -35,7 +35,13 @@ from transformers import PreTrainedModel
 
 from resail_pipeline.bootstrap.config import TrainingSettings
 from resail_pipeline.bootstrap.packing import Batch, PackedRow, collate, plan_batches
-from resail_pipeline.checkpoints import bf16_faster, bf16_native, resolve_device
+from resail_pipeline.checkpoints import (
+    bf16_faster,
+    bf16_native,
+    load_optimizer_tensors,
+    optimizer_tensors,
+    resolve_device,
+)
 from resail_pipeline.io import atomic_path
 from resail_pipeline.training.engine import autocast
 
@@ -156,17 +162,12 @@ def _save_state(
     save_extra: Callable[[Path], None] | None,
 ) -> None:
     """Weights, optimiser moments and position, written together atomically (no pickle)."""
-    opt = optimizer.state_dict()
-    tensors = {
-        f"{index}.{name}": value.detach().cpu().clone()
-        for index, entries in opt["state"].items()
-        for name, value in entries.items()
-    }
+    tensors, param_groups = optimizer_tensors(optimizer)
     with atomic_path(path) as tmp:
         tmp.mkdir()
         save_model(model, str(tmp / _MODEL_FILE))
         save_file(tensors, str(tmp / _OPTIMIZER_FILE))
-        meta = {"state": asdict(state), "param_groups": opt["param_groups"]}
+        meta = {"state": asdict(state), "param_groups": param_groups}
         (tmp / _STATE_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         if save_extra is not None:
             save_extra(tmp)
@@ -177,11 +178,7 @@ def _load_state(
 ) -> CloningState:
     meta = json.loads((path / _STATE_FILE).read_text())
     load_model(model, str(path / _MODEL_FILE))
-    moments: dict[int, dict[str, torch.Tensor]] = {}
-    for key, value in load_file(str(path / _OPTIMIZER_FILE)).items():
-        index, _, name = key.partition(".")
-        moments.setdefault(int(index), {})[name] = value
-    optimizer.load_state_dict({"state": moments, "param_groups": meta["param_groups"]})
+    load_optimizer_tensors(optimizer, load_file(str(path / _OPTIMIZER_FILE)), meta["param_groups"])
     return CloningState(**meta["state"])
 
 

@@ -40,8 +40,12 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from transformers import PreTrainedModel
 
+from resail_pipeline.checkpoints import load_optimizer_tensors, optimizer_tensors
 from resail_pipeline.training.config import EngineConfig, OptimizerConfig
 from resail_pipeline.training.views import ResponseLogits
+
+#: the names of AdamW's tensors in a training state, beside the model's (``optimizer.0.exp_avg``)
+_OPTIMIZER_PREFIX = "optimizer."
 
 __all__ = [
     "DeepSpeedEngine",
@@ -317,22 +321,16 @@ class TorchEngine(Engine):
     def training_state(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
         # copies: tied weights share storage, which safetensors refuses to write twice
         tensors = {k: v.detach().to("cpu", copy=True) for k, v in self.inner.state_dict().items()}
-        optimizer = self._optimizer.state_dict()
-        for index, state in optimizer["state"].items():
-            for name, value in state.items():
-                tensors[f"optimizer.{index}.{name}"] = value.detach().to("cpu", copy=True)
-        return tensors, {"param_groups": optimizer["param_groups"]}
+        moments, param_groups = optimizer_tensors(self._optimizer, prefix=_OPTIMIZER_PREFIX)
+        return {**tensors, **moments}, {"param_groups": param_groups}
 
     def load_training_state(self, tensors: dict[str, Tensor], groups: dict[str, Any]) -> None:
-        weights = {k: v for k, v in tensors.items() if not k.startswith("optimizer.")}
+        weights = {k: v for k, v in tensors.items() if not k.startswith(_OPTIMIZER_PREFIX)}
         self.inner.load_state_dict(weights, strict=True)
-        state: dict[int, dict[str, Tensor]] = {}
-        for key, value in tensors.items():
-            if key.startswith("optimizer."):
-                _, index, name = key.split(".", 2)
-                state.setdefault(int(index), {})[name] = value
         # AdamW moves its state to each parameter's device and dtype (its step counts stay fp32)
-        self._optimizer.load_state_dict({"state": state, "param_groups": groups["param_groups"]})
+        load_optimizer_tensors(
+            self._optimizer, tensors, groups["param_groups"], prefix=_OPTIMIZER_PREFIX
+        )
 
 
 def deepspeed_config(engine: EngineConfig, optimizer: OptimizerConfig) -> dict[str, Any]:
