@@ -63,7 +63,8 @@ class TrackingConfig(Config):
     enabled: bool = True
     """Log the run to MLflow (where the ``tracking`` extra is installed)."""
     uri: str = Field("data/09_tracking/mlflow.db", min_length=1)
-    """The store: a path (an SQLite file, created with its folder) or any MLflow tracking URI."""
+    """The store: a path (an SQLite file, created with its folder, the artifacts beside it) or
+    any MLflow tracking URI."""
     experiment: str = Field("resail-pipeline", min_length=1)
     """The MLflow experiment the runs are filed under."""
 

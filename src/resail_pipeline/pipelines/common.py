@@ -90,14 +90,20 @@ class RunConfig(Config):
     seed: int = Field(0, ge=0)
     """Seeds task sampling and collection."""
     backend: one_of(*sorted(GENERATOR_REGISTRY)) = "transformers"
-    """Generation backend name (``transformers`` | ``vllm``)."""
+    """Generation backend: ``transformers`` (CPU or GPU) or ``vllm`` (GPU; the ``gpu`` extra)."""
     generation: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    """Backend name -> options of its ``from_checkpoint``; only the chosen backend's are used, so
-    that an environment that switches backend never hands one backend's options to the other."""
+    """Backend name -> options of its ``from_checkpoint`` (transformers: ``dtype``, ``device`` and
+    :class:`~resail_pipeline.generation.transformers_backend.TransformersGenerator`'s own, such as
+    ``batch_size``, ``max_batch_tokens``, ``prefill_tokens``, ``prefix_reuse``, ``compile``; vllm:
+    ``vllm.EngineArgs`` fields); only the chosen backend's are used, so that an environment that
+    switches backend never hands one backend's options to the other."""
     env_options: dict[str, Any] = Field(default_factory=dict)
-    """Options of the environment adapter (e.g. ``max_steps``, ALFWorld's ``data_path``)."""
+    """Options of the environment adapter (e.g. ``max_steps``, 30 by default as in the paper;
+    ALFWorld's ``data_path``)."""
     staging_dir: str = "data/06_models/.staging"
-    """Where nodes stage model directories for the catalog to publish."""
+    """Where nodes stage model directories for the catalog to publish: on the catalog's
+    filesystem (a publish is a rename), one folder per data folder, so that a run clears only its
+    own stale staging."""
     shards: Annotated[int, Field(ge=1)] | one_of("auto") = 1
     """Generators per node, each in its own process (``generation.sharded``): ``auto`` is one per
     visible GPU (none: one, in the node's own process); an integer > 1 starts that many."""

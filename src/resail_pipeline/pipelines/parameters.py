@@ -17,7 +17,6 @@ from typing import Any
 import yaml
 
 from resail_pipeline.checkpoints import CheckpointError, load_tokenizer
-from resail_pipeline.collection import CollectConfig
 from resail_pipeline.config import (
     Config,
     ConfigError,
@@ -33,7 +32,7 @@ from resail_pipeline.generation.cuda import GpuInfo
 from resail_pipeline.gui.config import AitzConfig
 from resail_pipeline.initial_policy import requested_policy
 from resail_pipeline.pipelines.bootstrap.nodes import BootstrapParams, bootstrap_config
-from resail_pipeline.pipelines.collect.nodes import collect_config
+from resail_pipeline.pipelines.collect.nodes import CollectParams, collect_config
 from resail_pipeline.pipelines.common import RunConfig
 from resail_pipeline.pipelines.evaluate.nodes import EvaluateParams, eval_config
 from resail_pipeline.pipelines.report.nodes import ReportConfig
@@ -54,7 +53,7 @@ from resail_pipeline.training.memory import ModelShape, check_fits, plan_memory
 SECTION_MODELS: dict[str, type[Config]] = {
     "run": RunConfig,
     "bootstrap": BootstrapParams,
-    "collect": CollectConfig,
+    "collect": CollectParams,
     "summarize": SummarizeConfig,
     "score": ScoreParams,
     "train": TrainConfig,

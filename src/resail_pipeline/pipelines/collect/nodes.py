@@ -8,10 +8,19 @@ import pandas as pd
 
 from resail_pipeline.checkpoints import CheckpointInfo, resolve_device
 from resail_pipeline.collection import CollectConfig, collect, collection_settings
-from resail_pipeline.config import build
+from resail_pipeline.config import Field, build
 from resail_pipeline.devices import machine_description
 from resail_pipeline.pipelines.common import RunConfig, policy_info
 from resail_pipeline.training import TrainConfig
+
+
+class CollectParams(CollectConfig):
+    """``params:collect``: one cycle's collection, decoded as at deployment (appendix A.3)."""
+
+    num_trajectories: int | None = Field(None, ge=1)
+    """Trajectories per cycle (a task recurs when this exceeds the split); the trainer uses each
+    once per cycle. Null: as many as the trainer uses in a cycle (``train.schedule``: updates x
+    trajectories per update)."""
 
 
 def collect_config(
@@ -19,11 +28,11 @@ def collect_config(
 ) -> CollectConfig:
     """``params:collect``, with ``num_trajectories: null`` resolved to as many as the trainer uses
     in a cycle (``train.schedule``: updates x trajectories per update)."""
-    params = dict(collect_params)
-    if params.get("num_trajectories") is None:
+    params = dict(build(CollectParams, collect_params, "collect"))
+    if params["num_trajectories"] is None:
         schedule = TrainConfig.from_dict({**train_params, "method": run.method}, "train").schedule
         params["num_trajectories"] = schedule.updates * schedule.trajectories_per_update
-    return build(CollectConfig, params, "collect")
+    return CollectConfig(**params)
 
 
 def settings_of(config: CollectConfig, run: RunConfig, policy: CheckpointInfo) -> dict[str, Any]:

@@ -24,6 +24,10 @@ logger = logging.getLogger(__name__)
 class EvaluateParams(EvalConfig):
     """``params:evaluate``: the evaluation's configuration and the fixed Experience's seed."""
 
+    splits: tuple[str, ...] | None = None
+    """The splits evaluated, each task once per decoding seed and view; null: the environment's
+    own evaluation splits (TextCraft's ``test``, ALFWorld's ``id`` and ``ood``)."""
+
     reference_seed: int = Field(1000, ge=0)
     """Decoding seed of the initial policy's reference episodes, one per evaluation task, whose
     summaries make the fixed Experience of the privileged view."""
