@@ -157,8 +157,8 @@ rehearse-aitz: $(REHEARSAL_VENV)/.installed
 
 # Kills the smoke run with SIGKILL at 10 random points (the Kedro process or a trainer) and reruns
 # it each time: every rerun completes, nothing half-published, no staging left, the same
-# checkpoints and evaluation rows as an uninterrupted run (scripts/kill_resume.py; how long it
-# takes: README.md).
+# checkpoints and evaluation rows as an uninterrupted reference run (scripts/kill_resume.py:
+# about a smoke run per kill and one for the reference).
 kill-check: $(VENV)/.installed-$(RUN_EXTRAS)
 	$(BIN)/python scripts/kill_resume.py --kills 10 --seed 0
 
