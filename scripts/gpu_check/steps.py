@@ -664,20 +664,19 @@ class GpuCheck:
 
     # -- scale --------------------------------------------------------------------------------
 
-    def scale(self) -> dict[str, Any]:
-        """A policy of :attr:`CheckOptions.scale_shape_path`'s shape with random weights: the
-        backend's decoding speed, then two SDPO + ReSAIL updates measured against the plan."""
+    def _random_policy(self, name: str) -> tuple[Any, Any, Any, float]:
+        """A model of :attr:`CheckOptions.scale_shape_path`'s shape with random weights, built on
+        the device it runs on, over the policy's tokenizer: ``(model, tokenizer, its config,
+        seconds)``."""
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM
 
-        from resail_pipeline.checkpoints import load_tokenizer, save_policy
-        from resail_pipeline.training.memory import measurement_inputs
+        from resail_pipeline.checkpoints import load_tokenizer
 
         options = self.options
         shape = options.scale_shape_path
         if not (shape / "config.json").is_file():
             raise FileNotFoundError(f"scale_shape {shape}: no config.json")
-        folder = self.work / "scale"
         tokenizer = load_tokenizer(self.policy)
         model_config = AutoConfig.from_pretrained(shape, trust_remote_code=False)
         if model_config.vocab_size < len(tokenizer):
@@ -699,11 +698,24 @@ class GpuCheck:
             )
         model.generation_config.pad_token_id = tokenizer.pad_token_id
         model.generation_config.eos_token_id = tokenizer.eos_token_id
+        model.config.name_or_path = name
+        return model, tokenizer, model_config, time.perf_counter() - start
+
+    def scale(self) -> dict[str, Any]:
+        """A policy of :attr:`CheckOptions.scale_shape_path`'s shape with random weights: the
+        backend's decoding speed, then two SDPO + ReSAIL updates measured against the plan."""
+        from resail_pipeline.checkpoints import save_policy
+        from resail_pipeline.training.memory import measurement_inputs
+
+        options = self.options
+        folder = self.work / "scale"
+        start = time.perf_counter()
+        model, tokenizer, model_config, _ = self._random_policy("gpu-check-scale")
         policy = folder / "policy"
         save_policy(model, tokenizer, policy, name="gpu-check-scale")
         details = self.partial  # kept if the step is stopped before its end
         details.update(
-            shape=str(shape),
+            shape=str(options.scale_shape_path),
             parameters=sum(p.numel() for p in model.parameters()),
             build_and_save_s=round(time.perf_counter() - start, 2),
         )
@@ -722,6 +734,107 @@ class GpuCheck:
             details.update(self._scale_training(manifest, folder, model_config))
         except CheckFailed as failure:
             raise CheckFailed(str(failure), {**details, **failure.details}) from None
+        return details
+
+    # -- sampler ------------------------------------------------------------------------------
+
+    def sampler(self) -> dict[str, Any]:
+        """The trainer's in-loop sampler at the scale shape with random weights: the transformers
+        backend with the cache allocated whole at prefill (a GPU's default), ``sampler_rows`` rows
+        of one prompt of ``scale_prompt_words`` words, every response run to ``sampler_tokens``
+        (the end token's logit is held at 0, far below the largest), eager and with the decoder
+        compiled.
+        The allocator's peak beyond the weights must not exceed the plan's sampling terms
+        (:func:`~resail_pipeline.training.memory.sampling_terms`); the milliseconds of a decode
+        step of each are recorded. On the CPU, where the allocator is not counted, the step
+        records the speeds only."""
+        import torch
+
+        from resail_pipeline.generation import SamplingParams
+        from resail_pipeline.generation.transformers_backend import TransformersGenerator
+        from resail_pipeline.training.memory import GIB, ModelShape, sampling_terms
+
+        options = self.options
+        model, tokenizer, model_config, build_s = self._random_policy("gpu-check-sampler")
+        model.eval()
+        with (
+            torch.no_grad()
+        ):  # no row ends early: the end token's logit is 0, the largest far above
+            head = model.get_output_embeddings().weight
+            head.mul_(100.0)
+            head[tokenizer.eos_token_id] = 0.0
+        vocabulary = sorted(w for w in tokenizer.get_vocab() if w.isalpha())
+        prompt = " ".join(
+            vocabulary[(7 * i) % len(vocabulary)] for i in range(options.scale_prompt_words)
+        )
+        prompt_tokens = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+        rows, response = options.sampler_rows, options.sampler_tokens
+        params = SamplingParams(temperature=1.0, max_new_tokens=response, seed=options.seed)
+        shape = ModelShape.from_config(model_config)
+        plan = sampling_terms(
+            shape,
+            rows=rows,
+            prompt_tokens=prompt_tokens,
+            response=response,
+            cache_bytes=next(model.parameters()).element_size(),
+        )
+        planned = sum(b for _, b in plan)
+        details = self.partial
+        details.update(
+            shape=str(options.scale_shape_path),
+            build_s=round(build_s, 2),
+            rows=rows,
+            prompt_tokens=prompt_tokens,
+            response_tokens=response,
+            plan_gib={name: round(b / GIB, 3) for name, b in plan},
+        )
+        cuda = self.device.type == "cuda"
+        problems = []
+        for compiled in (False, True):
+            label = "compiled" if compiled else "eager"
+            generator = TransformersGenerator(
+                model,
+                tokenizer,
+                policy_id="gpu-check-sampler",
+                batch_size=rows,
+                preallocate=True,
+                compile=compiled,
+                progress=False,
+            )
+            generator.generate([prompt], params.replace(max_new_tokens=2))  # compiles, warms up
+            if cuda:
+                torch.cuda.synchronize(self.device)
+                before = torch.cuda.memory_allocated(self.device)
+                torch.cuda.reset_peak_memory_stats(self.device)
+            start = time.perf_counter()
+            generations = generator.generate([prompt] * rows, params)
+            if cuda:
+                torch.cuda.synchronize(self.device)
+            seconds = time.perf_counter() - start
+            lengths = [len(g.token_ids) for g in generations]
+            run = {
+                "seconds": round(seconds, 2),
+                "ms_per_step": round(1000 * seconds / response, 2),
+                "tokens_per_s": round(sum(lengths) / seconds, 1),
+                "shortest_response": min(lengths),
+            }
+            if cuda:
+                peak = int(torch.cuda.max_memory_allocated(self.device)) - before
+                run.update(peak_gib=round(peak / GIB, 3), plan_over_peak=round(planned / peak, 3))
+                if peak > planned:
+                    problems.append(
+                        f"{label}: peak {peak / GIB:.2f} GiB over the plan's {planned / GIB:.2f}"
+                    )
+            if min(lengths) < response:
+                problems.append(f"{label}: a response ended after {min(lengths)} tokens")
+            details[label] = run
+            del generator
+            self._release()
+        details["compiled_speedup"] = round(
+            details["eager"]["seconds"] / details["compiled"]["seconds"], 2
+        )
+        if problems:
+            raise CheckFailed("; ".join(problems), details)
         return details
 
     def _scale_decoding(self, policy: Path, manifest: Path) -> dict[str, Any]:
