@@ -17,9 +17,10 @@ seconds, the device memory it took and what it measured, in one JSON file (``--o
 2. ``probe``: the PI-sensitivity probe set of those episodes built on the device by the frozen
    policy (:func:`~resail_pipeline.training.run.probe_set_with_frozen`, as the pipeline's node
    does), and the policy's sensitivity on it measured here; every value a JSD in [0, ln 2].
-3. ``train_single`` and ``train_deepspeed``: one training cycle of ``oel_resail`` (a few updates)
-   through the launcher, one process, then DeepSpeed ZeRO-2 in one rank under torchrun (NCCL on a
-   GPU, gloo on the CPU) where ``deepspeed`` imports: finite losses, a published checkpoint whose
+3. ``train_single``, ``train_deepspeed`` and ``train_zero3``: one training cycle of ``oel_resail``
+   (a few updates) through the launcher, one process, then DeepSpeed ZeRO-2 and ZeRO-3 (the weights
+   partitioned) in one rank under torchrun (NCCL on a GPU, gloo on the CPU) where ``deepspeed``
+   imports: finite losses, a published checkpoint whose
    weights moved, the trainer's probe rows, their update 0 equal to step 2's measurement.
 4. ``aitz``: the GUI path (section 4.3) with the small Qwen3-VL of ``make rehearse-aitz``, built
    and warm-started on the device over synthetic episodes: its greedy responses to real action

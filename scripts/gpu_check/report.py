@@ -42,6 +42,7 @@ def run_checks(
         "probe": check.probe,
         "train_single": lambda: check.train("single"),
         "train_deepspeed": lambda: check.train("deepspeed"),
+        "train_zero3": lambda: check.train("deepspeed", zero_stage=3),
         "aitz": check.aitz,
         "smoke": lambda: check.smoke(max(deadline - time.monotonic(), 1.0)),
         "sampler": check.sampler,

@@ -313,16 +313,19 @@ class GpuCheck:
             )
         return self.manifest
 
-    def train(self, engine: str) -> dict[str, Any]:
-        """One cycle through the launcher with ``engine`` (``single`` or ``deepspeed``)."""
+    def train(self, engine: str, zero_stage: int = 2) -> dict[str, Any]:
+        """One cycle through the launcher with ``engine`` (``single`` or ``deepspeed``, at
+        ``zero_stage``: under ZeRO-3 the student's weights are partitioned and gathered as its
+        modules run)."""
         from resail_pipeline.checkpoints import read_checkpoint_info, verify_weights
         from resail_pipeline.devices import DeviceMemory
         from resail_pipeline.training import TrainingFailed, launch
 
         self._inputs()
         probe = self.probe_set is not None
-        name = f"train_{engine}"
-        config = self._train_config(name, {"kind": engine, "world_size": 1, "zero_stage": 2}, probe)
+        name = f"train_{engine}" if zero_stage == 2 else f"train_zero{zero_stage}"
+        engine_settings = {"kind": engine, "world_size": 1, "zero_stage": zero_stage}
+        config = self._train_config(name, engine_settings, probe)
         with DeviceMemory(self.device) as memory:
             start = time.perf_counter()
             try:
