@@ -57,7 +57,7 @@ def test_text_and_figure_outputs(tmp_path):
     figure.add_subplot().plot([0, 1], [1, 0])
     png = FigureDataset(str(tmp_path / "r" / "f.png"))
     png.save(figure)
-    assert (tmp_path / "r" / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert png.load()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["f.png", "t.md"]
     with pytest.raises(DatasetError, match="expected a matplotlib Figure"):
         png.save("not a figure")

@@ -105,7 +105,8 @@ class TextDataset(text.TextDataset):
 
 class FigureDataset(MatplotlibDataset):
     """kedro-datasets' matplotlib figure, as a PNG of :data:`DPI` dots per inch (tight bounding
-    box), written atomically on a local disk as :class:`TextDataset` is."""
+    box), written atomically on a local disk as :class:`TextDataset` is; it loads the PNG's bytes
+    (kedro-datasets' writer loads nothing), which a notebook displays."""
 
     def __init__(self, filepath: str, **kwargs: Any):
         if Path(filepath).suffix != ".png":
@@ -113,6 +114,10 @@ class FigureDataset(MatplotlibDataset):
         save_args = {"format": "png", "dpi": DPI, "bbox_inches": "tight"}
         save_args.update(kwargs.pop("save_args", None) or {})
         super().__init__(filepath=filepath, save_args=save_args, **kwargs)
+
+    def load(self) -> bytes:
+        with self._fs.open(get_filepath_str(self._get_load_path(), self._protocol), "rb") as f:
+            return f.read()
 
     def _save_to_fs(self, full_key_path: str, plot: Figure) -> None:
         if not isinstance(plot, Figure):
