@@ -485,12 +485,23 @@ def _kind(annotation: Any, constraints: list[Any]) -> str:
     if float in kinds and kinds <= {int, float}:
         return f"{f'number {limits}'.strip()}{null}"
     if kinds == {str}:
+        if _is_folder_name(annotation) or any(
+            getattr(item, "func", None) is _folder_name for item in constraints
+        ):
+            return f"folder name{null}"
         return f"{'non-empty ' if bounds.get('min_length') else ''}text{null}"
     if kinds == {tuple}:
         return f"list{null}"
     if kinds == {dict}:
         return f"mapping{null}"
     return " or ".join(sorted(getattr(k, "__name__", str(k)) for k in kinds)) + null
+
+
+def _is_folder_name(annotation: Any) -> bool:
+    """Whether ``annotation`` is (or holds) :data:`FolderName`."""
+    if typing.get_origin(annotation) is Annotated:
+        return any(getattr(m, "func", None) is _folder_name for m in typing.get_args(annotation))
+    return any(_is_folder_name(arg) for arg in typing.get_args(annotation))
 
 
 def field_docs(model: type[Config], prefix: str = "") -> list[FieldDoc]:

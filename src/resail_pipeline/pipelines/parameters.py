@@ -20,8 +20,8 @@ from resail_pipeline.checkpoints import CheckpointError, load_tokenizer
 from resail_pipeline.config import (
     Config,
     ConfigError,
+    FolderName,
     build,
-    check_folder_name,
     check_int,
     field_docs,
 )
@@ -63,9 +63,19 @@ SECTION_MODELS: dict[str, type[Config]] = {
     "tracking": TrackingConfig,
 }
 SECTIONS = tuple(SECTION_MODELS)
-#: top-level keys that are no section: the data folder's tag, set on the command line or in an
-#: environment's parameters (the catalog follows it: :class:`~resail_pipeline.hooks.RunConfigLoader`)
-RUNTIME_KEYS = ("data_tag",)
+
+
+class RuntimeParams(Config):
+    """The top-level keys that are no section, set on the command line (``--params``) or in an
+    environment's parameters."""
+
+    data_tag: FolderName = ""
+    """Appended to the environment's data folder, ``data/<layer>/<env><data_tag>/``: another
+    run's data beside the default's (conf/smoke: ``-smoke``); the catalog and the staging folders
+    follow it (:class:`~resail_pipeline.hooks.RunConfigLoader`)."""
+
+
+RUNTIME_KEYS = tuple(RuntimeParams.model_fields)
 
 logger = logging.getLogger(__name__)
 
@@ -81,8 +91,7 @@ def check_parameters(params: Mapping[str, Any]) -> None:
     missing = [section for section in SECTIONS if not isinstance(params.get(section), Mapping)]
     if missing:
         raise ConfigError(f"parameters: section(s) {missing} missing or not a mapping")
-    if "data_tag" in params:
-        check_folder_name(params["data_tag"], "data_tag", empty=True)
+    build(RuntimeParams, {key: params[key] for key in RUNTIME_KEYS if key in params})
     run = RunConfig.from_params(dict(params["run"]))
     bootstrap_config(params["bootstrap"], run.env)
     collect_config(dict(params["collect"]), dict(params["train"]), run)
@@ -291,6 +300,8 @@ def _markdown(text: str) -> str:
 def _value(value: Any) -> str:
     if value is None:
         return "null"
+    if value == "":
+        return '""'
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, list | dict):
@@ -310,8 +321,9 @@ def parameter_reference(params: Mapping[str, Any], env: str = "base") -> str:
         "equal to its output). *Default* is the model's (the paper's setting where the paper",
         f"states one); *conf/{env}* is what that configuration sets, where it differs.",
     ]
-    for section, model in SECTION_MODELS.items():
-        lines += ["", f"## `{section}`", "", " ".join(_markdown(model.__doc__ or "").split()), ""]
+    for section, model in {**SECTION_MODELS, "": RuntimeParams}.items():
+        title = f"`{section}`" if section else "Top-level keys"
+        lines += ["", f"## {title}", "", " ".join(_markdown(model.__doc__ or "").split()), ""]
         lines += [f"| key | type | default | conf/{env} | meaning |", "|---|---|---|---|---|"]
         for row in field_docs(model, section):
             value: Any = params
