@@ -9,7 +9,7 @@ be refused before its first node (:func:`check_prompt_budget`).
 
 How the estimate is built, per environment (:func:`estimate_prompt_lengths`):
 
-1. Expert episodes. The environment's expert (:data:`EXPERTS`: TextCraft's planner,
+1. Expert episodes. The environment's expert (:data:`PLANS`: TextCraft's planner,
    :mod:`resail_pipeline.envs.planner`; ALFWorld's stored walkthrough) plays a few tasks of
    every split the run uses, evenly spaced over the split's fixed order, its first and last
    task included (TextCraft orders its goals by recipe depth, so the deepest is played). Before
@@ -74,12 +74,12 @@ from resail_pipeline.prompts.common import OUTCOME_FAILURE, OUTCOME_SUCCESS, OUT
 from resail_pipeline.prompts.render import render_user_message
 
 __all__ = [
-    "EXPERTS",
+    "PLANS",
     "PROMPT_ORDINARY",
     "PROMPT_PRIVILEGED",
     "PROMPT_SUMMARY",
-    "Expert",
     "ExpertEpisode",
+    "PlanSource",
     "PromptEstimate",
     "check_prompt_budget",
     "estimate_prompt_lengths",
@@ -101,8 +101,10 @@ PROMPT_SUMMARY = "summary prompt"
 
 
 @dataclass(frozen=True)
-class Expert:
-    """How an environment's tasks are solved without a model, for the estimate.
+class PlanSource:
+    """How an environment's tasks are solved without a model, for the estimate: a whole plan from
+    the start (not the interactive experts of :mod:`resail_pipeline.envs.experts`, which replan
+    after every step and are slower).
 
     Attributes:
         plan: ``(env, task_id, initial observation) -> actions``, or ``None`` where no plan is
@@ -126,9 +128,9 @@ def _alfworld_walkthrough(env: Any, task_id: int, _initial: Observation) -> Sequ
 
 
 #: env name -> its expert.
-EXPERTS: dict[str, Expert] = {
-    "textcraft": Expert(plan=_textcraft_plan, probes=("inventory", None)),
-    "alfworld": Expert(plan=_alfworld_walkthrough, probes=("look", "inventory", "help", None)),
+PLANS: dict[str, PlanSource] = {
+    "textcraft": PlanSource(plan=_textcraft_plan, probes=("inventory", None)),
+    "alfworld": PlanSource(plan=_alfworld_walkthrough, probes=("look", "inventory", "help", None)),
 }
 
 
@@ -163,7 +165,7 @@ def spread_with_last(ids: Sequence[int], n: int) -> list[int]:
     return list(dict.fromkeys(picked))
 
 
-def play_expert(env: Environment, expert: Expert, task_id: int) -> ExpertEpisode:
+def play_expert(env: Environment, expert: PlanSource, task_id: int) -> ExpertEpisode:
     """Play ``expert`` on ``task_id`` in ``env`` (built without a step limit that matters)."""
     initial = env.reset(task_id)
     plan = tuple(expert.plan(env, task_id, initial) or ())
@@ -320,9 +322,9 @@ def estimate_prompt_lengths(
     """
     env = make_env()
     name, max_steps = env.name, env.max_steps
-    if name not in EXPERTS:
-        raise ValueError(f"env: no expert for {name!r} to estimate its prompts; add one to EXPERTS")
-    expert = EXPERTS[name]
+    if name not in PLANS:
+        raise ValueError(f"env: no plan for {name!r} to estimate its prompts; add one to PLANS")
+    expert = PLANS[name]
     player = make_env(max_steps=UNLIMITED_STEPS)
     tasks = dict.fromkeys(
         task for split in splits for task in spread_with_last(env.task_ids(split), tasks_per_split)
