@@ -228,6 +228,31 @@ def test_a_tier_runs_the_experiments_up_to_it_then_the_report(tmp_path, monkeypa
     assert [e.cycles for e in plan.experiments if e.tier == 2] == [1, 1, 2, 2, 3, 3]
 
 
+def test_cycle_0_alone_runs_to_the_initial_policys_evaluation(tmp_path, monkeypatch):
+    """``--cycle-0``: one Kedro run up to cycle 0's evaluation, with the plan's settings as its
+    first experiment has them, and nothing else (no experiment, no report)."""
+    import resail_pipeline.study as study
+
+    calls = []
+
+    def fake_kedro(args, project, params=None, cycles=None, heartbeat=None):
+        """A fake of the Kedro call: records what would run."""
+        calls.append((list(args), params, cycles))
+        return 0
+
+    monkeypatch.setattr(study.runner, "_kedro", fake_kedro)
+    (tmp_path / "conf").symlink_to(ROOT / "conf")
+    plan = load_plan(ROOT / "conf" / "study-alfworld" / "premise.yml")
+    study.run_cycle_0(plan, "study-alfworld", tmp_path)
+    [(args, params, cycles)] = calls
+    assert args[-2:] == ["--to-nodes", "cycle_0.evaluate_node"] and "--only-missing-outputs" in args
+    assert params == plan.experiments[0].run_params(plan.params) and cycles == 1
+    assert params["data_tag"] == "-study-premise-dev"
+    monkeypatch.setattr(study.runner, "_kedro", lambda *a, **k: 1)
+    with pytest.raises(RuntimeError, match="cycle 0 failed"):
+        study.run_cycle_0(plan, "study-alfworld", tmp_path)
+
+
 @pytest.mark.slow
 def test_the_smoke_study_runs_every_method_resumes_and_reports(tmp_path):
     """The whole plan at the smoke budgets in a scratch project; run twice, the second run

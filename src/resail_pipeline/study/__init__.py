@@ -56,7 +56,7 @@ from resail_pipeline.study.rule import write_rule as write_rule
 from resail_pipeline.study.runner import _run as _run
 from resail_pipeline.study.runner import _Segment as _Segment
 from resail_pipeline.study.runner import _write_row as _write_row
-from resail_pipeline.study.runner import rerun_cell, run_study
+from resail_pipeline.study.runner import rerun_cell, run_cycle_0, run_study
 
 __all__ = [
     "EVALUATION_FILES",
@@ -70,6 +70,7 @@ __all__ = [
     "load_plan",
     "main",
     "rerun_cell",
+    "run_cycle_0",
     "run_study",
     "take_cycle_0",
 ]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from resail_pipeline.config import ConfigError
 from resail_pipeline.study.plan import load_plan, plan_path
-from resail_pipeline.study.runner import rerun_cell, run_study
+from resail_pipeline.study.runner import rerun_cell, run_cycle_0, run_study
 
 #: the package this command runs (imported before it, as every parent is): its docstring is the help
 _PACKAGE = sys.modules[__spec__.parent]
@@ -35,6 +35,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--cycle", type=int, help="the cell's cycle (with --rerun)")
     parser.add_argument("--seeds", type=int, nargs="+", help="decoding seeds (with --rerun)")
+    parser.add_argument(
+        "--cycle-0",
+        action="store_true",
+        help="run only the plan's shared cycle 0 (the initial policy's evaluation), for a figure "
+        "pre-registered on it before any candidate is evaluated",
+    )
     args = parser.parse_args(argv)
     if (args.rerun is None) != (args.cycle is None) or (args.rerun is None) != (args.seeds is None):
         parser.error("--rerun, --cycle and --seeds go together")
@@ -42,6 +48,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     path = args.plan or plan_path(args.env, args.project)
     try:
         plan = load_plan(path)
+        if args.cycle_0:
+            run_cycle_0(plan, args.env, args.project)
+            return
         if args.rerun is not None:
             rerun_cell(
                 plan, args.env, args.project, name=args.rerun, cycle=args.cycle, seeds=args.seeds

@@ -203,6 +203,30 @@ def run_study(
         write_rule(plan, outputs, project / "data" / "08_reporting" / outputs.name)
 
 
+def run_cycle_0(plan: StudyPlan, env: str, project: Path) -> None:
+    """Only the plan's shared cycle 0: the initial policy's record, reference episodes, fixed
+    Experience and evaluation, in the plan's data folder with its settings, as its first
+    experiment would run them (copied instead where the plan takes cycle 0 from another folder).
+    A figure pre-registered on cycle 0 (a power analysis sizing the evaluation) can then be
+    committed before any candidate is trained or evaluated; the study run later reuses it.
+
+    Raises:
+        RuntimeError: the Kedro run failed.
+    """
+    if take_cycle_0(plan, env, project):
+        return
+    experiment = plan.experiments[0]
+    args = ["run", "--env", env, "--pipelines", "cycle", "--only-missing-outputs"]
+    code = _kedro(
+        [*args, "--to-nodes", "cycle_0.evaluate_node"],
+        project,
+        params=experiment.run_params(plan.params),
+        cycles=experiment.cycles,
+    )
+    if code != 0:
+        raise RuntimeError(f"study: cycle 0 failed (exit code {code}); running it again resumes")
+
+
 def rerun_cell(
     plan: StudyPlan, env: str, project: Path, *, name: str, cycle: int, seeds: Sequence[int]
 ) -> pd.DataFrame:
