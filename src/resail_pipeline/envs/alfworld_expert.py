@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from resail_pipeline.envs.alfworld_world import World, parse_task, room_receptacles, search_plan
-from resail_pipeline.envs.base import NO_ACTION, Observation, StepResult
+from resail_pipeline.envs.base import NO_ACTION, Observation, StepResult, draw_mistake_of
 
 __all__ = [
     "ALFWORLD_IDLE",
@@ -53,13 +53,10 @@ class AlfWorldExpert:
         kinds = {
             k: v for k, v in ALFWORLD_MISTAKES.items() if not no_progress or k in ALFWORLD_IDLE
         }
-        while kinds:
-            names = list(kinds)
-            name = rng.choices(names, weights=[kinds[n][1] for n in names])[0]
-            action = kinds.pop(name)[0](ctx, rng)
-            if action is not None:
-                return name, action
-        raise AssertionError("an information step always applies")
+        drawn = draw_mistake_of(kinds, ctx, rng)
+        if drawn is None:
+            raise AssertionError("an information step always applies")
+        return drawn
 
     def executed(self, action: str, result: StepResult, *, relabelled: bool) -> None:
         self._offered = tuple(result.admissible_actions or ())

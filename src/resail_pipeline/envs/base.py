@@ -13,8 +13,9 @@ Adapters hold no prompt text: rendering lives in :mod:`resail_pipeline.prompts`.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 #: Reasons an episode ends, as written to the ``end_reason`` column.
 END_SUCCESS = "success"
@@ -119,3 +120,23 @@ class Expert(Protocol):
     def informed(self) -> str:
         """The privileged view's target here where it differs from ``plan()[0]``, else ``""``."""
         ...
+
+
+def draw_mistake_of(
+    kinds: Mapping[str, tuple[Callable[[Any, random.Random], str | None], float]],
+    ctx: Any,
+    rng: random.Random,
+    accept: Callable[[str], bool] | None = None,
+) -> tuple[str, str] | None:
+    """``(kind, action)`` of a mistake, kinds drawn by weight without replacement until one gives
+    an action (``None``: it does not apply in ``ctx``) that ``accept`` takes (any, without one);
+    ``None`` if none does.
+    Each environment's expert draws its own kinds with it."""
+    left = dict(kinds)
+    while left:
+        names = list(left)
+        name = rng.choices(names, weights=[left[n][1] for n in names])[0]
+        action = left.pop(name)[0](ctx, rng)
+        if action is not None and (accept is None or accept(action)):
+            return name, action
+    return None

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from resail_pipeline.envs import Environment
-from resail_pipeline.envs.base import NO_ACTION, Observation, StepResult
+from resail_pipeline.envs.base import NO_ACTION, Observation, StepResult, draw_mistake_of
 from resail_pipeline.envs.planner import CraftingProblem, parse_problem, plan
 
 __all__ = ["MISTAKES", "MistakeContext", "SimulationMismatch", "TextCraftExpert", "draw_mistake"]
@@ -168,20 +168,16 @@ def draw_mistake(
     With ``no_progress`` only mistakes that change nothing qualify (rejected actions, information
     steps, responses without an action): a stalled episode must not stumble into its goal.
     """
-    kinds = dict(MISTAKES)
-    while kinds:
-        names = list(kinds)
-        name = rng.choices(names, weights=[kinds[n][1] for n in names])[0]
-        action = kinds.pop(name)[0](ctx, rng)
-        if action is None:
-            continue
-        progresses = action not in (NO_ACTION, "inventory") and (
-            ctx.problem.apply(ctx.inventory, action) is not None
+
+    def idle(action: str) -> bool:
+        return (
+            action in (NO_ACTION, "inventory") or ctx.problem.apply(ctx.inventory, action) is None
         )
-        if no_progress and progresses:
-            continue
-        return name, action
-    raise AssertionError("check_inventory always applies")
+
+    drawn = draw_mistake_of(MISTAKES, ctx, rng, idle if no_progress else None)
+    if drawn is None:
+        raise AssertionError("check_inventory always applies")
+    return drawn
 
 
 class SimulationMismatch(RuntimeError):
