@@ -131,8 +131,8 @@ def test_the_alfworld_plans_fix_the_rate_on_dev_below_the_policys_last_rate():
     assert train["optimizer"]["lr"] == chosen == 4e-5
 
 
-def test_the_alfworld_premise_plan_asks_for_a_gain_from_the_searching_experts_policy():
-    """conf/study-alfworld/premise.yml: OEL's cycle 1 at 1e-5 to 8e-5 from the searching expert's
+def test_the_alfworld_premise_plan_asks_for_a_gain_from_the_shipped_policy():
+    """conf/study-alfworld/premise.yml: OEL's cycle 1 at 1e-5 to 8e-5 from the shipped initial
     policy, on every dev game in both views, in a folder of its own, chosen by the gain rule."""
     from resail_pipeline.study import data_folder
 
@@ -141,10 +141,10 @@ def test_the_alfworld_premise_plan_asks_for_a_gain_from_the_searching_experts_po
     assert plan.rule.choose == "largest_gain" and plan.rule.method == "oel"
     assert [value for _, value in plan.candidates()] == [1e-5, 2e-5, 4e-5, 8e-5]
     assert {(e.method, e.cycles) for e in plan.experiments} == {("oel", 1)}
-    assert plan.params["bootstrap.reference"] == "reference/alfworld-search-initial"
+    assert plan.params["bootstrap.reference"] == "reference/alfworld-initial"
     assert plan.params["evaluate.splits"] == ["dev"] and plan.params["evaluate.num_tasks"] is None
     assert plan.params["evaluate.views"] == ["ordinary", "privileged"]
-    assert plan.cycle_0_from is None  # another initial policy: its own cycle 0
+    assert plan.cycle_0_from is None  # other games (full rooms): its own cycle 0
 
 
 def test_an_experiment_becomes_nested_run_params():
