@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -11,10 +13,13 @@ from resail_pipeline.generation import (
     derive_seed,
     make_generator,
 )
+from resail_pipeline.generation.decoder import can_compile, uncached_autocast
 from resail_pipeline.generation.transformers_backend import (
     _STORAGE_HEADROOM,
     TransformersGenerator,
     choose_tokens,
+    resolve_cuda_graphs,
+    resolved_cuda_graphs,
 )
 from resail_pipeline.prompts import chat_prompt
 
@@ -507,3 +512,97 @@ def test_a_preallocated_cache_gives_the_same_tokens_and_keeps_nothing(
     assert not make(tiny_model, tiny_tokenizer).preallocate  # the CPU's default: it grows
     with pytest.raises(ValueError, match="preallocate: must be true, false or null"):
         make(tiny_model, tiny_tokenizer, preallocate="yes")
+
+
+#: the token whose head row, scaled, becomes the end token's in :func:`ending_model`: the greedy
+#: rows of ``prompts`` that reach it end there (two of five within 24 tokens), the others run on
+ENDS_AT = 97
+
+
+@pytest.fixture()
+def ending_model(tiny_model_config, tiny_tokenizer):
+    """A tiny random Qwen3 with weights 25 times the default scale, whose greedy tokens vary with
+    the context (the default's repeat one token), and whose end token is drawn wherever
+    :data:`ENDS_AT` would be."""
+    from resail_pipeline.modeling import build_qwen3
+
+    config = copy.deepcopy(tiny_model_config)
+    config.initializer_range = 0.5
+    model = build_qwen3(config, seed=0).eval()
+    with torch.no_grad():
+        head = model.get_output_embeddings().weight  # tied to the embeddings
+        head[tiny_tokenizer.eos_token_id] = 1.2 * head[ENDS_AT]
+    return model
+
+
+@pytest.mark.parametrize(
+    ("params", "options"),
+    [
+        (SamplingParams(temperature=0.0, max_new_tokens=24), {}),
+        (SamplingParams(temperature=1.0, max_new_tokens=24, seed=5, n=2), {}),
+        (SamplingParams(temperature=0.0, max_new_tokens=12), {"prefix_reuse": True}),
+        (SamplingParams(temperature=0.0, max_new_tokens=24), {"compile": True}),
+    ],
+    ids=["greedy", "sampled", "prefix-reuse", "compiled"],
+)
+def test_the_static_decode_gives_the_dynamic_decodes_tokens(
+    ending_model, tiny_tokenizer, prompts, params, options
+):
+    """``cuda_graphs`` (on a CPU: the static step, without a graph) keeps every row to the end
+    and attends over the whole buffer; its tokens, end flags and lengths are the dynamic
+    decode's, which drops ended rows, and its log-probs agree to rounding: prompts of different
+    lengths, rows that end early and rows that run to ``max_new_tokens``, repeated rows, rows
+    encoded after a shared prefix (padding between prefix and tail), and the per-layer functions
+    compiled."""
+    if options.get("compile") and not can_compile(torch.device("cpu")):
+        pytest.skip("no C++ compiler for torch.compile here")
+    texts = SHARED_PROMPTS if options.get("prefix_reuse") else prompts
+    dynamic = make(ending_model, tiny_tokenizer, batch_size=8, preallocate=True, **options)
+    static = make(ending_model, tiny_tokenizer, batch_size=8, cuda_graphs=True, **options)
+    assert static.static_decode and static.preallocate and not dynamic.static_decode
+    want, got = dynamic.generate(texts, params), static.generate(texts, params)
+    assert [(g.token_ids, g.finished) for g in got] == [(g.token_ids, g.finished) for g in want]
+    for a, b in zip(got, want, strict=True):
+        assert a.text == b.text
+        torch.testing.assert_close(
+            torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4, rtol=0
+        )
+    if params.temperature == 0 and texts is prompts:  # what the comparison covers
+        lengths = [len(g.token_ids) for g in want]
+        assert [g.finished for g in want] == [False, False, True, False, True]
+        assert lengths[2] < params.max_new_tokens and lengths[4] < params.max_new_tokens
+        assert len({g.token_ids[:3] for g in want}) == len(want)  # rows that differ
+    assert static.stats.graph_captures == 0  # no graph on a CPU
+    assert static._storage.free == []  # the buffers went back
+
+
+def test_the_static_decode_option_is_checked(tiny_model, tiny_tokenizer, prompts):
+    with pytest.raises(ValueError, match="cuda_graphs: must be true, false or 'auto', got 'yes'"):
+        make(tiny_model, tiny_tokenizer, cuda_graphs="yes")
+    with pytest.raises(ValueError, match="cuda_graphs: must be true, false or 'auto', got 1"):
+        TransformersGenerator.check_values(cuda_graphs=1)
+    with pytest.raises(ValueError, match=r"cuda_graphs: .* allocated whole at prefill, but "):
+        make(tiny_model, tiny_tokenizer, cuda_graphs=True, preallocate=False)
+    # auto: on a GPU with the cache allocated whole; a CPU decodes dynamically
+    auto = make(tiny_model, tiny_tokenizer, cuda_graphs="auto")
+    assert not auto.static_decode and not auto.preallocate
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert resolve_cuda_graphs("auto", cuda) and resolve_cuda_graphs("auto", cuda, True)
+    assert not resolve_cuda_graphs("auto", cuda, False) and not resolve_cuda_graphs("auto", cpu)
+    assert resolve_cuda_graphs(True, cpu) and not resolve_cuda_graphs(False, cuda)
+    assert not resolved_cuda_graphs({"device": "cpu", "cuda_graphs": True})  # no graph on a CPU
+    # a rotary embedding that reads its positions back cannot be captured
+    tiny_model.model.rotary_emb.rope_type = "dynamic"
+    with pytest.raises(ValueError, match="cuda_graphs: the model cannot decode in static steps"):
+        make(tiny_model, tiny_tokenizer, cuda_graphs=True)
+
+
+def test_a_graph_is_captured_under_the_callers_autocast_without_its_cache():
+    """A captured graph must hold the casts of the weights, not autocast's cached copies, which
+    the cache frees when the caller's region ends."""
+    cpu = torch.device("cpu")
+    with uncached_autocast(cpu):
+        assert not torch.is_autocast_enabled("cpu")  # none to keep
+    with torch.autocast("cpu", dtype=torch.bfloat16), uncached_autocast(cpu):
+        assert torch.is_autocast_enabled("cpu") and not torch.is_autocast_cache_enabled()
+        assert torch.get_autocast_dtype("cpu") == torch.bfloat16

@@ -426,10 +426,10 @@ def test_the_catalogs_folders_follow_the_resolved_run_parameters(
 
 
 def test_cycle_ones_responses_and_scores_are_shared_where_their_settings_agree(tmp_path):
-    """Two learning rates and two methods that cache ordinary-view responses share cycle 1's
-    cached responses and scores; EPD (privileged view), another sampling temperature and the
-    methods that read no cached responses (their folder holds empty tables) do not, and later
-    cycles stay each experiment's own."""
+    """Two learning rates, two methods that cache ordinary-view responses and the in-loop
+    sampler's CUDA-graph switch share cycle 1's cached responses and scores; EPD (privileged
+    view), another sampling temperature and the methods that read no cached responses (their
+    folder holds empty tables) do not, and later cycles stay each experiment's own."""
     names = ["cycle_1.responses", "cycle_1.scores", "cycle_2.responses"]
 
     def paths(case, parameters="", **run):
@@ -440,6 +440,7 @@ def test_cycle_ones_responses_and_scores_are_shared_where_their_settings_agree(t
     resail = paths("resail", method="sdpo_resail")
     epd = paths("epd", method="epd")
     hotter = paths("hot", "train:\n  responses:\n    temperature: 0.7\n", method="sdpo")
+    graphs = paths("graphs", "train:\n  responses:\n    cuda_graphs: false\n", method="sdpo")
     oel, oel_resail = paths("oel", method="oel"), paths("oel_resail", method="oel_resail")
 
     responses, scores, later = base
@@ -448,6 +449,7 @@ def test_cycle_ones_responses_and_scores_are_shared_where_their_settings_agree(t
     assert scores == f"{folder}/scores.parquet"
     assert later == "04_feature/textcraft/a/cycle_2/responses.parquet"
     assert other_lr[:2] == base[:2] and resail[:2] == base[:2]
+    assert graphs[:2] == base[:2]  # the trainer's own sampler: neither table reads it
     assert other_lr[2] == "04_feature/textcraft/b/cycle_2/responses.parquet"
     assert epd[0].startswith("04_feature/textcraft/shared/cycle_1/privileged-")
     assert hotter[0] != responses and hotter[0].startswith(

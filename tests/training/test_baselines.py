@@ -161,6 +161,26 @@ def test_grpo_loss_is_the_group_normalised_surrogate(make_config, tiny_tokenizer
     assert set(outcome.selected["traj_id"]) <= set(SUCCESSES)
 
 
+def test_the_in_loop_sampler_decodes_as_responses_cuda_graphs_says(make_config):
+    """``train.responses.cuda_graphs`` reaches the trainer's sampler: ``auto`` decodes as before
+    on a CPU; ``true`` through the static step (on a CPU, without a graph), with the same
+    groups, so the same update."""
+    outcomes = {}
+    for graphs in ("auto", True):
+        config = make_config(
+            f"graphs-{graphs}",
+            method="grpo",
+            grpo={"samples": 2},
+            schedule={"updates": 1},
+            responses={"cuda_graphs": graphs},
+        )
+        run = TrainingRun(config)
+        assert run.trainer.generator.static_decode is (graphs is True)
+        outcomes[graphs] = run.run().metrics
+    for column in ("loss", "reward_mean", "kl"):
+        assert outcomes[True][column].tolist() == pytest.approx(outcomes["auto"][column].tolist())
+
+
 def test_grpo_samples_groups_from_the_student(make_config, sharp_checkpoint):
     config = make_config(method="grpo", grpo={"samples": 2}, schedule={"updates": 1})
     run = TrainingRun(config)

@@ -119,6 +119,7 @@ def test_yaml_round_trip_keeps_every_field(tmp_path):
         ({"responses": {"top_p": 0}}, "responses.top_p"),
         ({"responses": {"max_tokens": 0}}, "responses.max_tokens"),
         ({"responses": {"max_batch_tokens": 0}}, "responses.max_batch_tokens"),
+        ({"responses": {"cuda_graphs": "yes"}}, "responses.cuda_graphs"),
         ({"probe": {"enabled": "yes"}}, "probe.enabled"),
         ({"probe": {"num_trajectories": 0}}, "probe.num_trajectories"),
         ({"probe": {"top_k": 0}}, "probe.top_k"),

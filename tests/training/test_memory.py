@@ -270,12 +270,14 @@ def test_the_plans_description_adds_up():
     assert alone.describe() == "weights 2.0 + training (activations 1.0) = 3.0 GiB"
 
 
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
 @pytest.mark.parametrize("samples", [1, 4])
-def test_the_sampler_never_holds_more_than_its_plan(tmp_path, tiny_tokenizer, samples):
+def test_the_sampler_never_holds_more_than_its_plan(tmp_path, tiny_tokenizer, samples, static):
     """A decode batch sampled to its full response length, with the cache allocated whole at
     prefill (a GPU's default), holds at most what :func:`sampling_terms` plans; GRPO's groups
-    (``samples`` rows per prompt) too. A cache that grows while its old buffer is alive would
-    hold up to twice its own size."""
+    (``samples`` rows per prompt) too, and the static step of ``cuda_graphs`` (here without a
+    graph), which attends over the whole buffer. A cache that grows while its old buffer is alive
+    would hold up to twice its own size."""
     from resail_pipeline.generation import SamplingParams
     from resail_pipeline.generation.transformers_backend import TransformersGenerator
     from resail_pipeline.modeling import build_qwen3, small_qwen3_config
@@ -299,8 +301,15 @@ def test_the_sampler_never_holds_more_than_its_plan(tmp_path, tiny_tokenizer, sa
     words = [w for w in tiny_tokenizer.get_vocab() if w.isalpha()]
     prompts = [" ".join(words[i : i + 96]) for i in range(rows // samples)]
     generator = TransformersGenerator(
-        model, tiny_tokenizer, policy_id="p", batch_size=rows, preallocate=True, progress=False
+        model,
+        tiny_tokenizer,
+        policy_id="p",
+        batch_size=rows,
+        preallocate=True,
+        cuda_graphs=static,
+        progress=False,
     )
+    assert generator.static_decode is static
     params = SamplingParams(temperature=1.0, max_new_tokens=response, n=samples, seed=0)
     generations, measured = allocator_peak(
         lambda: generator.generate(prompts, params), torch.device("cpu"), tmp_path / "trace.json"

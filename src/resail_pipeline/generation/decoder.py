@@ -17,10 +17,18 @@ loops that keep intermediates in fp32: outputs agree to about 1e-6 in fp32, and 
 round differently (the unfused ops round every intermediate to bf16). Compiled in bf16 on a CPU
 without AMX, decoding's one-query attention runs as such loops too (:func:`_one_query_attention`),
 in place of SDPA's kernel.
+
+:meth:`DecoderForward.step` is a decoding step of fixed shape over a cache allocated whole (every
+column a decode batch may fill, from its prefill on): each row's new key and value go to a column
+given as a tensor, attention spans every column under the mask of those filled, and nothing is
+read back to the host. :class:`StaticStep` runs it from persistent input tensors; on a GPU it
+captures the step once per decode batch in a CUDA graph and replays it, so that a step is one
+graph launch in place of every kernel's own launch from Python.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import shutil
@@ -258,6 +266,19 @@ def unsupported(model: torch.nn.Module) -> str | None:
     return None
 
 
+def static_unsupported(model: torch.nn.Module) -> str | None:
+    """Why :meth:`DecoderForward.step` cannot run ``model`` in a CUDA graph (``None``: it can):
+    :func:`unsupported`'s reasons, and rotary embeddings that recompute their frequencies from the
+    positions at every forward (``dynamic``, ``longrope``), which reads a value back to the host."""
+    reason = unsupported(model)
+    if reason is not None:
+        return reason
+    rope = str(getattr(model.model.rotary_emb, "rope_type", "default"))
+    if "dynamic" in rope or rope == "longrope":
+        return f"rope_type {rope!r} recomputes its frequencies from the positions at every forward"
+    return None
+
+
 def can_compile(device: torch.device) -> bool:
     """Whether ``compile="auto"`` compiles on ``device``: on a CPU with a C++ compiler (inductor
     generates C++ there); elsewhere ``auto`` runs eager (GPU rollouts go through vLLM)."""
@@ -344,6 +365,53 @@ class DecoderForward:
         h = h[:, -1] if last is None else h[torch.arange(rows, device=h.device), last]  # (B, H)
         return self.model.lm_head(decoder.norm(h)).float()
 
+    def step(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        column: torch.Tensor,
+        mask: torch.Tensor,
+        cache: torch.Tensor,
+    ) -> torch.Tensor:
+        """``(B, V)`` fp32 logits of one new token per row, in a forward of fixed shape whose
+        every input is a tensor and which reads nothing back to the host: what a CUDA graph can
+        capture once and replay for every step of a decode batch (:class:`StaticStep`).
+
+        The new keys and values are written at ``column`` (``index_copy_`` on the column
+        dimension), which ``mask`` marks as filled, and attention spans all ``L`` columns, those
+        not yet filled masked out (their weight is exactly 0, so what they hold, finite, never
+        reaches an output). It computes what :meth:`__call__` computes for one token per row over
+        the filled columns; the longer span rounds differently (about 1e-6 in fp32).
+
+        Args:
+            input_ids: ``(B, 1)`` new tokens.
+            positions: ``(B, 1)`` their position ids.
+            column: ``(1,)`` the column of the new tokens, in ``mask`` and ``cache``.
+            mask: ``(B, L)``, 1 where a column holds a token; the step sets ``column`` to 1.
+            cache: ``(layers, 2, B, kv_heads, L, D)``, keys then values of every layer.
+        """
+        rows = input_ids.shape[0]
+        heads, dim = self.heads, self.head_dim
+        mask.index_fill_(1, column, 1)
+        attention_mask = mask[:, None, None, :].bool()  # (B, 1, 1, L)
+        h, cos, sin = self._embed(input_ids, positions)  # (B, H), (B, D), (B, D)
+
+        def attend(
+            index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+        ) -> torch.Tensor:
+            keys, values = cache[index, 0], cache[index, 1]  # (B, kv_heads, L, D) each
+            keys.index_copy_(2, column, k[:, :, None])  # k: (B, kv_heads, D)
+            values.index_copy_(2, column, v[:, :, None])
+            queries = q.view(rows, 1, heads, dim).transpose(1, 2)  # (B, heads, 1, D)
+            if self._one_query is not None:
+                attended = self._one_query(queries, keys, values, attention_mask, scale)
+            else:
+                attended = _attention(queries, keys, values, attention_mask, scale)
+            return attended.transpose(1, 2).reshape(rows, heads * dim)
+
+        h = self._layers(h, cos, sin, attend)  # (B, H)
+        return self.model.lm_head(self.model.model.norm(h)).float()
+
     def tree_hidden_states(
         self, input_ids: torch.Tensor, positions: torch.Tensor, trees: Sequence[Sequence[int]]
     ) -> torch.Tensor:
@@ -416,3 +484,104 @@ class DecoderForward:
             return attended.transpose(1, 2).reshape(rows * width, heads * dim)
 
         return attend
+
+
+def uncached_autocast(device: torch.device) -> contextlib.AbstractContextManager:
+    """The caller's autocast on ``device`` (if any) without its cache of cast weights: a CUDA graph
+    captured under the cache would hold copies that the cache frees when the caller's autocast
+    region ends, where without it the graph holds the casts themselves (PyTorch's CUDA-graph
+    notes ask for ``cache_enabled=False``)."""
+    if not torch.is_autocast_enabled(device.type):
+        return contextlib.nullcontext()
+    dtype = torch.get_autocast_dtype(device.type)
+    return torch.autocast(device.type, dtype=dtype, cache_enabled=False)
+
+
+#: eager runs of a decode step on a side stream before it is captured, as PyTorch's CUDA-graph
+#: recipe prescribes: what runs lazily on a first call (library handles, kernels loaded, compiled
+#: code's first launch) happens there, not during the capture
+GRAPH_WARMUP_STEPS = 3
+
+
+class StaticStep:
+    """The decode steps of one batch through :meth:`DecoderForward.step`, from persistent input
+    tensors: each call copies the step's tokens, positions and column into them, then runs the step.
+
+    With ``graph`` (a cache on a GPU), the first call runs the step :data:`GRAPH_WARMUP_STEPS`
+    times on a side stream, then captures it in a ``torch.cuda.CUDAGraph``, which that call and
+    every later one replays. The warm-up runs compute the first step itself, writing the same
+    values to the same column each time, so they change nothing. The graph holds the addresses of
+    the cache, the mask, the weights and the input tensors: it serves this batch alone (each
+    batch's cache is allocated afresh) and its memory goes back when the object is dropped.
+    Compiled per-layer functions (``compile``) are captured as the kernels inductor generated for
+    them, launched like any other, so the graph replays the fused kernels. Without ``graph`` the
+    same function runs each call, eagerly (the CPU's path).
+
+    Args:
+        forward: the decoder.
+        cache: ``(layers, 2, B, kv_heads, L, D)`` the batch's keys and values, written in place.
+        mask: ``(B, L)`` the batch's filled columns, updated in place.
+        graph: capture the step in a CUDA graph (the cache must be on a GPU).
+    """
+
+    def __init__(
+        self, forward: DecoderForward, cache: torch.Tensor, mask: torch.Tensor, *, graph: bool
+    ) -> None:
+        rows, device = mask.shape[0], mask.device
+        if graph and device.type != "cuda":
+            raise ValueError(f"graph: a CUDA graph needs the cache on a GPU, not {device}")
+        self.tokens = torch.zeros((rows, 1), dtype=torch.long, device=device)  # (B, 1)
+        self.positions = torch.zeros((rows, 1), dtype=torch.long, device=device)  # (B, 1)
+        self.column = torch.zeros(1, dtype=torch.long, device=device)  # (1,)
+        self._run = functools.partial(
+            forward.step, self.tokens, self.positions, self.column, mask, cache
+        )
+        self.graphed = graph
+        self._graph: Any = None  # torch.cuda.CUDAGraph once captured
+        self._logits: torch.Tensor | None = None  # the graph's output
+
+    @property
+    def captured(self) -> bool:
+        """Whether the step has been captured in a CUDA graph."""
+        return self._graph is not None
+
+    def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, column: int) -> torch.Tensor:
+        """``(B, V)`` fp32 logits of ``tokens`` ``(B,)`` at ``positions`` ``(B,)``, their keys and
+        values written at ``column``. With a graph this is the graph's output tensor, which the
+        next call overwrites."""
+        self.tokens.copy_(tokens[:, None])
+        self.positions.copy_(positions[:, None])
+        self.column.fill_(column)
+        if not self.graphed:
+            return self._run()
+        if self._graph is None:
+            self._capture()
+        self._graph.replay()
+        return self._logits
+
+    def _capture(self) -> None:
+        """Warm up on a side stream, then capture the step (PyTorch's recipe), under the
+        caller's autocast without its cache (:func:`uncached_autocast`)."""
+        device = self.tokens.device
+        current = torch.cuda.current_stream(device)
+        side = torch.cuda.Stream(device)
+        side.wait_stream(current)
+        with torch.cuda.stream(side), uncached_autocast(device):
+            for _ in range(GRAPH_WARMUP_STEPS):
+                self._run()
+        current.wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            # thread_local: CUDA calls of other threads (a memory monitor, a communication
+            # thread) during the capture are theirs, not an error of the capture
+            with (
+                torch.cuda.graph(graph, capture_error_mode="thread_local"),
+                uncached_autocast(device),
+            ):
+                logits = self._run()
+        except RuntimeError as error:
+            raise RuntimeError(
+                f"cuda_graphs: capturing the decode step in a CUDA graph failed ({error}); "
+                "set cuda_graphs to false to decode without graphs"
+            ) from error
+        self._graph, self._logits = graph, logits

@@ -23,6 +23,14 @@ How a call runs:
 - **Decode.** One token per row per forward, written into the buffer in place (no copy of the
   cache per token); rows that end stay until a quarter of the batch has ended, then leave it
   together, the live rows after them moving into their places.
+- **Static decode** (``cuda_graphs``; ``auto``: where the model is on a GPU with the cache allocated
+  whole, ``preallocate``). Every step of a decode batch has one shape: the batch keeps all its rows
+  to the end (a row that ended decodes on into outputs nobody reads), each step writes its keys and
+  values at a column given as a tensor and attends over every column of the buffer, those not yet
+  filled masked out (:meth:`~.decoder.DecoderForward.step`). On a GPU the step is captured once per
+  decode batch in a CUDA graph and replayed (:class:`~.decoder.StaticStep`), compiled functions
+  included; on a CPU the same step runs without a graph. Tokens are the dynamic decode's (the
+  longer masked span rounds differently, to about 1e-6 in fp32, like a batch of another size).
 - **Forward.** For Llama, Qwen2 and Qwen3 models, :class:`~.decoder.DecoderForward` runs the
   model's weights as plain tensor functions (transformers' outputs, bit for bit), compiled with
   ``compile`` (fused loops; agrees to rounding); other models run their own forward.
@@ -82,7 +90,13 @@ from resail_pipeline.generation.base import (
     SamplingParams,
     response_seeds,
 )
-from resail_pipeline.generation.decoder import DecoderForward, can_compile, unsupported
+from resail_pipeline.generation.decoder import (
+    DecoderForward,
+    StaticStep,
+    can_compile,
+    static_unsupported,
+    unsupported,
+)
 from resail_pipeline.generation.prefix_tree import Node, PrefixTree
 
 logger = logging.getLogger(__name__)
@@ -181,6 +195,30 @@ def resolve_compile(compile: bool | str, device: torch.device) -> bool:
     if compile not in (True, False, "auto"):
         raise ValueError(f"compile: must be true, false or 'auto', got {compile!r}")
     return can_compile(device) if compile == "auto" else compile
+
+
+def resolve_cuda_graphs(
+    cuda_graphs: bool | str, device: torch.device, preallocate: bool | None = None
+) -> bool:
+    """Whether a generator on ``device`` decodes through the static step (on a GPU, in CUDA
+    graphs): ``True`` or ``False`` as given; ``"auto"`` where ``device`` is a GPU and the cache is
+    allocated whole at prefill (``preallocate`` true, or ``None``: a GPU's default)."""
+    if not (isinstance(cuda_graphs, bool) or cuda_graphs == "auto"):
+        raise ValueError(f"cuda_graphs: must be true, false or 'auto', got {cuda_graphs!r}")
+    if cuda_graphs == "auto":
+        return device.type == "cuda" and preallocate is not False
+    return cuda_graphs
+
+
+def resolved_cuda_graphs(options: Mapping[str, Any]) -> bool:
+    """Whether a generator built with ``options`` (``run.generation.transformers``) on this
+    machine decodes in CUDA graphs (:func:`resolve_cuda_graphs`; a record of its outputs states
+    it beside :func:`resolved_settings`)."""
+    device = resolve_device(options.get("device", "auto"))
+    graphs = resolve_cuda_graphs(
+        options.get("cuda_graphs", False), device, options.get("preallocate")
+    )
+    return graphs and device.type == "cuda"
 
 
 def resolved_settings(options: Mapping[str, Any]) -> tuple[torch.dtype, bool]:
@@ -380,6 +418,8 @@ class GenerationStats:
     encoded_tokens: int = 0
     generated_tokens: int = 0
     seconds: float = 0.0
+    #: decode batches whose step was captured in a CUDA graph (``cuda_graphs`` on a GPU)
+    graph_captures: int = 0
 
 
 @dataclass(frozen=True)
@@ -426,6 +466,13 @@ class TransformersGenerator(Generator):
             a batch never holds more than that, not even while a buffer grows; ``None``: where
             the model is on a GPU. Otherwise (a CPU's default) the room for new tokens starts at
             64 columns and doubles, and freed buffers wait for later batches.
+        cuda_graphs: decode each batch through the static step (see the module notes): ``True``,
+            ``False``, or ``"auto"`` (:func:`resolve_cuda_graphs`: where the model is on a GPU and
+            ``preallocate`` is on). It needs the cache allocated whole (``preallocate``; left
+            ``None``, it is on wherever the static step is) and an architecture :mod:`.decoder`
+            runs (:func:`~.decoder.static_unsupported`); ``auto`` is off where either is missing.
+            On a GPU each batch's step is captured once in a CUDA graph; on a CPU the same step
+            runs without one.
     """
 
     def __init__(
@@ -443,6 +490,7 @@ class TransformersGenerator(Generator):
         compile: bool | str = False,
         progress: bool = True,
         preallocate: bool | None = None,
+        cuda_graphs: bool | str = False,
     ) -> None:
         self.check_values(
             batch_size=batch_size,
@@ -453,9 +501,11 @@ class TransformersGenerator(Generator):
             prefix_cache_tokens=prefix_cache_tokens,
             compile=compile,
             preallocate=preallocate,
+            cuda_graphs=cuda_graphs,
         )
         device = next(model.parameters()).device
         compiled = resolve_compile(compile, device)
+        static = resolve_cuda_graphs(cuda_graphs, device, preallocate)
         if tokenizer.eos_token_id is None:
             raise ValueError("tokenizer: has no eos_token, so a response could never end")
         config = model.config.get_text_config(decoder=True)
@@ -480,7 +530,7 @@ class TransformersGenerator(Generator):
         self._weights: tuple | None = None
         parameters = inspect.signature(model.forward).parameters
         self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
-        self.preallocate = device.type != "cpu" if preallocate is None else preallocate
+        self.preallocate = (device.type != "cpu" or static) if preallocate is None else preallocate
         self._storage = _Storage(keep=0 if self.preallocate else 2)
         if device.type == "cpu":  # each forward's activations: the pages the last one freed
             keep_freed_memory()
@@ -490,6 +540,13 @@ class TransformersGenerator(Generator):
             self._decoder = DecoderForward(model, compile=compiled)
         elif compile is True:
             raise ValueError(f"compile: the model cannot run compiled: {reason}")
+        reason = static_unsupported(model)
+        if static and reason is not None:
+            if cuda_graphs is True:
+                raise ValueError(f"cuda_graphs: the model cannot decode in static steps: {reason}")
+            static = False
+        #: whether batches decode through the static step (:class:`~.decoder.StaticStep`)
+        self.static_decode = static
 
     @property
     def compiled(self) -> bool:
@@ -526,6 +583,14 @@ class TransformersGenerator(Generator):
             raise ValueError("prefix_cache_tokens: keeps prefixes for prefix_reuse, which is off")
         if options.get("compile", False) not in (True, False, "auto"):
             raise ValueError(f"compile: must be true, false or 'auto', got {options['compile']!r}")
+        graphs = options.get("cuda_graphs", False)
+        if not (isinstance(graphs, bool) or graphs == "auto"):
+            raise ValueError(f"cuda_graphs: must be true, false or 'auto', got {graphs!r}")
+        if graphs is True and options.get("preallocate") is False:
+            raise ValueError(
+                "cuda_graphs: decodes over a cache allocated whole at prefill, but preallocate is "
+                "false"
+            )
         dtype = options.get("dtype", "auto")
         if not isinstance(dtype, torch.dtype) and dtype is not None and dtype not in DTYPES:
             raise ValueError(f"dtype: must be one of {sorted(DTYPES)}, got {dtype!r}")
@@ -839,22 +904,34 @@ class TransformersGenerator(Generator):
             i = cut[i]
         return chunks
 
+    @staticmethod
+    def _uniforms(
+        seeds: list[int], params: SamplingParams, device: torch.device
+    ) -> torch.Tensor | None:
+        """``(B, N)`` float64 draws, row ``b``'s from its own stream ``seeds[b]``; ``None`` when
+        greedy."""
+        if params.temperature == 0:
+            return None
+        return torch.stack(
+            [
+                torch.rand(
+                    params.max_new_tokens,
+                    generator=torch.Generator().manual_seed(s),
+                    dtype=torch.float64,
+                )
+                for s in seeds
+            ]
+        ).to(device)  # (B, N)
+
     def _decode(
         self, prefilled: _Prefilled, seeds: list[int], params: SamplingParams
     ) -> list[Generation]:
         """Decode the prefilled rows, one token per step, each with its own uniform stream."""
+        if self.static_decode:
+            return self._decode_static(prefilled, seeds, params)
         buffer, logits, position = prefilled.buffer, prefilled.logits, prefilled.positions
         batch, steps, device = len(seeds), params.max_new_tokens, logits.device
-        uniforms = None
-        if params.temperature > 0:
-            uniforms = torch.stack(
-                [
-                    torch.rand(
-                        steps, generator=torch.Generator().manual_seed(s), dtype=torch.float64
-                    )
-                    for s in seeds
-                ]
-            ).to(device)  # (B, N)
+        uniforms = self._uniforms(seeds, params, device)
 
         tokens = torch.full((batch, steps), self.pad_id, dtype=torch.long, device=device)  # (B, N)
         logprobs = torch.zeros((batch, steps), dtype=torch.float32, device=device)  # (B, N)
@@ -899,9 +976,68 @@ class TransformersGenerator(Generator):
             width += 1
             position = position + 1
         buffer.release()
+        return self._generations(tokens, logprobs, lengths, finished)
 
+    def _decode_static(
+        self, prefilled: _Prefilled, seeds: list[int], params: SamplingParams
+    ) -> list[Generation]:
+        """:meth:`_decode` in steps of one shape (``cuda_graphs``): every row stays to the end (a
+        row that ended decodes on, its tokens not recorded), each step through one
+        :class:`~.decoder.StaticStep` over the buffer's columns from ``start`` to its capacity,
+        captured in a CUDA graph where the buffer is on a GPU. Nothing is read back to the host
+        but whether a row is still alive."""
+        buffer, logits, position = prefilled.buffer, prefilled.logits, prefilled.positions
+        batch, steps, device = len(seeds), params.max_new_tokens, logits.device
+        start, width = prefilled.start, prefilled.width
+        if buffer.capacity < width + steps - 1:
+            raise RuntimeError(
+                f"static decode: {buffer.capacity} columns, {width + steps - 1} needed"
+            )
+        uniforms = self._uniforms(seeds, params, device)
+        tokens = torch.full((batch, steps), self.pad_id, dtype=torch.long, device=device)  # (B, N)
+        logprobs = torch.zeros((batch, steps), dtype=torch.float32, device=device)  # (B, N)
+        lengths = torch.zeros(batch, dtype=torch.long, device=device)  # (B,)
+        finished = torch.zeros(batch, dtype=torch.bool, device=device)  # (B,)
+        alive = torch.ones(batch, dtype=torch.bool, device=device)  # (B,)
+        step: StaticStep | None = None
+        for k in range(steps):
+            chosen = choose_tokens(logits, params, None if uniforms is None else uniforms[:, k])
+            chosen_logits = logits.gather(-1, chosen[:, None])[:, 0]  # (B,)
+            tokens[:, k] = torch.where(alive, chosen, self.pad_id)
+            logprobs[:, k] = torch.where(alive, chosen_logits - logits.logsumexp(dim=-1), 0.0)
+            lengths += alive
+            ended = alive & (chosen == self.eos_id)  # (B,)
+            finished |= ended
+            alive &= ~ended
+            if k == steps - 1 or not bool(alive.any()):
+                break
+            if step is None:
+                step = StaticStep(
+                    self._decoder,
+                    buffer.data[:, :, :, :, start:],  # (layers, 2, B, kv_heads, L, D)
+                    buffer.mask[:, start:],  # (B, L)
+                    graph=device.type == "cuda",
+                )
+            logits = step(chosen, position, width - start)  # (B, V)
+            width += 1
+            position = position + 1
+        if step is not None and step.captured:
+            self.stats.graph_captures += 1
+        del step  # the graph and its memory, before the buffer goes back
+        buffer.release()
+        return self._generations(tokens, logprobs, lengths, finished)
+
+    def _generations(
+        self,
+        tokens: torch.Tensor,
+        logprobs: torch.Tensor,
+        lengths: torch.Tensor,
+        finished: torch.Tensor,
+    ) -> list[Generation]:
+        """The batch's generations from its ``(B, N)`` tokens and log-probs, its ``(B,)``
+        lengths and end flags."""
         generations = []
-        for b in range(batch):
+        for b in range(tokens.shape[0]):
             ids = tokens[b, : lengths[b]].tolist()
             text_ids = ids[:-1] if finished[b] else ids
             generations.append(

@@ -40,7 +40,10 @@ from resail_pipeline.generation import (
     make_generator,
 )
 from resail_pipeline.generation.sharded import ShardedGenerator
-from resail_pipeline.generation.transformers_backend import resolved_settings
+from resail_pipeline.generation.transformers_backend import (
+    resolved_cuda_graphs,
+    resolved_settings,
+)
 from resail_pipeline.io import fresh_staging_path, keyed_staging_path
 from resail_pipeline.journal import EpisodeJournal, journal_key
 from resail_pipeline.training.config import METHODS, REACT
@@ -94,7 +97,8 @@ class RunConfig(Config):
     generation: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Backend name -> options of its ``from_checkpoint`` (transformers: ``dtype``, ``device`` and
     :class:`~resail_pipeline.generation.transformers_backend.TransformersGenerator`'s own, such as
-    ``batch_size``, ``max_batch_tokens``, ``prefill_tokens``, ``prefix_reuse``, ``compile``; vllm:
+    ``batch_size``, ``max_batch_tokens``, ``prefill_tokens``, ``prefix_reuse``, ``compile``,
+    ``cuda_graphs``; vllm:
     ``vllm.EngineArgs`` fields); only the chosen backend's are used, so that an environment that
     switches backend never hands one backend's options to the other."""
     env_options: dict[str, Any] = Field(default_factory=dict)
@@ -163,13 +167,15 @@ class RunConfig(Config):
 
     def generation_record(self) -> str:
         """How this run's generator computes, as an evaluation records it beside its machine:
-        the backend and, for transformers, the dtype and whether the forward is compiled on this
-        machine (bf16 rounding differs between processors; fp32 eager is the portable setting)."""
+        the backend and, for transformers, the dtype, whether the forward is compiled and whether
+        it decodes in CUDA graphs on this machine (bf16 rounding differs between processors; fp32
+        eager is the portable setting)."""
         options = self.generation_options
         if self.backend == "transformers":
             dtype, compiled = resolved_settings(options)
             mode = "compiled" if compiled else "eager"
-            return f"transformers, {str(dtype).removeprefix('torch.')}, {mode}"
+            graphs = ", CUDA graphs" if resolved_cuda_graphs(options) else ""
+            return f"transformers, {str(dtype).removeprefix('torch.')}, {mode}{graphs}"
         # the engine's dtype where the options leave it to the backend's default
         dtype = options.get("dtype", default_option(self.backend, "dtype"))
         return f"{self.backend}, {dtype}"

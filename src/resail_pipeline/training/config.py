@@ -233,6 +233,11 @@ class ResponseConfig(Config):
     """Cache tokens a decode batch may hold, counting each row's prompt and max_tokens (null: no
     bound): what keeps in-loop sampling beside the student, the teacher and the optimizer state
     within a GPU's memory where histories are long."""
+    cuda_graphs: bool | one_of("auto") = "auto"
+    """In-loop sampling decodes each batch in steps of one shape over its cache allocated whole at
+    prefill, captured once per batch in a CUDA graph and replayed (the generator's
+    ``cuda_graphs``): true, false, or auto (on a GPU). The same tokens as without, to rounding;
+    on a CPU true runs the same steps without a graph."""
 
     @model_validator(mode="after")
     def _samples(self) -> ResponseConfig:

@@ -326,6 +326,7 @@ class TrainingRun:
                 batch_size=config.responses.batch_size,
                 max_batch_tokens=config.responses.max_batch_tokens,
                 compile=compiled,
+                cuda_graphs=config.responses.cuda_graphs,
                 progress=False,
             )
         self.trainer = make_trainer(config, self.data, engine, self.tokenizer, frozen, generator)

@@ -39,9 +39,10 @@ def cycle_start_key(
     never shared with a method that reads them) and a hash of every setting that could change
     either table: all
     of ``train`` but what cannot (the method beyond its view, the optimizer, the schedule, the
-    probe, GRPO's settings, the ReSAIL switches other than the scoring support ``top_k``), all
-    of ``score``, and the run's settings but its method, experiment and staging folder. A setting
-    added later is counted in, so that two experiments never share by mistake.
+    probe, GRPO's settings, the ReSAIL switches other than the scoring support ``top_k``, whether
+    the in-loop sampler decodes in CUDA graphs), all of ``score``, and the run's settings but its
+    method, experiment and staging folder. A setting added later is counted in, so that two
+    experiments never share by mistake.
     """
     run = RunConfig.from_params(run_params)
     config = TrainConfig.from_dict({**train_params, "method": run.method}, "train")
@@ -49,6 +50,7 @@ def cycle_start_key(
     for name in ("method", "optimizer", "schedule", "probe", "grpo", "run"):
         del train[name]
     train["resail"] = {"top_k": config.resail.top_k}
+    del train["responses"]["cuda_graphs"]  # the trainer's own sampler: neither table reads it
     view = config.cached_response_view if config.uses_cached_responses else "none"
     settings = {
         "view": config.cached_response_view,
