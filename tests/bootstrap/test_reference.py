@@ -118,7 +118,24 @@ def test_results_keep_the_episodes_and_the_experience_as_parquet(
             "decoding_seed": [0] * 4,
             "task_id": [3, 7, 3, 7],
             "success": [True, False, False, False],
-            "num_steps": [5, 30, 30, 30],
+            "num_steps": [2, 30, 30, 30],
+            "traj_id": ["e/0", "e/1", "e/2", "e/3"],
+        }
+    )
+    # the ordinary view's first episode: one valid action, then a repeat the game rejects
+    steps = pd.DataFrame(
+        {
+            "traj_id": ["e/0", "e/0", "e/2"],
+            "t": [0, 1, 0],
+            "observation": ["o"] * 3,
+            "admissible_actions": [None] * 3,
+            "prompt": ["p"] * 3,
+            "response": ["r"] * 3,
+            "action": ["look", "look", None],
+            "action_valid": [True, False, False],
+            "next_observation": ["o"] * 3,
+            "reward": [0.0] * 3,
+            "done": [False] * 3,
         }
     )
     experience = pd.DataFrame(
@@ -128,7 +145,7 @@ def test_results_keep_the_episodes_and_the_experience_as_parquet(
     def fake_evaluation(policy, config, *, reference_seed, env, generation, journal, known_sha256):
         from resail_pipeline.evaluation.stats import summarize_eval_results
 
-        return summarize_eval_results(episodes), episodes, experience
+        return summarize_eval_results(episodes), episodes, steps, experience
 
     monkeypatch.setattr(reference, "dual_view_evaluation", fake_evaluation)
     policy = ship(tiny_checkpoint, tmp_path / "policy")
@@ -138,7 +155,18 @@ def test_results_keep_the_episodes_and_the_experience_as_parquet(
         policy, config, reference_seed=1000, command="t", env="textcraft", results=out
     )
     pd.testing.assert_frame_equal(pd.read_parquet(out / "eval_results.parquet"), episodes)
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "eval_steps.parquet"), steps)
     pd.testing.assert_frame_equal(pd.read_parquet(out / "experience.parquet"), experience)
+    # ordinary succeeds on task 3 only, privileged on neither: per task -1 and 0
+    assert record["privileged_lead"] == [
+        {"split": "test", "tasks": 2, "difference": -0.5, "low": -1.0, "high": 0.0}
+    ]
+    assert record["actions"] == [
+        {"split": "test", "view": "ordinary", "episodes": 1, "steps": 2}
+        | {"valid": 0.5, "repeated": 1.0},
+        {"split": "test", "view": "privileged", "episodes": 1, "steps": 1}
+        | {"valid": 0.0, "repeated": None},  # no step with one before
+    ]
     assert [row["mean"] for row in record["table"]] == [0.5, 0.0]
     assert record["by_reference_outcome"] == [
         {
@@ -180,19 +208,21 @@ def test_the_record_says_whether_the_forward_ran_compiled(
     from resail_pipeline.bootstrap import reference
     from resail_pipeline.evaluation.stats import summarize_eval_results
     from resail_pipeline.generation.decoder import can_compile
+    from resail_pipeline.schemas import SCHEMAS
 
     episodes = pd.DataFrame(
         {"policy_id": ["p"] * 2, "cycle": [0] * 2, "method": ["react"] * 2}
         | {"env": ["textcraft"] * 2, "split": ["test"] * 2, "view": ["ordinary", "privileged"]}
         | {"decoding_seed": [0, 0], "task_id": [3, 3], "success": [True, False]}
-        | {"num_steps": [5, 30]}
+        | {"num_steps": [5, 30], "traj_id": ["e/0", "e/1"]}
     )
     experience = pd.DataFrame({"traj_id": ["r/3"], "outcome": ["success"], "task_id": [3]})
     given = []
 
     def fake_evaluation(policy, config, *, reference_seed, env, generation, journal, known_sha256):
         given.append(generation)
-        return summarize_eval_results(episodes), episodes, experience
+        steps = pd.DataFrame(columns=list(SCHEMAS["steps"]))  # no step: no action rate
+        return summarize_eval_results(episodes), episodes, steps, experience
 
     monkeypatch.setattr(reference, "dual_view_evaluation", fake_evaluation)
     policy = ship(tiny_checkpoint, tmp_path / "policy")

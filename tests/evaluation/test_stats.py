@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from resail_pipeline.evaluation.stats import mean_and_sd, summarize_eval_results
+from resail_pipeline.evaluation.stats import action_rates, mean_and_sd, summarize_eval_results
 from resail_pipeline.schemas import SchemaError
 
 
@@ -182,3 +182,56 @@ def test_minimum_detectable_effect_and_the_tasks_it_takes():
         minimum_detectable_effect(baseline, ratio=0.0)
     with pytest.raises(ValueError, match="effect"):
         tasks_for_effect(baseline, 4.0, ratio=0.25)  # a fraction, not points
+
+
+def _steps(traj_id: str, actions: list[tuple[str | None, bool]]) -> list[dict]:
+    """The steps of one episode: ``(action, accepted)`` each (``None``: no action parsed)."""
+    return [
+        {
+            "traj_id": traj_id,
+            "t": t,
+            "observation": "",
+            "admissible_actions": None,
+            "prompt": "",
+            "response": "",
+            "action": action,
+            "action_valid": valid,
+            "next_observation": "",
+            "reward": 0.0,
+            "done": False,
+        }
+        for t, (action, valid) in enumerate(actions)
+    ]
+
+
+def test_action_rates_count_valid_steps_and_repeats_within_an_episode():
+    """Valid: of every step; repeated: of every step after an episode's first, an action equal to
+    the step before's (no action twice counts), never across two episodes."""
+    results = pd.DataFrame(
+        _episodes({0: [False, True]}, split="id")
+        + _episodes({0: [False]}, split="id", view="privileged")
+    )
+    results["traj_id"] = ["a", "b", "c"]
+    steps = pd.DataFrame(
+        # listed out of order: t orders an episode's steps
+        _steps("a", [("go to desk 1", True), ("go to desk 1", False), (None, False)])[::-1]
+        + _steps("b", [("go to desk 1", True), ("take pen 1 from desk 1", True)])
+        + _steps("c", [(None, False), (None, False), ("look", True), ("look", True)])
+    )
+    rates = action_rates(results, steps).set_index(["split", "view"])
+    ordinary, privileged = rates.loc[("id", "ordinary")], rates.loc[("id", "privileged")]
+    assert (ordinary["episodes"], ordinary["steps"]) == (2, 5)
+    assert ordinary["valid"] == pytest.approx(3 / 5)
+    assert ordinary["repeated"] == pytest.approx(1 / 3)  # a: 1 of 2; b: 0 of 1 (not a's last)
+    assert privileged["valid"] == pytest.approx(2 / 4)
+    assert privileged["repeated"] == pytest.approx(2 / 3)
+
+
+def test_action_rates_refuse_steps_of_episodes_they_do_not_know():
+    results = pd.DataFrame(_episodes({0: [True]}))
+    results["traj_id"] = ["a"]
+    steps = pd.DataFrame(_steps("a", [("look", True)]) + _steps("z", [("look", True)]))
+    with pytest.raises(ValueError, match=r"eval_steps: 1 episodes not in eval_results, e\.g\. z"):
+        action_rates(results, steps)
+    with pytest.raises(SchemaError, match="eval_steps"):
+        action_rates(results, steps.drop(columns="action_valid"))

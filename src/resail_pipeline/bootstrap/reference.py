@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import shutil
 import time
 from pathlib import Path
@@ -40,7 +41,11 @@ from resail_pipeline.evaluation.evaluate import (
     build_experience,
     evaluate_policy,
 )
-from resail_pipeline.evaluation.stats import summarize_eval_results
+from resail_pipeline.evaluation.stats import (
+    action_rates,
+    paired_difference,
+    summarize_eval_results,
+)
 from resail_pipeline.experience import SummarizeConfig
 from resail_pipeline.generation import make_generator
 from resail_pipeline.generation.transformers_backend import resolved_settings
@@ -62,7 +67,7 @@ def dual_view_evaluation(
     generation: dict[str, Any] | None = None,
     journal: EpisodeJournal | None = None,
     known_sha256: str | None = None,
-) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Evaluate ``policy`` in both views with a fixed Experience of its own reference episodes,
     on ``config.splits`` of the environment ``env``.
 
@@ -70,8 +75,9 @@ def dual_view_evaluation(
     ``journal`` keeps the reference and evaluation episodes as they finish, and gives back those
     of an interrupted run (:mod:`resail_pipeline.journal`); ``known_sha256``: the weights' hash,
     already computed by the caller (:func:`~resail_pipeline.checkpoints.read_checkpoint_info`).
-    Returns ``(eval_summary, eval_results, experience)``: one summary row per split and view, one
-    result row per episode, and the fixed Experience (one rules-based summary per test task).
+    Returns ``(eval_summary, eval_results, eval_steps, experience)``: one summary row per split
+    and view, one result row per episode, every step of those episodes, and the fixed Experience
+    (one rules-based summary per test task).
     """
     info = read_checkpoint_info(check_checkpoint(policy), known_sha256=known_sha256)
 
@@ -91,7 +97,7 @@ def dual_view_evaluation(
             journal=journal,
         )
         both = config.replace(views=(VIEW_ORDINARY, VIEW_PRIVILEGED))
-        results, _ = evaluate_policy(
+        results, steps = evaluate_policy(
             environment,
             generator,
             both,
@@ -100,12 +106,13 @@ def dual_view_evaluation(
             experience=experience,
             journal=journal,
         )
-    return summarize_eval_results(results), results, experience
+    return summarize_eval_results(results), results, steps, experience
 
 
 def evaluation_record(
     eval_summary: pd.DataFrame,
     eval_results: pd.DataFrame,
+    eval_steps: pd.DataFrame,
     experience: pd.DataFrame,
     config: EvalConfig,
     *,
@@ -117,7 +124,9 @@ def evaluation_record(
 ) -> dict[str, Any]:
     """What the manifest keeps of an evaluation: the protocol (with the precision the policy
     generated in, and whether its forward ran compiled), the table (and the same apart by the
-    reference episode's outcome, :func:`by_reference_outcome`), where and how long."""
+    reference episode's outcome, :func:`by_reference_outcome`), the privileged view's paired lead
+    (:func:`privileged_lead`), how the policy acted (its valid and repeated actions,
+    :func:`~resail_pipeline.evaluation.stats.action_rates`), where and how long."""
     rows = [
         {
             "split": row["split"],
@@ -147,9 +156,38 @@ def evaluation_record(
         },
         "table": rows,
         "by_reference_outcome": by_reference_outcome(eval_results, experience),
+        "privileged_lead": privileged_lead(eval_results),
+        "actions": [
+            {**row, "valid": _rounded(row["valid"]), "repeated": _rounded(row["repeated"])}
+            for row in action_rates(eval_results, eval_steps).to_dict("records")
+        ],
         "seconds": round(seconds, 1),
         "machine": machine_description(),
     }
+
+
+def _rounded(share: float) -> float | None:
+    """A share as the manifest keeps it: 4 decimals; ``None`` for one of nothing (``nan``)."""
+    return None if math.isnan(share) else round(float(share), 4)
+
+
+def privileged_lead(eval_results: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per split, the privileged view's success minus the ordinary view's, paired by task and
+    decoding seed, with its 95% percentile-bootstrap interval over tasks
+    (:func:`~resail_pipeline.evaluation.stats.paired_difference`): what the premise asks of an
+    initial policy (a lead whose interval lies above zero). One row per split: ``difference``,
+    ``low``, ``high`` (fractions, 4 decimals) and ``tasks``."""
+    rows = []
+    for split, episodes in eval_results.groupby("split", sort=True):
+        views = dict(tuple(episodes.groupby("view")))
+        if not {VIEW_ORDINARY, VIEW_PRIVILEGED} <= views.keys():
+            continue
+        lead = paired_difference(views[VIEW_PRIVILEGED], views[VIEW_ORDINARY])
+        rows.append(
+            {"split": split, "tasks": int(lead["tasks"])}
+            | {k: round(float(lead[k]), 4) for k in ("difference", "low", "high")}
+        )
+    return rows
 
 
 def by_reference_outcome(
@@ -305,8 +343,9 @@ def evaluate_and_record(
 
     With ``results``, that directory also receives the episodes behind the table, as Parquet:
     ``eval_results.parquet`` (one row per episode: view, decoding seed, task, success, steps) and
-    ``experience.parquet`` (the fixed summary of each task, with its reference episode's outcome),
-    for breakdowns the table does not give (say, by the outcome of the reference episode).
+    ``eval_steps.parquet`` (every step of those episodes) and ``experience.parquet`` (the fixed
+    summary of each task, with its reference episode's outcome), for breakdowns the table does not
+    give (say, by the outcome of the reference episode).
 
     With ``journal``, a folder under it (named by the policy's weights and every setting of the
     evaluation) keeps the episodes as they finish: a run killed anywhere, started again with the
@@ -335,7 +374,7 @@ def evaluate_and_record(
             generation=generation,
         )
         episodes = EpisodeJournal(Path(journal) / f"evaluate-{key}")
-    eval_summary, eval_results, experience = dual_view_evaluation(
+    eval_summary, eval_results, eval_steps, experience = dual_view_evaluation(
         policy,
         config,
         reference_seed=reference_seed,
@@ -345,13 +384,15 @@ def evaluate_and_record(
         known_sha256=sha256,
     )
     if results is not None:
-        for name, frame in (("eval_results", eval_results), ("experience", experience)):
+        frames = {"eval_results": eval_results, "eval_steps": eval_steps, "experience": experience}
+        for name, frame in frames.items():
             with atomic_path(results / f"{name}.parquet") as tmp:
                 frame.to_parquet(tmp, index=False)
         logger.info("evaluation episodes and Experience written to %s", results)
     record = evaluation_record(
         eval_summary,
         eval_results,
+        eval_steps,
         experience,
         config,
         reference_seed=reference_seed,
@@ -371,6 +412,27 @@ def evaluate_and_record(
             row["successes"],
             row["episodes"],
             100 * row["mean"],
+        )
+    for row in record["privileged_lead"]:
+        logger.info(
+            "%s: the privileged view leads by %+.1f points, 95%% interval [%+.1f, %+.1f] over %d "
+            "tasks",
+            row["split"],
+            100 * row["difference"],
+            100 * row["low"],
+            100 * row["high"],
+            row["tasks"],
+        )
+    for row in record["actions"]:
+        repeated = "no" if row["repeated"] is None else f"{100 * row['repeated']:.1f}%"
+        logger.info(
+            "%s, %s view: %.1f%% of %d actions valid, %s of the later ones repeating the one "
+            "before",
+            row["split"],
+            row["view"],
+            100 * row["valid"],
+            row["steps"],
+            repeated,
         )
     record_evaluation(policy, record)
     if episodes is not None:

@@ -1,5 +1,6 @@
-"""Success rates per decoding seed and their mean and sample standard deviation; paired
-differences with their intervals; the power of a paired comparison.
+"""Success rates per decoding seed and their mean and sample standard deviation; what the
+actions were (valid, repeated); paired differences with their intervals; the power of a paired
+comparison.
 
 The paper reports each checkpoint's success as the mean and the *sample* standard deviation
 (``n - 1`` in the denominator) of the per-seed success rates over three decoding seeds
@@ -80,6 +81,46 @@ def summarize_eval_results(results: pd.DataFrame) -> pd.DataFrame:
 
 #: bootstrap resamples of the tasks behind every paired interval
 BOOTSTRAP_RESAMPLES = 10_000
+
+
+def action_rates(results: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """How an evaluation's policy acted, per split and view: of every step, the share whose action
+    the environment accepted (``valid``), and of every step after an episode's first, the share
+    that repeated the step before's action, response without an action included (``repeated``):
+    a policy that loops repeats, whatever the game makes of it.
+
+    Args:
+        results: its ``eval_results`` (which episode is of which split and view).
+        steps: its ``eval_steps`` (every step of those episodes).
+
+    Returns:
+        One row per (split, view): ``episodes``, ``steps``, ``valid``, ``repeated`` (fractions).
+    """
+    check_columns(results, "eval_results", source="eval_results")
+    check_columns(steps, "steps", source="eval_steps")
+    unknown = set(steps["traj_id"]) - set(results["traj_id"])
+    if unknown:
+        raise ValueError(
+            f"eval_steps: {len(unknown)} episodes not in eval_results, e.g. {min(unknown)}"
+        )
+    ordered = steps.sort_values(["traj_id", "t"])
+    action = ordered["action"].fillna("")
+    previous = action.groupby(ordered["traj_id"]).shift()  # NaN at an episode's first step
+    frame = ordered.assign(
+        repeated=(action == previous).where(previous.notna()),  # NaN where there is none
+    ).merge(results[["traj_id", "split", "view"]], on="traj_id", how="left")
+    rows = [
+        {
+            "split": split,
+            "view": view,
+            "episodes": group["traj_id"].nunique(),
+            "steps": len(group),
+            "valid": float(group["action_valid"].mean()),
+            "repeated": float(group["repeated"].astype(float).mean()),
+        }
+        for (split, view), group in frame.groupby(["split", "view"], sort=True)
+    ]
+    return pd.DataFrame(rows, columns=["split", "view", "episodes", "steps", "valid", "repeated"])
 
 
 def paired_difference(
