@@ -33,6 +33,7 @@ SCRIPT = ROOT / "scripts" / "gpu_check.sh"
         ("skip", ("train",), r"skip\[0\]: must be one of \[.generation."),
         ("budget_s", 0, "budget_s: must be > 0, got 0"),
         ("scale_response_tokens", 0, "scale_response_tokens: must be a positive integer"),
+        ("sampler_sweep_rows", (8, 0), r"sampler_sweep_rows\[1\]: must be a positive integer"),
     ],
 )
 def test_bad_options_name_the_field(field, value, message):
@@ -56,6 +57,14 @@ def test_the_report_goes_under_08_reporting_by_default(tmp_path):
     on_gpu, _ = gpu_check.parse_args(["--project", str(tmp_path), "--scale-words", "7"])
     assert on_gpu.scale_shape_path == tmp_path / "reference" / "shapes" / "Qwen3-4B"
     assert on_gpu.scale_prompt_words == 7
+    assert on_gpu.sampler_sweep_rows == (8, 16, 32)  # the sampler step's sweep by default
+    # the zero2_8b step: Qwen3-8B's published shape on a GPU, the policy's own on the CPU
+    assert options.zero2_shape_path == options.policy_path
+    assert on_gpu.zero2_shape_path == tmp_path / "reference" / "shapes" / "Qwen3-8B"
+    assert (on_gpu.zero2_layers, on_gpu.zero2_response_tokens) == (4, 128)
+    swept, _ = gpu_check.parse_args(["--sampler-sweep-rows", "4", "12", "--sampler-rows", "4"])
+    assert swept.sampler_sweep_rows == (4, 12) and swept.sampler_rows == 4
+    assert gpu_check.parse_args(["--sampler-sweep-rows"])[0].sampler_sweep_rows == ()
 
 
 def test_where_the_trainer_ran_is_read_from_its_log():
@@ -155,12 +164,81 @@ def test_a_check_stopped_by_sigterm_keeps_what_the_running_step_measured(tmp_pat
 
 
 @pytest.mark.slow
+def test_the_sampler_step_on_the_cpu(tmp_path):
+    """The sampler step alone, small: each mode decodes every row to the end (the static step of
+    ``cuda_graphs`` without a graph on the CPU), its greedy tokens equal eager's at the scale
+    shape and on the shipped policy, and the sweep reports each row count."""
+    options = CheckOptions(
+        device="cpu",
+        project=ROOT,
+        skip=tuple(name for name in CHECKS if name != "sampler"),
+        scale_prompt_words=60,
+        sampler_rows=3,
+        sampler_tokens=6,
+        sampler_sweep_rows=(1, 4),
+        sampler_sweep_tokens=4,
+        sampler_greedy_tokens=8,
+        prompts=3,
+        max_new_tokens=16,
+    )
+    sampler = run_checks(options, tmp_path)["sampler"]
+    assert sampler.status == "passed", sampler.reason
+    details = sampler.details
+    for label in ("eager", "compiled", "graphs", "compiled_graphs"):
+        assert details[label]["shortest_response"] == 6 and details[label]["tokens_per_s"] > 0
+    assert details["graphs"]["graph_captures"] == 0  # no graph on the CPU
+    assert details["graphs_speedup"] > 0 and isinstance(details["graphs_target_met"], bool)
+    assert (
+        details["greedy"]["rows_equal"] == "3/3" and details["greedy"]["first_difference"] is None
+    )
+    shipped = details["shipped_greedy"]
+    assert shipped["prompts"] == "words" and shipped["float32"]["rows_equal"] == "3/3"
+    assert "bfloat16" not in shipped  # the trainer's GPU precision, compared on a GPU only
+    sweep = details["rows_sweep"]
+    assert [entry["rows"] for entry in sweep] == [1, 4]
+    assert all(e["eager_tokens_per_s"] > 0 and e["graphs_tokens_per_s"] > 0 for e in sweep)
+
+
+@pytest.mark.slow
+def test_the_zero2_step_on_the_cpu(tmp_path):
+    """The zero2_8b step alone, at the shipped policy's shape cut to 2 layers: two ``oel_resail``
+    updates sampling in the loop, under DeepSpeed ZeRO-2 in one gloo rank under torchrun, each
+    update's phases timed by the rank beside the plan's terms for them (the CPU's allocator is
+    not counted: no peaks)."""
+    pytest.importorskip("deepspeed")
+    options = CheckOptions(
+        device="cpu",
+        project=ROOT,
+        skip=tuple(name for name in CHECKS if name != "zero2_8b"),
+        zero2_layers=2,
+        zero2_prompt_words=40,
+        zero2_response_tokens=8,
+    )
+    step = run_checks(options, tmp_path)["zero2_8b"]
+    assert step.status == "passed", step.reason
+    details = step.details
+    assert details["layers"] == 2 and details["parameters"] == 1_911_552
+    assert details["engine"] == "deepspeed ZeRO-2 x 1, fp32" and details["micro_batch_steps"] == 2
+    assert (details["device"], details["process_group"]) == ("cpu", "gloo")
+    assert details["updates"] == 2 and len(details["losses"]) == 2
+    assert 0 < details["response_tokens"][1] <= 8
+    for phase in ("sampling", "training", "step"):
+        entry = details["phases"][phase]
+        assert len(entry["seconds"]) == 2 and all(s > 0 for s in entry["seconds"])
+        assert entry["planned_gib"] > 0 and "peak_gib" not in entry
+    assert "sampling cache" in details["phases"]["sampling"]["plan_terms_gib"]
+    assert "optimiser step" in details["phases"]["step"]["plan_terms_gib"]
+    assert len(details["update_s"]) == 2 and len(details["trainer_seconds"]["response"]) == 2
+
+
+@pytest.mark.slow
 def test_the_check_passes_on_the_cpu(tmp_path):
     """``scripts/gpu_check.sh --device cpu`` end to end (about 5 minutes on 2 cores)."""
     out = tmp_path / "cpu.json"
     command = ["bash", str(SCRIPT), "--device", "cpu", "--out", str(out), "--work", str(tmp_path)]
     command += ["--tasks", "2", "--updates", "1", "--max-new-tokens", "24", "--prompts", "4"]
     command += ["--scale-words", "300", "--scale-response", "48"]
+    command += ["--zero2-layers", "2", "--zero2-words", "60", "--zero2-response", "16"]
     # what the steps do is under test, not how fast: a loaded machine must not fail them
     command += ["--budget-s", "3000"]
     done = subprocess.run(
@@ -189,7 +267,11 @@ def test_the_check_passes_on_the_cpu(tmp_path):
     assert scale["parameters"] == 3_616_768 and scale["decoding"]["generated_tokens"] == 8 * 48
     assert scale["training"]["rows_per_update"] == 8 and len(scale["training"]["losses"]) == 2
     assert scale["memory"]["planned_gib"] >= scale["memory"]["measured_gib"]
-    optional = {"train_deepspeed": ("deepspeed",), "smoke": ("kedro", "matplotlib")}
+    optional = {
+        "train_deepspeed": ("deepspeed",),
+        "zero2_8b": ("deepspeed",),
+        "smoke": ("kedro", "matplotlib"),
+    }
     for name, modules in optional.items():
         if all(importlib.util.find_spec(m) for m in modules):
             assert checks[name]["status"] == "passed", name

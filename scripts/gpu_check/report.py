@@ -47,6 +47,7 @@ def run_checks(
         "smoke": lambda: check.smoke(max(deadline - time.monotonic(), 1.0)),
         "sampler": check.sampler,
         "scale": check.scale,
+        "zero2_8b": check.zero2_8b,
     }
     results: dict[str, CheckResult] = {}
     for name in CHECKS:
@@ -144,6 +145,10 @@ def build_report(
             "scale_shape": str(options.scale_shape_path),
             "scale_prompt_words": options.scale_prompt_words,
             "scale_response_tokens": options.scale_response_tokens,
+            "zero2_shape": str(options.zero2_shape_path),
+            "zero2_layers": options.zero2_layers,
+            "zero2_prompt_words": options.zero2_prompt_words,
+            "zero2_response_tokens": options.zero2_response_tokens,
             "sampler_rows": options.sampler_rows,
             "sampler_tokens": options.sampler_tokens,
         },

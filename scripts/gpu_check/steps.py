@@ -4,6 +4,7 @@ tokens compared with transformers' ``generate``, the scratch project of the smok
 from __future__ import annotations
 
 import collections
+import dataclasses
 import importlib.metadata
 import importlib.util
 import json
@@ -26,9 +27,15 @@ from .options import (
     AITZ_SIZES,
     LN2,
     MIN_TRAINER_MIB,
+    PHASES_FILE,
+    SAMPLER_MODES,
+    SAMPLER_SPEEDUP_TARGET,
     SCALE_PARAMETERS,
     SMOKE_FOLDER,
     TAIL_LINES,
+    ZERO2_ENGINE,
+    ZERO2_PARAMETERS,
+    ZERO2_TRAJECTORIES,
     CheckFailed,
     CheckOptions,
 )
@@ -667,26 +674,37 @@ class GpuCheck:
 
     # -- scale --------------------------------------------------------------------------------
 
-    def _random_policy(self, name: str) -> tuple[Any, Any, Any, float]:
-        """A model of :attr:`CheckOptions.scale_shape_path`'s shape with random weights, built on
-        the device it runs on, over the policy's tokenizer: ``(model, tokenizer, its config,
-        seconds)``."""
+    def _random_policy(
+        self,
+        name: str,
+        shape: Path | None = None,
+        layers: int | None = None,
+        option: str = "scale_shape",
+    ) -> tuple[Any, Any, Any, float]:
+        """A model of ``shape``'s shape (default :attr:`CheckOptions.scale_shape_path`), its first
+        ``layers`` decoder layers only where given, with random weights, built on the device it
+        runs on, over the policy's tokenizer: ``(model, tokenizer, its config, seconds)``.
+        ``option``: the setting that names ``shape``, for messages."""
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM
 
         from resail_pipeline.checkpoints import load_tokenizer
 
         options = self.options
-        shape = options.scale_shape_path
+        shape = options.scale_shape_path if shape is None else shape
         if not (shape / "config.json").is_file():
-            raise FileNotFoundError(f"scale_shape {shape}: no config.json")
+            raise FileNotFoundError(f"{option} {shape}: no config.json")
         tokenizer = load_tokenizer(self.policy)
         model_config = AutoConfig.from_pretrained(shape, trust_remote_code=False)
         if model_config.vocab_size < len(tokenizer):
             raise CheckFailed(
-                f"scale_shape {shape}: a vocabulary of {model_config.vocab_size}, smaller than "
+                f"{option} {shape}: a vocabulary of {model_config.vocab_size}, smaller than "
                 f"the policy's tokenizer ({len(tokenizer)})"
             )
+        if layers is not None and layers < model_config.num_hidden_layers:
+            model_config.num_hidden_layers = layers
+            if getattr(model_config, "layer_types", None):  # one entry per layer
+                model_config.layer_types = model_config.layer_types[:layers]
         # the tokenizer's special tokens; the logits keep the shape's vocabulary (random weights
         # sample ids the tokenizer lacks, which decode to nothing)
         model_config.pad_token_id = tokenizer.pad_token_id
@@ -745,16 +763,22 @@ class GpuCheck:
         """The trainer's in-loop sampler at the scale shape with random weights: the transformers
         backend with the cache allocated whole at prefill (a GPU's default), ``sampler_rows`` rows
         of one prompt of ``scale_prompt_words`` words, every response run to ``sampler_tokens``
-        (the end token's logit is held at 0, far below the largest), eager and with the decoder
-        compiled.
+        (the end token's logit is held at 0, far below the largest), in each of
+        :data:`~.options.SAMPLER_MODES`: eager, with the decoder compiled, and through the static
+        step captured in CUDA graphs (``cuda_graphs``; on the CPU the same step without a graph),
+        with eager or compiled functions.
         The allocator's peak beyond the weights must not exceed the plan's sampling terms
-        (:func:`~resail_pipeline.training.memory.sampling_terms`); the milliseconds of a decode
-        step of each are recorded. On the CPU, where the allocator is not counted, the step
-        records the speeds only."""
+        (:func:`~resail_pipeline.training.memory.sampling_terms`), and a capture must not fail;
+        the milliseconds of a decode step and the tokens per second of each are recorded, with
+        the graphs' speed-up over eager (against :data:`~.options.SAMPLER_SPEEDUP_TARGET`, never
+        failed on). Then, for the record: whether the graphs' greedy tokens equal eager's, at the
+        scale shape (rows of different lengths) and on the shipped policy (fp32, and bf16 on a
+        GPU); and a sweep over ``sampler_sweep_rows``, eager and in graphs, of decode tokens per
+        second. On the CPU, where the allocator is not counted, the step records the speeds
+        only."""
         import torch
 
         from resail_pipeline.generation import SamplingParams
-        from resail_pipeline.generation.transformers_backend import TransformersGenerator
         from resail_pipeline.training.memory import GIB, ModelShape, sampling_terms
 
         options = self.options
@@ -767,9 +791,8 @@ class GpuCheck:
             head.mul_(100.0)
             head[tokenizer.eos_token_id] = 0.0
         vocabulary = sorted(w for w in tokenizer.get_vocab() if w.isalpha())
-        prompt = " ".join(
-            vocabulary[(7 * i) % len(vocabulary)] for i in range(options.scale_prompt_words)
-        )
+        words = [vocabulary[(7 * i) % len(vocabulary)] for i in range(options.scale_prompt_words)]
+        prompt = " ".join(words)
         prompt_tokens = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
         rows, response = options.sampler_rows, options.sampler_tokens
         params = SamplingParams(temperature=1.0, max_new_tokens=response, seed=options.seed)
@@ -793,27 +816,33 @@ class GpuCheck:
         )
         cuda = self.device.type == "cuda"
         problems = []
-        for compiled in (False, True):
-            label = "compiled" if compiled else "eager"
-            generator = TransformersGenerator(
-                model,
-                tokenizer,
-                policy_id="gpu-check-sampler",
-                batch_size=rows,
-                preallocate=True,
-                compile=compiled,
-                progress=False,
-            )
-            generator.generate([prompt], params.replace(max_new_tokens=2))  # compiles, warms up
-            if cuda:
-                torch.cuda.synchronize(self.device)
-                before = torch.cuda.memory_allocated(self.device)
-                torch.cuda.reset_peak_memory_stats(self.device)
-            start = time.perf_counter()
-            generations = generator.generate([prompt] * rows, params)
-            if cuda:
-                torch.cuda.synchronize(self.device)
-            seconds = time.perf_counter() - start
+        captured = True  # no capture failed
+        for label, (compiled, graphs) in SAMPLER_MODES.items():
+            generator = self._sampler(model, tokenizer, rows, compiled=compiled, graphs=graphs)
+            try:
+                # compiles, captures, warms up
+                generator.generate([prompt], params.replace(max_new_tokens=2))
+                if cuda:
+                    torch.cuda.synchronize(self.device)
+                    before = torch.cuda.memory_allocated(self.device)
+                    torch.cuda.reset_peak_memory_stats(self.device)
+                captures = generator.stats.graph_captures
+                start = time.perf_counter()
+                generations = generator.generate([prompt] * rows, params)
+                if cuda:
+                    torch.cuda.synchronize(self.device)
+                seconds = time.perf_counter() - start
+                captures = generator.stats.graph_captures - captures
+            except RuntimeError as error:  # a capture that failed (StaticStep names the option)
+                if not graphs or "cuda_graphs" not in str(error):
+                    raise
+                problems.append(f"{label}: {error}")
+                details[label] = {"error": str(error)}
+                captured = False
+                continue
+            finally:
+                del generator
+                self._release()
             lengths = [len(g.token_ids) for g in generations]
             run = {
                 "seconds": round(seconds, 2),
@@ -821,6 +850,8 @@ class GpuCheck:
                 "tokens_per_s": round(sum(lengths) / seconds, 1),
                 "shortest_response": min(lengths),
             }
+            if graphs:  # decode batches captured in a CUDA graph: 1 on a GPU, none on the CPU
+                run["graph_captures"] = captures
             if cuda:
                 peak = int(torch.cuda.max_memory_allocated(self.device)) - before
                 run.update(peak_gib=round(peak / GIB, 3), plan_over_peak=round(planned / peak, 3))
@@ -831,14 +862,141 @@ class GpuCheck:
             if min(lengths) < response:
                 problems.append(f"{label}: a response ended after {min(lengths)} tokens")
             details[label] = run
-            del generator
+        for label in SAMPLER_MODES:
+            if label != "eager" and "seconds" in details.get(label, {}):
+                speedup = details["eager"]["seconds"] / details[label]["seconds"]
+                details[f"{label}_speedup"] = round(speedup, 2)
+        if "graphs_speedup" in details:
+            details["graphs_target_met"] = details["graphs_speedup"] >= SAMPLER_SPEEDUP_TARGET
+        if captured:
+            # rows of different lengths: padding, and each row's new tokens in its own columns
+            prompts = [" ".join(words[: max(1, len(words) - 37 * i)]) for i in range(rows)]
+            details["greedy"] = self._greedy_agreement(
+                model, tokenizer, prompts, options.sampler_greedy_tokens
+            )
+            details["rows_sweep"] = self._rows_sweep(model, tokenizer, prompt)
+            del model
             self._release()
-        details["compiled_speedup"] = round(
-            details["eager"]["seconds"] / details["compiled"]["seconds"], 2
-        )
+            details["shipped_greedy"] = self._shipped_greedy()
         if problems:
             raise CheckFailed("; ".join(problems), details)
         return details
+
+    def _sampler(
+        self, model: Any, tokenizer: Any, rows: int, *, compiled: bool, graphs: bool
+    ) -> Any:
+        """The in-loop sampler over ``model``: one decode batch of ``rows`` rows, its cache
+        allocated whole at prefill."""
+        from resail_pipeline.generation.transformers_backend import TransformersGenerator
+
+        return TransformersGenerator(
+            model,
+            tokenizer,
+            policy_id="gpu-check-sampler",
+            batch_size=rows,
+            preallocate=True,
+            compile=compiled,
+            cuda_graphs=graphs,
+            progress=False,
+        )
+
+    def _greedy_agreement(
+        self, model: Any, tokenizer: Any, prompts: list[str], tokens: int
+    ) -> dict[str, Any]:
+        """Greedy responses to ``prompts`` (``tokens`` each at most) eager and through CUDA
+        graphs, one decode batch each: how many rows are equal token for token, and the first
+        step at which a row differs (``None``: none does)."""
+        from resail_pipeline.generation import SamplingParams
+
+        params = SamplingParams(temperature=0.0, max_new_tokens=tokens)
+        out: dict[str, list[Any]] = {}
+        captures = 0
+        for label, graphs in (("eager", False), ("graphs", True)):
+            generator = self._sampler(model, tokenizer, len(prompts), compiled=False, graphs=graphs)
+            out[label] = generator.generate(prompts, params)
+            captures += generator.stats.graph_captures
+            del generator
+            self._release()
+        firsts = []
+        for a, b in zip(out["graphs"], out["eager"], strict=True):
+            if a.token_ids != b.token_ids:
+                pairs = zip(a.token_ids, b.token_ids, strict=False)
+                same = next((k for k, (x, y) in enumerate(pairs) if x != y), None)
+                firsts.append(min(len(a.token_ids), len(b.token_ids)) if same is None else same)
+        return {
+            "rows_equal": f"{len(prompts) - len(firsts)}/{len(prompts)}",
+            "first_difference": min(firsts) if firsts else None,
+            "ended_rows": sum(g.finished for g in out["eager"]),
+            "graph_captures": captures,
+        }
+
+    def _shipped_greedy(self) -> dict[str, Any]:
+        """:meth:`_greedy_agreement` on the shipped policy, ``max_new_tokens`` per response: in
+        fp32, and in bf16 (the trainer's precision) on a GPU. The prompts are the generation
+        step's (:func:`_comparison_prompts`) when it ran, else chat prompts of the policy's
+        vocabulary of several lengths."""
+        import torch
+
+        from resail_pipeline.checkpoints import load_model, load_tokenizer
+        from resail_pipeline.prompts import chat_prompt
+
+        options = self.options
+        tokenizer = load_tokenizer(self.policy)
+        result: dict[str, Any] = {}
+        if self.steps is not None:
+            messages = _comparison_prompts(self.steps, options.prompts)
+            result["prompts"] = "episodes"
+        else:
+            vocabulary = sorted(w for w in tokenizer.get_vocab() if w.isalpha())
+            messages = [
+                " ".join(vocabulary[(5 * i + j) % len(vocabulary)] for j in range(8 + 24 * i))
+                for i in range(options.prompts)
+            ]
+            result["prompts"] = "words"
+        texts = [chat_prompt(tokenizer, m) for m in messages]
+        dtypes = [torch.float32] + ([torch.bfloat16] if self.device.type == "cuda" else [])
+        for dtype in dtypes:
+            model = load_model(self.policy, dtype, self.device).eval()
+            name = str(dtype).removeprefix("torch.")
+            result[name] = self._greedy_agreement(model, tokenizer, texts, options.max_new_tokens)
+            del model
+            self._release()
+        return result
+
+    def _rows_sweep(self, model: Any, tokenizer: Any, prompt: str) -> list[dict[str, Any]]:
+        """Decode tokens per second of batches of ``sampler_sweep_rows`` rows of ``prompt`` at
+        the scale shape, eager and through CUDA graphs (eager functions, the trainer's GPU
+        default): each from the difference of a run of 2 tokens and one of 2 +
+        ``sampler_sweep_tokens``, so that prefill, capture and warm-up cancel."""
+        from resail_pipeline.generation import SamplingParams
+
+        options = self.options
+        short, long = 2, 2 + options.sampler_sweep_tokens
+        params = SamplingParams(temperature=1.0, max_new_tokens=short, seed=options.seed)
+        sweep = []
+        for rows in options.sampler_sweep_rows:
+            entry: dict[str, Any] = {"rows": rows}
+            for label, graphs in (("eager", False), ("graphs", True)):
+                generator = self._sampler(model, tokenizer, rows, compiled=False, graphs=graphs)
+                generator.generate([prompt] * rows, params)  # warms up
+                seconds = {}
+                for steps in (short, long):
+                    start = time.perf_counter()
+                    out = generator.generate([prompt] * rows, params.replace(max_new_tokens=steps))
+                    seconds[steps] = time.perf_counter() - start  # tokens read back: synchronised
+                    if min(len(g.token_ids) for g in out) < steps:
+                        raise CheckFailed(f"rows sweep: a response ended before {steps} tokens")
+                del generator
+                self._release()
+                step_s = max(seconds[long] - seconds[short], 1e-9) / (long - short)
+                entry[f"{label}_ms_per_step"] = round(1000 * step_s, 2)
+                entry[f"{label}_tokens_per_s"] = round(rows / step_s, 1)
+            entry["graphs_speedup"] = round(
+                entry["graphs_tokens_per_s"] / entry["eager_tokens_per_s"], 2
+            )
+            sweep.append(entry)
+            self.partial["rows_sweep"] = sweep  # what finished survives a stop
+        return sweep
 
     def _scale_decoding(self, policy: Path, manifest: Path) -> dict[str, Any]:
         """The transformers backend (the collection's settings: ``auto`` precision, temperature
@@ -993,6 +1151,200 @@ class GpuCheck:
         if problems:
             raise CheckFailed("; ".join(problems), details)
         return details
+
+    # -- zero2_8b -----------------------------------------------------------------------------
+
+    def zero2_8b(self) -> dict[str, Any]:
+        """A policy of :attr:`CheckOptions.zero2_shape_path`'s shape (on a GPU Qwen3-8B's width,
+        heads and vocabulary) cut to ``zero2_layers`` layers, with random weights, over the
+        shipped tokenizer; then ``updates`` updates of ``oel_resail`` with responses sampled in
+        the loop, under DeepSpeed ZeRO-2 in one rank under torchrun (bf16 over NCCL on a GPU,
+        fp32 over gloo on the CPU) with conf/paper's engine settings (:func:`_zero2_config`).
+        The rank (:mod:`.phases`) measures every update's phases: the sampler, the micro-batches,
+        the optimiser step. Each phase's allocator peak must not exceed the plan's fixed parts
+        and that phase's terms (on the CPU, where the allocator is not counted, the times only);
+        the losses must be finite, the weights move, the rank run on the device."""
+        from resail_pipeline.checkpoints import save_policy, verify_weights
+        from resail_pipeline.devices import DeviceMemory
+        from resail_pipeline.training import TrainingFailed
+        from resail_pipeline.training.memory import measurement_inputs
+
+        options = self.options
+        folder = self.work / "zero2_8b"
+        shape = options.zero2_shape_path
+        start = time.perf_counter()
+        model, tokenizer, model_config, _ = self._random_policy(
+            "gpu-check-zero2", shape, options.zero2_layers, "zero2_shape"
+        )
+        initial = save_policy(model, tokenizer, folder / "policy", name="gpu-check-zero2")
+        details = self.partial  # kept if the step is stopped before its end
+        details.update(
+            shape=str(shape),
+            layers=model_config.num_hidden_layers,
+            parameters=sum(p.numel() for p in model.parameters()),
+            build_and_save_s=round(time.perf_counter() - start, 2),
+        )
+        del model
+        self._release()
+        manifest = measurement_inputs(
+            folder,
+            initial.path,
+            tokenizer,
+            words=options.zero2_prompt_words,
+            response=options.zero2_response_tokens,
+            steps=2,
+        )
+        config = self._zero2_config(manifest, folder, rows=2 * ZERO2_TRAJECTORIES)
+        log = folder / "train.log"
+        with DeviceMemory(self.device) as memory:
+            start = time.perf_counter()
+            try:
+                result = _launch_measured(config, log)
+            except TrainingFailed as error:
+                raise CheckFailed(f"{error} (log: {log})", details) from None
+            seconds = time.perf_counter() - start
+        engine = result.config.engine
+        metrics = result.metrics
+        text = result.log_path.read_text(errors="replace")
+        details.update(
+            engine=f"{engine.kind} ZeRO-{engine.zero_stage} x {engine.world_size}, "
+            f"{engine.precision}",
+            micro_batch_steps=engine.micro_batch_steps,
+            chunk_size=engine.chunk_size,
+            gradient_checkpointing=engine.gradient_checkpointing,
+            rows_per_update=2 * ZERO2_TRAJECTORIES,
+            updates=len(metrics),
+            losses=[round(float(v), 6) for v in metrics["loss"]],
+            launch_s=round(seconds, 2),
+            log=str(result.log_path),
+        )
+        placement = _placement_in(text)
+        details["device"], details["process_group"] = placement or (None, None)
+        problems = []
+        if "engine deepspeed x 1" not in text:
+            problems.append("the log does not show 'engine deepspeed x 1'")
+        verify_weights(result.checkpoint.path)
+        moved = result.checkpoint.sha256 != initial.sha256
+        problems += self._trained(placement, "deepspeed", metrics, moved, memory)
+        measured = json.loads((Path(result.config.run.run_dir) / PHASES_FILE).read_text())
+        details.update(self._phase_figures(measured, metrics, problems))
+        if problems:
+            raise CheckFailed("; ".join(problems), details)
+        return details
+
+    def _zero2_config(self, manifest: Path, folder: Path, rows: int) -> Any:
+        """conf/paper's ``train`` section (:data:`~.options.ZERO2_PARAMETERS`) with
+        :data:`~.options.ZERO2_ENGINE`'s changes, in bf16 on a GPU (fp32 on the CPU), for
+        ``oel_resail`` on ``manifest``: ``updates`` updates of
+        :data:`~.options.ZERO2_TRAJECTORIES` trajectories, an update's ``rows`` sampled in one
+        decode batch of ``zero2_response_tokens`` tokens at most; no probe; in ``folder``."""
+        import yaml
+
+        from resail_pipeline.training import TrainConfig
+
+        options = self.options
+        path = options.project / ZERO2_PARAMETERS
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: not found; --project must be the Kedro project")
+        train = dict(yaml.safe_load(path.read_text())["train"])
+        cuda = self.device.type == "cuda"
+        data = {
+            **train,
+            "method": "oel_resail",
+            "schedule": {
+                "updates": options.updates,
+                "trajectories_per_update": ZERO2_TRAJECTORIES,
+                "seed": options.seed,
+            },
+            "engine": {
+                **train["engine"],
+                **ZERO2_ENGINE,
+                "precision": "bf16" if cuda else "fp32",
+            },
+            "responses": {
+                **train["responses"],
+                "max_tokens": options.zero2_response_tokens,
+                "batch_size": rows,
+            },
+            "probe": {"enabled": False},
+            "compile": False,
+            "run": {
+                "manifest": str(manifest),
+                "checkpoint": str(folder / "trained"),
+                "run_dir": str(folder / "run"),
+                "policy_name": "gpu-check-zero2-trained",
+                "cycle": 1,
+            },
+        }
+        return TrainConfig.from_dict(data, "train")
+
+    def _phase_figures(
+        self, measured: dict[str, Any], metrics: Any, problems: list[str]
+    ) -> dict[str, Any]:
+        """The rank's measurements (:data:`~.options.PHASES_FILE`) as the report holds them:
+        each phase's seconds per update and, on a GPU, its allocator peak per update against the
+        plan's fixed parts and that phase's terms, a peak above them added to ``problems``; the
+        trainer's own seconds per update (``train_metrics``)."""
+        from resail_pipeline.training.memory import GIB, MemoryPlan
+
+        plan = MemoryPlan(
+            **{
+                part: tuple((name, int(size)) for name, size in terms)
+                for part, terms in measured["plan"].items()
+            }
+        )
+        fixed = sum(b for _, b in plan.fixed)
+        rows = measured["rows"]
+        cuda = self.device.type == "cuda"
+
+        def gib(size: float) -> float:
+            return round(size / GIB, 3)
+
+        load = next(r for r in rows if r["phase"] == "load")
+        sampled = [r["response_tokens"] for r in rows if r.get("response_tokens")]
+        figures: dict[str, Any] = {
+            "prompt_tokens": measured["prompt_tokens"],
+            "response_tokens": [min(t[0] for t in sampled), max(t[1] for t in sampled)]
+            if sampled
+            else None,
+            "load_s": round(load["seconds"], 2),
+            "plan": plan.describe(),
+            "plan_fixed_gib": {name: gib(b) for name, b in plan.fixed if b},
+        }
+        if cuda:
+            figures["allocated_after_load_gib"] = gib(load["allocated_after"])
+        phases: dict[str, Any] = {}
+        for phase in ("sampling", "training", "step"):
+            runs = [r for r in rows if r["phase"] == phase]
+            terms = plan.phases.get(phase, ())
+            planned = fixed + sum(b for _, b in terms)
+            entry: dict[str, Any] = {
+                "seconds": [round(r["seconds"], 3) for r in runs],
+                "planned_gib": gib(planned),
+                "plan_terms_gib": {name: gib(b) for name, b in terms if b},
+            }
+            if not runs:
+                problems.append(f"{phase}: the trainer did not run this phase")
+            elif cuda:
+                peak = max(r["peak"] for r in runs)
+                entry.update(
+                    peak_gib=[gib(r["peak"]) for r in runs],
+                    allocated_before_gib=[gib(r["allocated_before"]) for r in runs],
+                    plan_over_peak=round(planned / peak, 3),
+                )
+                if peak > planned:
+                    problems.append(
+                        f"{phase}: the allocator's peak ({peak / GIB:.2f} GiB) is above the "
+                        f"plan's fixed parts and {phase} terms ({planned / GIB:.2f} GiB)"
+                    )
+            phases[phase] = entry
+        figures["phases"] = phases
+        figures["update_s"] = [round(r["seconds"], 3) for r in rows if r["phase"] == "update"]
+        figures["trainer_seconds"] = {
+            part: [round(float(v), 3) for v in metrics[f"seconds_{part}"]]
+            for part in ("response", "scoring", "optimisation", "other")
+        }
+        return figures
 
     def _release(self) -> None:
         """Collect what the step dropped and return the device's cached memory."""
@@ -1153,6 +1505,33 @@ def _placement_in(log: str) -> tuple[str, str] | None:
     if found is None:
         return None
     return found.group(1), "none" if found.group(2) == "no" else found.group(2)
+
+
+def _launch_measured(config: Any, log_path: Path) -> Any:
+    """:func:`~resail_pipeline.training.launch` of ``config`` with its rank's module replaced by
+    :mod:`.phases` (the trainer, its phases measured), which the rank imports from this folder."""
+    from resail_pipeline.training.launcher import (
+        CONFIG_FILE,
+        collect,
+        module_command,
+        prepare,
+        run_job,
+    )
+
+    job = prepare(config, log_path)
+    run_dir = Path(job.config.run.run_dir)
+    command = module_command(
+        job.config.engine, f"{__package__}.phases", run_dir / CONFIG_FILE, run_dir
+    )
+    folders = (
+        str(Path(__file__).resolve().parents[1]),  # scripts/, which holds this package
+        str(Path(resail_pipeline.__file__).resolve().parents[1]),
+        job.env.get("PYTHONPATH", ""),
+    )
+    env = {**job.env, "PYTHONPATH": os.pathsep.join(f for f in folders if f)}
+    job = dataclasses.replace(job, command=command, env=env)
+    run_job(job)
+    return collect(job)
 
 
 def _scratch_project(project: Path, scratch: Path) -> None:
