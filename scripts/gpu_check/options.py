@@ -195,33 +195,35 @@ class CheckOptions(Config):
             )
         return self
 
+    def under_project(self, path: Path) -> Path:
+        """``path`` as given where absolute, else under :attr:`project`."""
+        return path if path.is_absolute() else self.project / path
+
+    def _shape_path(self, shape: Path | None, published: Path) -> Path:
+        """A step's shape folder: ``shape`` (under the project where relative), else the
+        ``published`` shape on a GPU and the policy's own on the CPU."""
+        if shape is None:
+            return self.project / published if self.device == "cuda" else self.policy_path
+        return self.under_project(shape)
+
     @property
     def policy_path(self) -> Path:
-        return self.policy if self.policy.is_absolute() else self.project / self.policy
+        return self.under_project(self.policy)
 
     @property
     def aitz_shape_path(self) -> Path | None:
         """The ``aitz`` step's shape folder, or ``None`` (see :attr:`aitz_shape`)."""
-        shape = self.aitz_shape
-        if shape is None:
-            return None
-        return shape if shape.is_absolute() else self.project / shape
+        return None if self.aitz_shape is None else self.under_project(self.aitz_shape)
 
     @property
     def scale_shape_path(self) -> Path:
         """The ``scale`` step's shape folder (see :attr:`scale_shape`)."""
-        if self.scale_shape is None:
-            return self.project / SCALE_SHAPE if self.device == "cuda" else self.policy_path
-        shape = self.scale_shape
-        return shape if shape.is_absolute() else self.project / shape
+        return self._shape_path(self.scale_shape, SCALE_SHAPE)
 
     @property
     def zero2_shape_path(self) -> Path:
         """The ``zero2_8b`` step's shape folder (see :attr:`zero2_shape`)."""
-        if self.zero2_shape is None:
-            return self.project / ZERO2_SHAPE if self.device == "cuda" else self.policy_path
-        shape = self.zero2_shape
-        return shape if shape.is_absolute() else self.project / shape
+        return self._shape_path(self.zero2_shape, ZERO2_SHAPE)
 
 
 @dataclass
@@ -309,55 +311,26 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[CheckOptions, Path]:
         help=f"the zero2_8b step's model shape, a folder with config.json (default: {ZERO2_SHAPE} "
         "on cuda, the policy's on cpu)",
     )
-    parser.add_argument(
-        "--zero2-layers",
-        type=int,
-        default=defaults.zero2_layers,
-        help=CheckOptions.model_fields["zero2_layers"].description,
-    )
-    parser.add_argument(
-        "--zero2-words",
-        type=int,
-        default=defaults.zero2_prompt_words,
-        help=CheckOptions.model_fields["zero2_prompt_words"].description,
-    )
-    parser.add_argument(
-        "--zero2-response",
-        type=int,
-        default=defaults.zero2_response_tokens,
-        help=CheckOptions.model_fields["zero2_response_tokens"].description,
-    )
-    parser.add_argument(
-        "--sampler-rows",
-        type=int,
-        default=defaults.sampler_rows,
-        help=CheckOptions.model_fields["sampler_rows"].description,
-    )
-    parser.add_argument(
-        "--sampler-tokens",
-        type=int,
-        default=defaults.sampler_tokens,
-        help=CheckOptions.model_fields["sampler_tokens"].description,
-    )
-    parser.add_argument(
-        "--sampler-sweep-rows",
-        type=int,
-        nargs="*",
-        default=list(defaults.sampler_sweep_rows),
-        help=CheckOptions.model_fields["sampler_sweep_rows"].description,
-    )
-    parser.add_argument(
-        "--sampler-sweep-tokens",
-        type=int,
-        default=defaults.sampler_sweep_tokens,
-        help=CheckOptions.model_fields["sampler_sweep_tokens"].description,
-    )
-    parser.add_argument(
-        "--sampler-greedy-tokens",
-        type=int,
-        default=defaults.sampler_greedy_tokens,
-        help=CheckOptions.model_fields["sampler_greedy_tokens"].description,
-    )
+    described = {  # flag: the field whose default and description it takes
+        "--zero2-layers": "zero2_layers",
+        "--zero2-words": "zero2_prompt_words",
+        "--zero2-response": "zero2_response_tokens",
+        "--sampler-rows": "sampler_rows",
+        "--sampler-tokens": "sampler_tokens",
+        "--sampler-sweep-rows": "sampler_sweep_rows",
+        "--sampler-sweep-tokens": "sampler_sweep_tokens",
+        "--sampler-greedy-tokens": "sampler_greedy_tokens",
+    }
+    for flag, name in described.items():
+        default = getattr(defaults, name)
+        many = isinstance(default, tuple)  # a list of numbers
+        parser.add_argument(
+            flag,
+            type=int,
+            nargs="*" if many else None,
+            default=list(default) if many else default,
+            help=CheckOptions.model_fields[name].description,
+        )
     args = parser.parse_args(argv)
     try:
         options = CheckOptions(

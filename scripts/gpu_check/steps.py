@@ -191,16 +191,21 @@ class GpuCheck:
 
     # -- probe --------------------------------------------------------------------------------
 
-    def _train_config(self, name: str, engine: dict[str, Any], probe: bool) -> Any:
-        """The project's ``train`` parameters (conf/base) at the check's small budget."""
+    def _train_section(self, parameters: Path) -> dict[str, Any]:
+        """The ``train`` section of the project's parameter file ``parameters`` (a path under
+        the project)."""
         import yaml
 
-        from resail_pipeline.training import TrainConfig
-
-        path = self.options.project / "conf" / "base" / "parameters_train.yml"
+        path = self.options.project / parameters
         if not path.is_file():
             raise FileNotFoundError(f"{path}: not found; --project must be the Kedro project")
-        train = dict(yaml.safe_load(path.read_text())["train"])
+        return dict(yaml.safe_load(path.read_text())["train"])
+
+    def _train_config(self, name: str, engine: dict[str, Any], probe: bool) -> Any:
+        """The project's ``train`` parameters (conf/base) at the check's small budget."""
+        from resail_pipeline.training import TrainConfig
+
+        train = self._train_section(Path("conf") / "base" / "parameters_train.yml")
         precision = "bf16" if self.device.type == "cuda" else "auto"
         run_dir = self.work / name
         data = {
@@ -1047,7 +1052,6 @@ class GpuCheck:
         for the same configuration must not be below the peak (a plan that errs low lets a
         configuration run out of memory after cycle 0); how far above it is recorded (the test of
         the plan holds it within a quarter on small shapes)."""
-        import yaml
 
         from resail_pipeline.training import TrainConfig
         from resail_pipeline.training.memory import (
@@ -1059,10 +1063,7 @@ class GpuCheck:
         from resail_pipeline.training.run import TrainingRun
 
         options = self.options
-        path = options.project / SCALE_PARAMETERS
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: not found; --project must be the Kedro project")
-        train = dict(yaml.safe_load(path.read_text())["train"])
+        train = self._train_section(SCALE_PARAMETERS)
         cuda = self.device.type == "cuda"
         data = {
             **train,
@@ -1238,15 +1239,11 @@ class GpuCheck:
         ``oel_resail`` on ``manifest``: ``updates`` updates of
         :data:`~.options.ZERO2_TRAJECTORIES` trajectories, an update's ``rows`` sampled in one
         decode batch of ``zero2_response_tokens`` tokens at most; no probe; in ``folder``."""
-        import yaml
 
         from resail_pipeline.training import TrainConfig
 
         options = self.options
-        path = options.project / ZERO2_PARAMETERS
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: not found; --project must be the Kedro project")
-        train = dict(yaml.safe_load(path.read_text())["train"])
+        train = self._train_section(ZERO2_PARAMETERS)
         cuda = self.device.type == "cuda"
         data = {
             **train,
