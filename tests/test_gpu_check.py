@@ -233,7 +233,7 @@ def test_the_zero2_step_on_the_cpu(tmp_path):
 
 @pytest.mark.slow
 def test_the_check_passes_on_the_cpu(tmp_path):
-    """``scripts/gpu_check.sh --device cpu`` end to end (about 5 minutes on 2 cores)."""
+    """``scripts/gpu_check.sh --device cpu`` end to end (about 3 minutes on 2 cores)."""
     out = tmp_path / "cpu.json"
     command = ["bash", str(SCRIPT), "--device", "cpu", "--out", str(out), "--work", str(tmp_path)]
     command += ["--tasks", "2", "--updates", "1", "--max-new-tokens", "24", "--prompts", "4"]
