@@ -489,9 +489,15 @@ def test_the_heartbeat_runs_while_the_command_runs(tmp_path):
 
 
 def _eval_results(
-    folder: Path, successes: list[list[bool]], cycle: int, method: str = "oel"
+    folder: Path,
+    successes: list[list[bool]],
+    cycle: int,
+    method: str = "oel",
+    privileged: list[list[bool]] | None = None,
 ) -> None:
-    """An eval_results file: ``successes[seed][task]`` on the dev split, ordinary view."""
+    """An eval_results file: ``successes[seed][task]`` on the dev split, ordinary view (and
+    ``privileged[seed][task]`` in the privileged view)."""
+    views = {"ordinary": successes} | ({"privileged": privileged} if privileged else {})
     rows = [
         {
             "policy_id": f"p@{cycle}",
@@ -499,13 +505,14 @@ def _eval_results(
             "method": method,
             "env": "textcraft",
             "split": "dev",
-            "view": "ordinary",
+            "view": view,
             "decoding_seed": seed,
             "task_id": task,
             "success": success,
             "num_steps": 5,
         }
-        for seed, row in enumerate(successes)
+        for view, per_seed in views.items()
+        for seed, row in enumerate(per_seed)
         for task, success in enumerate(row)
     ]
     folder.mkdir(parents=True, exist_ok=True)  # a candidate's results may be written again
@@ -587,6 +594,41 @@ def test_the_gain_rule_chooses_the_largest_ordinary_gain_else_the_largest_harmle
     written = (tmp_path / "report" / "rule.md").read_text()
     assert "no candidate gains in the ordinary view (the aim is not met)" in written
     assert "train.optimizer.lr = 4e-05" in written
+
+
+def test_the_rule_report_gives_cycle_0s_privileged_lead_and_whether_the_premise_holds(tmp_path):
+    from resail_pipeline.study import write_rule
+
+    plan = _rule_plan(tmp_path, "largest_gain")
+    tasks = 40
+    half = [task % 2 == 0 for task in range(tasks)]
+    outputs = tmp_path / "outputs"
+    # cycle 0 in one view: no lead, and no premise to report
+    _eval_results(outputs / "shared" / "cycle_0", [half, half], cycle=0)
+    for name in ("small", "middle", "large"):
+        _eval_results(outputs / name / "cycle_1", [[True] * tasks] * 2, cycle=1)  # +50 points
+    outcome = write_rule(plan, outputs, tmp_path / "report")
+    assert outcome.lead.empty and outcome.premise is None
+    assert "privileged lead" not in (tmp_path / "report" / "rule.md").read_text()
+
+    # the privileged view solves every task: a lead of 50 points, and a first cycle gains
+    _eval_results(outputs / "shared" / "cycle_0", [half, half], 0, privileged=[[True] * tasks] * 2)
+    outcome = write_rule(plan, outputs, tmp_path / "report")
+    assert outcome.lead["split"].tolist() == ["dev"] and outcome.lead["tasks"].tolist() == [tasks]
+    assert outcome.lead["difference"].iloc[0] == 50 and outcome.lead["low"].iloc[0] > 0
+    assert outcome.met and outcome.premise
+    written = (tmp_path / "report" / "rule.md").read_text()
+    assert "| dev | 40 | 50.0 |" in written
+    assert "premise holds: the privileged view leads with an interval above zero" in written
+
+    # the privileged view solves none: it trails, and the premise is unmet whatever cycle 1 does
+    _eval_results(outputs / "shared" / "cycle_0", [half, half], 0, privileged=[[False] * tasks] * 2)
+    outcome = write_rule(plan, outputs, tmp_path / "report")
+    assert outcome.lead["difference"].iloc[0] == -50 and outcome.met and not outcome.premise
+    assert (
+        "premise unmet: the privileged view does not lead"
+        in (tmp_path / "report" / "rule.md").read_text()
+    )
 
 
 def _cell_project(tmp_path: Path) -> tuple[Path, Path]:

@@ -32,6 +32,12 @@ _AITZ_STEPS = {
     "history": LIST,
 }
 
+#: the two views an evaluation row's ``view`` is one of (appendix D.2): the deployment view, without
+#: privileged information, and the view given the task's fixed Experience
+VIEW_ORDINARY = "ordinary"
+VIEW_PRIVILEGED = "privileged"
+VIEWS = (VIEW_ORDINARY, VIEW_PRIVILEGED)
+
 SCHEMAS: dict[str, dict[str, str]] = {
     # one row per task of a cycle's collection or of an evaluation
     "tasks": {"env": STR, "split": STR, "task_id": INT, "seed": INT},

@@ -114,6 +114,29 @@ def test_paired_difference_is_the_mean_task_difference_with_a_bootstrap_interval
         paired_difference(better, base.iloc[1:], resamples=10)
 
 
+def test_the_privileged_lead_pairs_the_views_of_each_split_evaluated_in_both():
+    from resail_pipeline.evaluation.stats import paired_difference, privileged_lead
+
+    # split `id`: privileged wins tasks 0-1 on both seeds where ordinary wins task 0 on seed 0
+    ordinary = _episodes({0: [True, False, False], 1: [False, False, False]}, split="id")
+    privileged = _episodes({0: [True, True, False], 1: [True, True, False]}, split="id")
+    privileged = [row | {"view": "privileged"} for row in privileged]
+    ood = _episodes({0: [True, True]}, split="ood")  # one view only: left out
+    results = pd.DataFrame(ordinary + privileged + ood)
+    lead = privileged_lead(results)
+    assert lead.columns.tolist() == ["split", "tasks", "difference", "low", "high"]
+    assert lead["split"].tolist() == ["id"] and lead["tasks"].tolist() == [3]
+    # per task: 1 - 0.5, 1 - 0, 0 - 0 -> 0.5
+    assert lead["difference"].iloc[0] == pytest.approx(0.5)
+    expected = paired_difference(
+        pd.DataFrame(privileged), pd.DataFrame(ordinary)
+    )  # the view led, then the view it leads
+    assert (lead["low"].iloc[0], lead["high"].iloc[0]) == (expected["low"], expected["high"])
+    assert privileged_lead(pd.DataFrame(ood)).empty
+    with pytest.raises(SchemaError, match="missing column"):
+        privileged_lead(results.drop(columns="view"))
+
+
 def test_task_difference_pairs_tasks_whatever_their_seeds_and_episode_counts():
     from resail_pipeline.evaluation.stats import task_difference
 

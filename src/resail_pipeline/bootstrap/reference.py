@@ -35,15 +35,13 @@ from resail_pipeline.config import ConfigError
 from resail_pipeline.devices import machine_description
 from resail_pipeline.envs import make_env, provide_env_data
 from resail_pipeline.evaluation.evaluate import (
-    VIEW_ORDINARY,
-    VIEW_PRIVILEGED,
     EvalConfig,
     build_experience,
     evaluate_policy,
 )
 from resail_pipeline.evaluation.stats import (
     action_rates,
-    paired_difference,
+    privileged_lead,
     summarize_eval_results,
 )
 from resail_pipeline.experience import SummarizeConfig
@@ -51,6 +49,7 @@ from resail_pipeline.generation import make_generator
 from resail_pipeline.generation.transformers_backend import resolved_settings
 from resail_pipeline.io import atomic_path
 from resail_pipeline.journal import EpisodeJournal, journal_key
+from resail_pipeline.schemas import VIEW_ORDINARY, VIEW_PRIVILEGED
 
 logger = logging.getLogger(__name__)
 
@@ -125,8 +124,9 @@ def evaluation_record(
     """What the manifest keeps of an evaluation: the protocol (with the precision the policy
     generated in, and whether its forward ran compiled), the table (and the same apart by the
     reference episode's outcome, :func:`by_reference_outcome`), the privileged view's paired lead
-    (:func:`privileged_lead`), how the policy acted (its valid and repeated actions,
-    :func:`~resail_pipeline.evaluation.stats.action_rates`), where and how long."""
+    (:func:`~resail_pipeline.evaluation.stats.privileged_lead`), how the policy acted (its valid
+    and repeated actions, :func:`~resail_pipeline.evaluation.stats.action_rates`), where and how
+    long."""
     rows = [
         {
             "split": row["split"],
@@ -156,7 +156,10 @@ def evaluation_record(
         },
         "table": rows,
         "by_reference_outcome": by_reference_outcome(eval_results, experience),
-        "privileged_lead": privileged_lead(eval_results),
+        "privileged_lead": [
+            {**row, **{k: round(float(row[k]), 4) for k in ("difference", "low", "high")}}
+            for row in privileged_lead(eval_results).to_dict("records")
+        ],
         "actions": [
             {**row, "valid": _rounded(row["valid"]), "repeated": _rounded(row["repeated"])}
             for row in action_rates(eval_results, eval_steps).to_dict("records")
@@ -169,25 +172,6 @@ def evaluation_record(
 def _rounded(share: float) -> float | None:
     """A share as the manifest keeps it: 4 decimals; ``None`` for one of nothing (``nan``)."""
     return None if math.isnan(share) else round(float(share), 4)
-
-
-def privileged_lead(eval_results: pd.DataFrame) -> list[dict[str, Any]]:
-    """Per split, the privileged view's success minus the ordinary view's, paired by task and
-    decoding seed, with its 95% percentile-bootstrap interval over tasks
-    (:func:`~resail_pipeline.evaluation.stats.paired_difference`): what the premise asks of an
-    initial policy (a lead whose interval lies above zero). One row per split: ``difference``,
-    ``low``, ``high`` (fractions, 4 decimals) and ``tasks``."""
-    rows = []
-    for split, episodes in eval_results.groupby("split", sort=True):
-        views = dict(tuple(episodes.groupby("view")))
-        if not {VIEW_ORDINARY, VIEW_PRIVILEGED} <= views.keys():
-            continue
-        lead = paired_difference(views[VIEW_PRIVILEGED], views[VIEW_ORDINARY])
-        rows.append(
-            {"split": split, "tasks": int(lead["tasks"])}
-            | {k: round(float(lead[k]), 4) for k in ("difference", "low", "high")}
-        )
-    return rows
 
 
 def by_reference_outcome(

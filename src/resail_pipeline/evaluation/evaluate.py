@@ -31,13 +31,15 @@ from resail_pipeline.generation.base import Generator
 from resail_pipeline.journal import EpisodeJournal
 from resail_pipeline.prompts import OUTCOMES, Summary
 from resail_pipeline.rollout import EpisodeSpec, RolloutSettings, episodes_to_frames
-from resail_pipeline.schemas import SCHEMAS, check_columns
+from resail_pipeline.schemas import (
+    SCHEMAS,
+    VIEW_ORDINARY,
+    VIEW_PRIVILEGED,
+    VIEWS,
+    check_columns,
+)
 
 logger = logging.getLogger(__name__)
-
-VIEW_ORDINARY = "ordinary"
-VIEW_PRIVILEGED = "privileged"
-VIEWS = (VIEW_ORDINARY, VIEW_PRIVILEGED)
 
 #: Columns of the fixed Experience table: the ``summaries`` of the reference episodes, one per
 #: test task, with the task id; rows that were never accepted give their task no Experience.

@@ -1,6 +1,6 @@
 """Success rates per decoding seed and their mean and sample standard deviation; what the
-actions were (valid, repeated); paired differences with their intervals; the power of a paired
-comparison.
+actions were (valid, repeated); paired differences with their intervals, the privileged view's
+lead among them; the power of a paired comparison.
 
 The paper reports each checkpoint's success as the mean and the *sample* standard deviation
 (``n - 1`` in the denominator) of the per-seed success rates over three decoding seeds
@@ -16,7 +16,7 @@ from statistics import NormalDist
 import numpy as np
 import pandas as pd
 
-from resail_pipeline.schemas import check_columns
+from resail_pipeline.schemas import VIEW_ORDINARY, VIEW_PRIVILEGED, check_columns
 
 #: The columns an evaluation is grouped by: one summary row per (checkpoint, split, view).
 SUMMARY_KEYS = ("policy_id", "cycle", "method", "env", "split", "view")
@@ -158,6 +158,28 @@ def paired_difference(
         )
     per_task = (a - b).groupby(level="task_id").mean().to_numpy()  # (tasks,)
     return _over_tasks(per_task, resamples=resamples, level=level, seed=seed)
+
+
+def privileged_lead(results: pd.DataFrame) -> pd.DataFrame:
+    """Per split, the privileged view's success minus the ordinary view's, paired by task and
+    decoding seed, with its 95% bootstrap interval over tasks (:func:`paired_difference`): what
+    the premise asks of a policy that teaches itself (a lead whose interval lies above zero).
+
+    Args:
+        results: an evaluation's ``eval_results``; splits evaluated in one view only are left out.
+
+    Returns:
+        One row per split evaluated in both views: ``split``, ``tasks``, ``difference``, ``low``,
+        ``high`` (fractions).
+    """
+    check_columns(results, "eval_results", source="eval_results")
+    rows = []
+    for split, episodes in results.groupby("split", sort=True):
+        views = dict(tuple(episodes.groupby("view")))
+        if {VIEW_ORDINARY, VIEW_PRIVILEGED} <= views.keys():
+            lead = paired_difference(views[VIEW_PRIVILEGED], views[VIEW_ORDINARY])
+            rows.append({"split": split, **lead, "tasks": int(lead["tasks"])})
+    return pd.DataFrame(rows, columns=["split", "tasks", "difference", "low", "high"])
 
 
 def task_difference(

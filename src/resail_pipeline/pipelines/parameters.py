@@ -25,7 +25,6 @@ from resail_pipeline.config import (
     check_int,
     field_docs,
 )
-from resail_pipeline.evaluation.evaluate import VIEW_PRIVILEGED
 from resail_pipeline.experience import SummarizeConfig, configured_planner
 from resail_pipeline.experience.extraction import SOURCE_MODEL
 from resail_pipeline.generation.cuda import GpuInfo
@@ -45,6 +44,7 @@ from resail_pipeline.prompt_budget import (
     check_prompt_budget,
     estimate_prompt_lengths,
 )
+from resail_pipeline.schemas import VIEW_PRIVILEGED
 from resail_pipeline.tracking import TrackingConfig
 from resail_pipeline.training import TrainConfig
 from resail_pipeline.training.memory import ModelShape, check_fits, plan_memory

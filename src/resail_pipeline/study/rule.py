@@ -1,5 +1,6 @@
 """The rule a plan pre-registers: its choice among the candidates once they are evaluated, and
-the table of every candidate written beside the report."""
+the table of every candidate written beside the report, with cycle 0's privileged lead where cycle
+0 was evaluated in both views (the teacher's half of the premise)."""
 
 from __future__ import annotations
 
@@ -17,13 +18,25 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class RuleOutcome:
-    """What a plan's rule found: every candidate's differences, the choice, and whether the
-    choice met the rule's aim (``largest_gain``: a gain; ``largest_harmless``: no harm)."""
+    """What a plan's rule found: every candidate's differences, the choice, whether the choice
+    met the rule's aim (``largest_gain``: a gain; ``largest_harmless``: no harm), and cycle 0's
+    privileged lead."""
 
     # one row per candidate, split and view: difference, low, high (points), tasks, harmless, gain
     table: pd.DataFrame
     chosen: float | None
     met: bool
+    # one row per split cycle 0 evaluated in both views: tasks, difference, low, high (points)
+    lead: pd.DataFrame
+
+    @property
+    def premise(self) -> bool | None:
+        """Whether the paper's premise holds: cycle 0's privileged view leads its ordinary view
+        on every split with a paired interval above zero (the teacher knows more), and the rule
+        found a gain (a first cycle teaches); ``None`` where cycle 0 has one view only."""
+        if self.lead.empty:
+            return None
+        return bool((self.lead["low"] > 0).all()) and self.met
 
 
 def apply_rule(plan: StudyPlan, outputs: Path) -> RuleOutcome:
@@ -36,9 +49,10 @@ def apply_rule(plan: StudyPlan, outputs: Path) -> RuleOutcome:
     Returns:
         One row per candidate, split and view (``difference``, ``low``, ``high`` in percentage
         points, ``tasks``, ``harmless``: upper bound >= 0, ``gain``: lower bound > 0), the chosen
-        value (``None`` when no candidate is harmless) and whether it met the rule's aim.
+        value (``None`` when no candidate is harmless), whether it met the rule's aim, and cycle
+        0's privileged lead per split (points).
     """
-    from resail_pipeline.evaluation.stats import paired_difference
+    from resail_pipeline.evaluation.stats import paired_difference, privileged_lead
 
     if plan.rule is None:
         raise ValueError("plan: has no rule")
@@ -64,22 +78,26 @@ def apply_rule(plan: StudyPlan, outputs: Path) -> RuleOutcome:
                 }
             )
     table = pd.DataFrame(rows)
+    lead = privileged_lead(baseline)
+    lead[["difference", "low", "high"]] *= 100
     by_value = table.groupby(plan.rule.parameter)
     harmless = by_value["harmless"].all()
     largest_harmless = float(harmless[harmless].index.max()) if harmless.any() else None
     if plan.rule.choose == "largest_harmless":
-        return RuleOutcome(table, largest_harmless, largest_harmless is not None)
+        return RuleOutcome(table, largest_harmless, largest_harmless is not None, lead)
     ordinary = table[table["view"] == "ordinary"].groupby(plan.rule.parameter)
     if ordinary.ngroups == 0:
         raise ValueError("largest_gain: the candidates were not evaluated in the ordinary view")
     gains = ordinary["difference"].mean()[ordinary["gain"].all()]
     if gains.empty:
-        return RuleOutcome(table, largest_harmless, met=False)
-    return RuleOutcome(table, float(gains.idxmax()), met=True)
+        return RuleOutcome(table, largest_harmless, False, lead)
+    return RuleOutcome(table, float(gains.idxmax()), True, lead)
 
 
 def write_rule(plan: StudyPlan, outputs: Path, reporting: Path) -> RuleOutcome:
-    """Apply the plan's rule; write every candidate and the choice to ``reporting/rule.md``."""
+    """Apply the plan's rule; write every candidate and the choice to ``reporting/rule.md``, and
+    where cycle 0 was evaluated in both views, its privileged lead and whether the premise
+    holds."""
     from resail_pipeline.evaluation.report import table_to_markdown
 
     outcome = apply_rule(plan, outputs)
@@ -106,6 +124,18 @@ def write_rule(plan: StudyPlan, outputs: Path, reporting: Path) -> RuleOutcome:
         "over tasks; harmless: upper bound >= 0; gain: lower bound > 0.\n\n"
         f"{table_to_markdown(shown, float_format='.1f')}\n\n{verdict}\n"
     )
+    if outcome.premise is not None:
+        teaches = "a first cycle gains" if outcome.met else "no first cycle gains"
+        leads = "leads" if (outcome.lead["low"] > 0).all() else "does not lead on every split"
+        text += (
+            "\n## Cycle 0's privileged lead\n\n"
+            "Privileged-view success minus ordinary-view success at cycle 0 in percentage points, "
+            "paired by task and decoding seed, 95% bootstrap interval over tasks.\n\n"
+            f"{table_to_markdown(outcome.lead, float_format='.1f')}\n\n"
+            f"premise {'holds' if outcome.premise else 'unmet'}: the privileged view {leads} "
+            f"with an interval above zero, and {teaches}\n"
+        )
+        logger.info("study: premise %s", "holds" if outcome.premise else "unmet")
     reporting.mkdir(parents=True, exist_ok=True)
     with atomic_path(reporting / "rule.md") as tmp:
         Path(tmp).write_text(text)
