@@ -708,3 +708,24 @@ def test_an_experiment_without_the_probe_needs_no_probe_rows():
     from resail_pipeline.evaluation.report import check_cycles_covered
 
     check_cycles_covered(**_three_cycles(probed=False))  # train.probe.enabled off throughout
+
+
+def test_a_cycle_that_learns_from_successes_of_a_corpus_without_one_needs_no_metrics_rows():
+    """RFT on a corpus without a success makes no update and writes an empty metrics file (the
+    trainer publishes the policy unchanged): that cycle is covered; OEL's, and RFT's own cycle 2
+    on a corpus with a success, still need their rows."""
+    from resail_pipeline.evaluation.report import check_cycles_covered
+
+    inputs = _three_cycles()
+    corpus = inputs["trajectories"]
+    failed = corpus.assign(success=corpus["success"].where(corpus["cycle"] != 1, False))
+    metrics = inputs["train_metrics"]
+    without = metrics[~((metrics["experiment"] == "rft") & (metrics["cycle"] == 1))]
+    check_cycles_covered(**{**inputs, "trajectories": failed, "train_metrics": without})
+    # the same corpus with a success: RFT's cycle 1 made updates, so its rows are missing
+    with pytest.raises(ValueError, match=r"^train_metrics files: rft/cycle_1/train_metrics"):
+        check_cycles_covered(**{**inputs, "train_metrics": without})
+    # OEL learns from failures too: its cycle 1 updated on the failed corpus
+    no_oel = metrics[~((metrics["experiment"] == "oel") & (metrics["cycle"] == 1))]
+    with pytest.raises(ValueError, match=r"^train_metrics files: oel/cycle_1/train_metrics"):
+        check_cycles_covered(**{**inputs, "trajectories": failed, "train_metrics": no_oel})

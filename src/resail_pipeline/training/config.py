@@ -65,6 +65,14 @@ RESPONSE_SOURCES = {
     "sdpo": "student_cache",  # the cycle-start student's ordinary responses, cached
     "oel": "student",  # one fresh sample of the current student per step
 }
+
+
+def learns_from_successes_only(method: str) -> bool:
+    """Whether ``method`` trains on the corpus's successful trajectories only (RFT, GRPO): on a
+    corpus without one it makes no update and publishes its cycle-start policy unchanged."""
+    return RESPONSE_SOURCES[method.removesuffix("_resail")] in ("logged", "student_groups")
+
+
 #: ``single``: one process; ``ddp``: torch DistributedDataParallel; ``deepspeed``: ZeRO
 ENGINES = ("auto", "single", "ddp", "deepspeed")
 #: ``bf16``: bf16 parameters under DeepSpeed, bf16 autocast otherwise
@@ -392,7 +400,7 @@ class TrainConfig(Config):
     @property
     def successes_only(self) -> bool:
         """RFT and GRPO train only on the successful trajectories of the corpus."""
-        return self.response_source in ("logged", "student_groups")
+        return learns_from_successes_only(self.method)
 
     def objective(self) -> ResailConfig:
         """The switches the loss uses: the configured ones, or the parent's (``ResailConfig.off``)."""

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from resail_pipeline.evaluation.stats import mean_and_sd
-from resail_pipeline.schemas import SchemaError, check_columns
+from resail_pipeline.schemas import VIEWS, SchemaError, check_columns
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +41,6 @@ BENCHMARK_LABELS: dict[tuple[str, str], str] = {
     ("alfworld", "ood"): "ALFWorld (OOD)",
     ("textcraft", "test"): "TextCraft",
 }
-#: Evaluation views: without PI (the deployment view) and with the fixed PI (appendix D.2).
-VIEWS = ("ordinary", "privileged")
 #: ``train_metrics`` column -> cost component, in the stacking order of figure 5a.
 COST_COMPONENTS: dict[str, str] = {
     "seconds_response": "Response",
@@ -271,8 +269,10 @@ def check_cycles_covered(
     is every experiment's, in ``shared/cycle_1``); probe rows too, for an experiment that has
     any (``train.probe.enabled`` may be off for a whole experiment, which then has none). An
     empty but schema-valid file would otherwise drop its cycle from a table or a figure in silence
-    ("2 trained cycle(s)", no cost row). Each frame has ``experiment`` and ``cycle``; the
-    trajectories' ``experiment`` is their folder (``shared`` for cycle 1).
+    ("2 trained cycle(s)", no cost row). A method that learns from successes only, on a corpus
+    without one, makes no update and writes no metrics row; that cycle needs none. Each frame has
+    ``experiment`` and ``cycle``; the trajectories' ``experiment`` is their folder (``shared``
+    for cycle 1).
 
     Raises:
         ValueError: naming the file, the cycle and the inputs that show it was trained.
@@ -286,10 +286,13 @@ def check_cycles_covered(
     trained = trained_cycles(*frames.values())  # checks the columns first
     present = {name: _cells(frame) for name, frame in frames.items()}
     probed = {experiment for experiment, _ in present["probe"]}
+    idle = _without_updates(eval_summary, trajectories)
     for (experiment, cycle), shown in trained.items():
         for name, file in _CYCLE_FILES.items():
             if name == "probe" and experiment not in probed:
                 continue
+            if name == "train_metrics" and (experiment, cycle) in idle:
+                continue  # no update, so no row: the policy was published unchanged
             folder = "shared" if name == "trajectories" and cycle == 1 else experiment
             if (folder, cycle) not in present[name]:
                 raise ValueError(
@@ -297,6 +300,30 @@ def check_cycles_covered(
                     f"though the {' and '.join(shown)} files show that {experiment!r} trained "
                     f"cycle {cycle}; {_remedy(name, cycle)}"
                 )
+
+
+def _without_updates(
+    eval_summary: pd.DataFrame, trajectories: pd.DataFrame
+) -> set[tuple[str, int]]:
+    """The (experiment, cycle) cells that trained without an update: a method that learns from
+    successes only (:func:`~resail_pipeline.training.config.learns_from_successes_only`) on a
+    corpus without a successful trajectory (cycle 1's is ``shared``), whose ``train_metrics``
+    file has no rows."""
+    from resail_pipeline.training.config import learns_from_successes_only
+
+    trained = eval_summary[eval_summary["cycle"] >= 1] if not eval_summary.empty else eval_summary
+    if trained.empty or trajectories.empty:
+        return set()
+    succeeded = trajectories.groupby(["experiment", "cycle"])["success"].any()
+    idle = set()
+    for experiment, method in experiment_methods(trained, "eval_summary files").items():
+        if not learns_from_successes_only(method):
+            continue
+        for cycle in trained.loc[trained["experiment"] == experiment, "cycle"].unique():
+            corpus = ("shared" if cycle == 1 else experiment, int(cycle))
+            if corpus in succeeded.index and not succeeded[corpus]:
+                idle.add((experiment, int(cycle)))
+    return idle
 
 
 def _remedy(name: str, cycle: int) -> str:
