@@ -63,10 +63,14 @@ smoke: run
 # report in data/08_reporting/textcraft-study/; `make study TIER=1` runs the plan's first tier
 # only. study-budgets is the check on the dev split that fixed its budgets. STUDY_ENV=study-alfworld
 # runs ALFWorld's comparison (conf/study-alfworld, docs/results-alfworld-cpu.md) the same way.
+# TRAINING_SEED=1 trains the plan (its tiers up to TIER) again with training seed 1, in a folder of
+# its own beside the grid's, then writes each comparison under every training seed, their mean and
+# spread, to data/08_reporting/<the grid's folder>/training-seeds.md.
 STUDY_ENV ?= study
 STUDY_EXTRAS := $(RUN_EXTRAS)$(if $(findstring alfworld,$(STUDY_ENV)),$(comma)alfworld)
 study: $(VENV)/.installed-$(STUDY_EXTRAS)
-	$(BIN)/python -m resail_pipeline.study --env $(STUDY_ENV) $(if $(TIER),--tier $(TIER))
+	$(BIN)/python -m resail_pipeline.study --env $(STUDY_ENV) $(if $(TIER),--tier $(TIER)) \
+		$(if $(TRAINING_SEED),--training-seed $(TRAINING_SEED))
 
 # STUDY_PLAN names another check of the environment's, e.g. ALFWorld's at the budget its cost rule
 # chose: `make study-budgets STUDY_ENV=study-alfworld STUDY_PLAN=budgets-30x16`.
@@ -79,10 +83,13 @@ study-budgets: $(VENV)/.installed-$(STUDY_EXTRAS)
 # EXPERIMENT=oel_resail CYCLE=3 SEEDS="3 4 5"`: the paired differences beside the grid's in
 # data/08_reporting/textcraft-study-seeds3-4-5/rerun-oel_resail-cycle_3.md. A ReSAIL variant is
 # evaluated beside its parent, an ablation beside its full method; STUDY_ENV=study-alfworld reruns
-# a cell of ALFWorld's comparison.
+# a cell of ALFWorld's comparison. TRAINING_SEED=2 in place of SEEDS trains the cell again (cycles 1
+# to CYCLE of both experiments, from the grid's cycle 0) with that training seed, e.g. `make
+# study-rerun EXPERIMENT=oel_resail CYCLE=1 TRAINING_SEED=2`: its paired differences beside the
+# grid's (and any other seed's) in data/08_reporting/<the grid's folder>/training-seeds.md.
 study-rerun: $(VENV)/.installed-$(STUDY_EXTRAS)
 	$(BIN)/python -m resail_pipeline.study --env $(STUDY_ENV) --rerun $(EXPERIMENT) --cycle $(CYCLE) \
-		--seeds $(SEEDS)
+		$(if $(TRAINING_SEED),--training-seed $(TRAINING_SEED),--seeds $(SEEDS))
 
 # The shipped reference initial policy of an environment (REFERENCE_ENV: textcraft, the default,
 # or alfworld), rebuilt from the recipes of reference/<env>-chain/ (overrides of

@@ -3,6 +3,7 @@ smoke configuration, resumed, with its report."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -331,6 +332,22 @@ def test_the_smoke_study_runs_every_method_resumes_and_reports(tmp_path):
         project / "data" / "08_reporting" / "textcraft-smoke-seeds7" / "rerun-oel_resail-cycle_2.md"
     ).read_text()
     assert "| OEL + ReSAIL - OEL |" in compared and "rerun: seeds 7 (pp)" in compared
+
+    # one cell trained again with another training seed: its own corpora from the grid's cycle 0
+    retrain = [*command, "--rerun", "oel_resail", "--cycle", "1", "--training-seed", "1"]
+    fourth = subprocess.run(retrain, cwd=project, env=env, capture_output=True, text=True)
+    assert fourth.returncode == 0, fourth.stderr[-4000:]
+    seeded = project / "data" / "02_intermediate" / "textcraft-smoke-training-seed1"
+    grid = project / "data" / "02_intermediate" / "textcraft-smoke"
+    corpus = "shared/cycle_1/trajectories.parquet"  # cycle 1's corpus, shared by all
+    assert not pd.read_parquet(seeded / corpus).equals(pd.read_parquet(grid / corpus))
+    for folder in ("shared/cycle_0", "oel/cycle_1", "oel_resail/cycle_1"):
+        assert (seeded.parent.parent / "07_model_output" / seeded.name / folder).is_dir()
+    seeds = pd.read_csv(reporting / "training-seeds.csv")
+    lead = seeds[(seeds["Comparison"] == "OEL + ReSAIL - OEL") & (seeds["Cycle"] == 1)]
+    assert len(lead) == 2 and (lead["Training seeds"] == "0, 1").all()  # both views
+    times = project / "data" / "08_reporting" / "study-smoke-training-seed1.csv"
+    assert pd.read_csv(times)["experiment"].tolist() == ["oel", "oel_resail"]
 
 
 def test_an_evaluated_experiment_is_passed_over_without_a_time_row(tmp_path, monkeypatch):
@@ -771,6 +788,66 @@ def test_an_ablations_cell_reruns_beside_its_full_method_which_is_evaluated_once
     ]
 
 
+def test_a_cell_trains_again_with_another_training_seed_beside_the_grid(tmp_path, monkeypatch):
+    """``--rerun oel_resail --cycle 2 --training-seed 1``: the parent and the variant run cycles
+    1-2 with every training-seed key at 1, in a folder of their own with the grid's cycle 0, and
+    their paired differences go beside the grid's with their mean and spread."""
+    import resail_pipeline.study as study
+    from resail_pipeline.study.plan import TRAINING_SEED_KEYS, flatten
+
+    project, data = _cell_project(tmp_path)
+    calls = []
+
+    def fake_kedro(args, project, params=None, cycles=None, heartbeat=None):
+        """A fake of the cycle runs: OEL solves one task in four at every cycle, OEL + ReSAIL
+        half of them (the grid's solves all at cycle 2); the report run does nothing."""
+        if "report" in args:
+            calls.append(("report", params["data_tag"]))
+            return 0
+        name = params["run"]["experiment"]
+        flat = flatten(params)
+        calls.append((name, cycles, params["data_tag"], [flat[k] for k in TRAINING_SEED_KEYS]))
+        out = project / "data" / "07_model_output" / f"textcraft{params['data_tag']}"
+        every = 4 if name == "oel" else 2
+        for cycle in range(1, cycles + 1):
+            rows = [[t % every == 0 for t in range(40)]] * 2
+            _eval_results(out / name / f"cycle_{cycle}", rows, cycle, params["run"]["method"])
+        for other in ("eval_summary.parquet", "eval_steps.parquet"):  # what finished() reads
+            (out / name / f"cycle_{cycles}" / other).write_bytes(b"")
+        return 0
+
+    monkeypatch.setattr(study.runner, "_kedro", fake_kedro)
+    plan = load_plan(ROOT / "conf" / "base" / "study.yml")
+    log = tmp_path / "times.csv"
+    table = study.retrain_cell(plan, "study", project, name="oel_resail", cycle=2, seed=1, log=log)
+
+    folder = "-g-training-seed1"
+    assert calls == [
+        ("oel", 2, folder, [1, 1, 1]),
+        ("oel_resail", 2, folder, [1, 1, 1]),
+        ("report", folder),
+    ]
+    # the grid's cycle 0 copied, its cells left alone
+    assert (data / "06_models" / f"textcraft{folder}" / "shared" / "cycle_0" / "policy").is_dir()
+    assert not (data / "06_models" / f"textcraft{folder}" / "oel" / "cycle_2").exists()
+    rows = table.set_index(["Comparison", "Cycle"])
+    lead = rows.loc[("OEL + ReSAIL - OEL", 2)]
+    assert (lead["Seed 0 (pp)"], lead["Seed 1 (pp)"]) == (75.0, 25.0)
+    assert lead["Mean (pp)"] == 50 and lead["Spread (pp)"] == 50
+    assert set(table["Cycle"]) == {2}  # cycle 1 is seed 1's alone: the grid has none
+    written = (data / "08_reporting" / "textcraft-g" / "training-seeds.md").read_text()
+    assert (
+        "training seeds [0, 1]" in written and "| OEL + ReSAIL - OEL | textcraft (dev) |" in written
+    )
+    assert len(pd.read_csv(data / "08_reporting" / "textcraft-g" / "training-seeds.csv")) == 3
+    assert [row["experiment"] for row in csv.DictReader(log.open())] == ["oel", "oel_resail"]
+
+    # run again: everything is evaluated, nothing runs but the report
+    calls.clear()
+    study.retrain_cell(plan, "study", project, name="oel_resail", cycle=2, seed=1, log=log)
+    assert calls == [("report", folder)]
+
+
 @pytest.mark.parametrize(
     ("name", "cycle", "seeds", "message"),
     [
@@ -867,6 +944,19 @@ _ONE = "experiments: [{method: oel, cycles: 1}]"
         ),
         (_ONE, ["--tier", "0"], r"--tier: the plan's tiers are \[1\], got 0"),
         (_ONE, ["--tier", "2"], r"--tier: the plan's tiers are \[1\], got 2"),
+        # a training seed that is the folder's own, negative, or a plan that sets its keys
+        (_ONE, ["--training-seed", "0"], r"--training-seed: 0 is the seed the plan's own folder"),
+        (_ONE, ["--training-seed", "-1"], r"--training-seed: an integer >= 0, got -1"),
+        (
+            f"params: {{run.seed: 3}}\n{_ONE}",
+            ["--training-seed", "1"],
+            r"params: sets \['run\.seed'\]; a training seed sets",
+        ),
+        (
+            "experiments: [{method: oel, cycles: 1, params: {train: {schedule: {seed: 2}}}}]",
+            ["--rerun", "oel", "--cycle", "1", "--training-seed", "1"],
+            r"experiments\[0\]\.params: sets \['train\.schedule\.seed'\]",
+        ),
     ],
 )
 def test_a_bad_plan_is_refused_in_one_line_before_anything_runs(

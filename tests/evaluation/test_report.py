@@ -26,6 +26,7 @@ from resail_pipeline.evaluation.report import (
     sensitivity_per_update,
     success_figure,
     table_to_markdown,
+    training_seeds_table,
 )
 from resail_pipeline.evaluation.stats import mean_and_sd
 from resail_pipeline.schemas import SCHEMAS, SchemaError
@@ -510,6 +511,57 @@ def test_paired_differences_compare_each_variant_with_its_parent_or_full_method(
     low, high = (float(x) for x in table["95% CI (pp)"].iloc[-3].strip("[]").split(", "))
     assert 0.0 <= low < 37.5 < high <= 100.0
     assert paired_differences_table(results.iloc[:0]).empty
+
+
+def test_training_seeds_put_each_seeds_difference_beside_their_mean_and_spread():
+    initial = {0: [False, False], 1: [False, False], 2: [False, False], 3: [True, True]}
+    parent = {0: [False, False], 1: [True, False], 2: [False, False], 3: [True, True]}
+    variant = {0: [True, True], 1: [True, False], 2: [True, False], 3: [True, True]}
+    seed_0 = pd.DataFrame(
+        _episode_rows("shared", 0, "ordinary", initial)
+        + _episode_rows("oel", 1, "ordinary", parent)
+        + _episode_rows("oel_resail", 1, "ordinary", variant)
+        + _episode_rows("oel", 2, "ordinary", parent)
+    ).assign(training_seed=0)
+    # seed 1: the variant no better than the parent at cycle 1; it has not reached cycle 2, and
+    # seed 2 has reached cycle 1 of OEL only
+    seed_1 = pd.DataFrame(
+        _episode_rows("shared", 0, "ordinary", initial)
+        + _episode_rows("oel", 1, "ordinary", parent)
+        + _episode_rows("oel_resail", 1, "ordinary", parent)
+    ).assign(training_seed=1)
+    seed_2 = pd.DataFrame(
+        _episode_rows("shared", 0, "ordinary", initial)
+        + _episode_rows("oel", 1, "ordinary", initial)
+    ).assign(training_seed=2)
+    table = training_seeds_table(pd.concat([seed_0, seed_1, seed_2], ignore_index=True))
+    assert table.columns.tolist() == [
+        *["Comparison", "Benchmark", "View", "Cycle", "Training seeds"],
+        *["Seed 0 (pp)", "Seed 1 (pp)", "Seed 2 (pp)", "Mean (pp)", "95% CI over tasks (pp)"],
+        *["Spread (pp)", "Tasks"],
+    ]
+    rows = table.set_index(["Comparison", "Cycle"])
+    lead = rows.loc[("OEL + ReSAIL - OEL", 1)]
+    # per task, seed 0: 1, 0, 0.5, 0 (37.5); seed 1: 0 everywhere; the mean of the two 18.75
+    assert (lead["Seed 0 (pp)"], lead["Seed 1 (pp)"]) == (37.5, 0.0)
+    assert lead["Mean (pp)"] == pytest.approx(18.75) and lead["Spread (pp)"] == 37.5
+    assert lead["Training seeds"] == "0, 1" and lead["Tasks"] == 4
+    low, high = (float(x) for x in lead["95% CI over tasks (pp)"].strip("[]").split(", "))
+    assert 0.0 <= low < 18.75 < high <= 50.0
+    assert np.isnan(lead["Seed 2 (pp)"])  # not reached by seed 2: the others'
+    # three seeds: 12.5, 12.5 and 0 -> mean 8.33, spread 12.5
+    three = rows.loc[("OEL - ReAct", 1)]
+    assert three["Training seeds"] == "0, 1, 2" and three["Spread (pp)"] == 12.5
+    assert three["Mean (pp)"] == pytest.approx(25 / 3)
+    # only the cells at least two seeds reached (OEL's cycle 2 is seed 0's alone), in the
+    # report's order: every experiment against the initial model, then variant - parent
+    assert table[["Comparison", "Cycle"]].values.tolist() == [
+        ["OEL - ReAct", 1],
+        ["OEL + ReSAIL - ReAct", 1],
+        ["OEL + ReSAIL - OEL", 1],
+    ]
+    with pytest.raises(SchemaError, match=r"missing column\(s\) \['training_seed'\]"):
+        training_seeds_table(seed_0.drop(columns="training_seed"))
 
 
 def _collected(experiment: str, method: str, cycle: int, success: list[int]) -> list[dict]:

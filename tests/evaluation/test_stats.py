@@ -114,6 +114,27 @@ def test_paired_difference_is_the_mean_task_difference_with_a_bootstrap_interval
         paired_difference(better, base.iloc[1:], resamples=10)
 
 
+def test_a_replicated_difference_averages_each_tasks_difference_over_the_replicates():
+    from resail_pipeline.evaluation.stats import paired_difference, replicated_difference
+
+    base = _paired_episodes({0: [False, False], 1: [True, False], 2: [False, False]})
+    first = _paired_episodes({0: [True, True], 1: [True, False], 2: [True, False]})
+    second = _paired_episodes({0: [False, False], 1: [True, True], 2: [True, True]})
+    # one replicate is the paired difference
+    assert replicated_difference([(first, base)], resamples=500) == paired_difference(
+        first, base, resamples=500
+    )
+    # per task: first 1, 0, 0.5; second 0, 0.5, 1 -> averaged 0.5, 0.25, 0.75 -> mean 0.5
+    out = replicated_difference([(first, base), (second, base)], resamples=2000, seed=2)
+    assert out["difference"] == pytest.approx(0.5) and out["tasks"] == 3
+    # resampled means of three values in {0.25, 0.5, 0.75} lie within them
+    assert 0.25 <= out["low"] < 0.5 < out["high"] <= 0.75
+    with pytest.raises(ValueError, match="replicate 1 has other tasks than replicate 0"):
+        replicated_difference([(first, base), (second.iloc[2:], base.iloc[2:])])
+    with pytest.raises(ValueError, match="pairs: no replicate"):
+        replicated_difference([])
+
+
 def test_the_privileged_lead_pairs_the_views_of_each_split_evaluated_in_both():
     from resail_pipeline.evaluation.stats import paired_difference, privileged_lead
 

@@ -142,6 +142,46 @@ def paired_difference(
     Returns:
         ``difference``, ``low``, ``high`` (fractions) and ``tasks`` (the number of tasks).
     """
+    return replicated_difference([(results, baseline)], resamples=resamples, level=level, seed=seed)
+
+
+def replicated_difference(
+    pairs: Sequence[tuple[pd.DataFrame, pd.DataFrame]],
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    level: float = 0.95,
+    seed: int = 0,
+) -> dict[str, float]:
+    """The paired difference of :func:`paired_difference`, averaged over replicates of a
+    comparison (e.g. its training seeds), and its bootstrap interval over tasks.
+
+    Each ``(results, baseline)`` pair is one replicate, paired by task and decoding seed as in
+    :func:`paired_difference`; every replicate must hold the same tasks. Each task's difference is
+    averaged over its decoding seeds, then over the replicates; the interval is the percentile
+    bootstrap over tasks of that average, so it covers the tasks' variance, not the replicates':
+    the spread over replicates is theirs to report beside it. One pair is
+    :func:`paired_difference`.
+
+    Returns:
+        ``difference``, ``low``, ``high`` (fractions) and ``tasks`` (the number of tasks).
+    """
+    if not pairs:
+        raise ValueError("pairs: no replicate to average")
+    per_task = [_paired_per_task(results, baseline) for results, baseline in pairs]
+    for k, other in enumerate(per_task[1:], start=1):
+        if not other.index.equals(per_task[0].index):
+            raise ValueError(
+                f"pairs: replicate {k} has other tasks than replicate 0 ({len(other)} vs "
+                f"{len(per_task[0])}, {len(other.index.symmetric_difference(per_task[0].index))} "
+                "unmatched)"
+            )
+    mean = np.mean([series.to_numpy() for series in per_task], axis=0)  # (tasks,)
+    return _over_tasks(mean, resamples=resamples, level=level, seed=seed)
+
+
+def _paired_per_task(results: pd.DataFrame, baseline: pd.DataFrame) -> pd.Series:
+    """Each task's difference in success of ``results`` over ``baseline``, paired by decoding seed
+    and averaged over them (a series by ``task_id``, sorted)."""
     for frame, name in ((results, "results"), (baseline, "baseline")):
         check_columns(frame, "eval_results", source=name)
         if frame.empty:
@@ -156,8 +196,7 @@ def paired_difference(
             "results, baseline: not paired; both must hold the same (task_id, decoding_seed) "
             f"episodes ({len(a)} vs {len(b)}, {len(a.index.symmetric_difference(b.index))} unmatched)"
         )
-    per_task = (a - b).groupby(level="task_id").mean().to_numpy()  # (tasks,)
-    return _over_tasks(per_task, resamples=resamples, level=level, seed=seed)
+    return (a - b).groupby(level="task_id").mean()
 
 
 def privileged_lead(results: pd.DataFrame) -> pd.DataFrame:

@@ -40,7 +40,22 @@ whose interval has an upper bound >= 0 in every split and view (the first cycle 
 measurable harm); ``largest_gain`` takes the value whose ordinary view gains most (its mean
 difference over the splits) among those whose ordinary-view interval lies above zero in every
 split (the first cycle teaches), else the largest harmless value, reported as a gain not met.
-The table of every candidate and the choice go to ``data/08_reporting/<folder>/rule.md``.
+The table of every candidate and the choice go to ``data/08_reporting/<folder>/rule.md``, with
+cycle 0's privileged lead and whether the premise holds (the lead's interval above zero in every
+split, and a gain) where cycle 0 was evaluated in both views.
+
+A grid's variance over training runs is measured by training it again with another training seed
+(``--training-seed S``): every key of ``TRAINING_SEED_KEYS`` (the collection's tasks and decoding,
+the scoring's sampled responses, the updates' order and samples) set to ``S``, in the folder
+``<the grid's>-training-seed<S>``, with the grid's cycle 0 copied there first (no training seed
+changes it). The plan's tiers (``--tier``) or one cell (``--rerun EXPERIMENT --cycle N``, with the
+experiment it is compared with, cycles 1 to N) run there as the grid's do, resumable, with their
+time rows in ``<plan>-<env>-training-seed<S>.csv``; then every comparison of the report goes to
+``data/08_reporting/<the grid's folder>/training-seeds.md`` and ``.csv``: each training seed's
+paired difference, their mean with its 95% interval over tasks, and their spread over seeds.
+
+    python -m resail_pipeline.study --env study --tier 1 --training-seed 1
+    python -m resail_pipeline.study --env study --rerun oel_resail --cycle 3 --training-seed 1
 """
 
 from __future__ import annotations
@@ -48,15 +63,27 @@ from __future__ import annotations
 from typing import Any
 
 # the ``x as x`` imports: importable from here (the tests import them), not in ``__all__``
-from resail_pipeline.study.cells import EVALUATION_FILES, finished, take_cycle_0
-from resail_pipeline.study.plan import Experiment, Rule, StudyPlan, data_folder, load_plan
+from resail_pipeline.study.cells import (
+    EVALUATION_FILES,
+    finished,
+    take_cycle_0,
+    write_training_seeds,
+)
+from resail_pipeline.study.plan import (
+    Experiment,
+    Rule,
+    StudyPlan,
+    data_folder,
+    load_plan,
+    with_training_seed,
+)
 from resail_pipeline.study.plan import plan_path as plan_path
 from resail_pipeline.study.rule import RuleOutcome, apply_rule
 from resail_pipeline.study.rule import write_rule as write_rule
 from resail_pipeline.study.runner import _run as _run
 from resail_pipeline.study.runner import _Segment as _Segment
 from resail_pipeline.study.runner import _write_row as _write_row
-from resail_pipeline.study.runner import rerun_cell, run_cycle_0, run_study
+from resail_pipeline.study.runner import rerun_cell, retrain_cell, run_cycle_0, run_study
 
 __all__ = [
     "EVALUATION_FILES",
@@ -70,9 +97,12 @@ __all__ = [
     "load_plan",
     "main",
     "rerun_cell",
+    "retrain_cell",
     "run_cycle_0",
     "run_study",
     "take_cycle_0",
+    "with_training_seed",
+    "write_training_seeds",
 ]
 
 

@@ -9,8 +9,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from resail_pipeline.config import ConfigError
-from resail_pipeline.study.plan import load_plan, plan_path
-from resail_pipeline.study.runner import rerun_cell, run_cycle_0, run_study
+from resail_pipeline.study.cells import write_training_seeds
+from resail_pipeline.study.plan import (
+    load_plan,
+    plan_path,
+    training_seed_tag,
+    with_training_seed,
+)
+from resail_pipeline.study.runner import rerun_cell, retrain_cell, run_cycle_0, run_study
 
 #: the package this command runs (imported before it, as every parent is): its docstring is the help
 _PACKAGE = sys.modules[__spec__.parent]
@@ -31,10 +37,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--rerun",
         metavar="EXPERIMENT",
-        help="evaluate one cell again instead (with --cycle, --seeds)",
+        help="evaluate one cell again instead (with --cycle, and --seeds or --training-seed)",
     )
     parser.add_argument("--cycle", type=int, help="the cell's cycle (with --rerun)")
-    parser.add_argument("--seeds", type=int, nargs="+", help="decoding seeds (with --rerun)")
+    parser.add_argument(
+        "--seeds", type=int, nargs="+", help="evaluate the cell with these decoding seeds"
+    )
+    parser.add_argument(
+        "--training-seed",
+        type=int,
+        help="train the plan (or, with --rerun, the cell) again with this training seed, in a "
+        "folder of its own, and write its paired differences beside the grid's",
+    )
     parser.add_argument(
         "--cycle-0",
         action="store_true",
@@ -42,8 +56,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         "pre-registered on it before any candidate is evaluated",
     )
     args = parser.parse_args(argv)
-    if (args.rerun is None) != (args.cycle is None) or (args.rerun is None) != (args.seeds is None):
-        parser.error("--rerun, --cycle and --seeds go together")
+    if (args.rerun is None) != (args.cycle is None):
+        parser.error("--rerun and --cycle go together")
+    if args.seeds is not None and (args.rerun is None or args.training_seed is not None):
+        parser.error("--seeds goes with --rerun, without --training-seed")
+    if args.rerun is not None and (args.seeds is None) == (args.training_seed is None):
+        parser.error("--rerun takes --seeds (evaluate again) or --training-seed (train again)")
+    if args.training_seed is not None and args.cycle_0:
+        parser.error("--cycle-0 is the plan's own; no training seed changes it")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     path = args.plan or plan_path(args.env, args.project)
     try:
@@ -51,13 +71,34 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.cycle_0:
             run_cycle_0(plan, args.env, args.project)
             return
-        if args.rerun is not None:
+        if args.rerun is not None and args.seeds is not None:
             rerun_cell(
                 plan, args.env, args.project, name=args.rerun, cycle=args.cycle, seeds=args.seeds
             )
             return
-        log = args.project / "data" / "08_reporting" / f"{path.stem}-{args.env}.csv"
-        run_study(plan, args.env, args.project, log=log, tier=args.tier)
+        seeded = "" if args.training_seed is None else training_seed_tag("", args.training_seed)
+        log = args.project / "data" / "08_reporting" / f"{path.stem}-{args.env}{seeded}.csv"
+        if args.rerun is not None:
+            retrain_cell(
+                plan,
+                args.env,
+                args.project,
+                name=args.rerun,
+                cycle=args.cycle,
+                seed=args.training_seed,
+                log=log,
+            )
+        elif args.training_seed is not None:
+            run_study(
+                with_training_seed(plan, args.env, args.project, args.training_seed),
+                args.env,
+                args.project,
+                log=log,
+                tier=args.tier,
+            )
+            write_training_seeds(plan, args.env, args.project)
+        else:
+            run_study(plan, args.env, args.project, log=log, tier=args.tier)
     except ConfigError as error:  # a bad plan or option: one line naming the field, status 2
         parser.exit(2, f"error: {error}\n")
 

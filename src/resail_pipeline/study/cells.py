@@ -1,5 +1,6 @@
 """The data folder's cells: whether an experiment is evaluated, cycle 0 taken from another
-folder, and a cell's paired differences in the grid beside those of its rerun."""
+folder, a cell's paired differences in the grid beside those of its rerun, and the grid's beside
+those of its training seeds."""
 
 from __future__ import annotations
 
@@ -12,7 +13,13 @@ import pandas as pd
 
 from resail_pipeline.config import ConfigError
 from resail_pipeline.io import atomic_path
-from resail_pipeline.study.plan import Experiment, StudyPlan, data_folder
+from resail_pipeline.study.plan import (
+    TRAINING_SEED_SUFFIX,
+    Experiment,
+    StudyPlan,
+    data_folder,
+    training_seed_of,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -171,3 +178,62 @@ def _write_comparison(table: pd.DataFrame, reporting: Path, names: list[str], cy
     with atomic_path(reporting / f"{stem}.md") as tmp:
         tmp.write_text(text)
     logger.info("rerun: %s", reporting / f"{stem}.md")
+
+
+def _folder_results(outputs: Path) -> pd.DataFrame:
+    """Every ``eval_results`` of the data folder ``outputs`` (``07_model_output/<folder>``), with
+    its ``experiment`` (``shared`` for cycle 0)."""
+    frames = [
+        pd.read_parquet(path).assign(experiment=path.parent.parent.name)
+        for path in sorted(outputs.glob("*/cycle_*/eval_results.parquet"))
+    ]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def write_training_seeds(plan: StudyPlan, env: str, project: Path) -> pd.DataFrame:
+    """The paired differences of the plan's grid beside those of every training seed it was
+    trained again with (:func:`~resail_pipeline.study.plan.with_training_seed`),
+    their mean over seeds with its interval over tasks and their spread
+    (:func:`~resail_pipeline.evaluation.report.training_seeds_table`), to
+    ``data/08_reporting/<the grid's folder>/training-seeds.md`` and ``.csv``.
+
+    Returns:
+        The table; empty (and nothing written) where no cell is evaluated under two seeds.
+    """
+    from resail_pipeline.evaluation.report import table_to_markdown, training_seeds_table
+
+    run_env, tag = data_folder(plan, env, project)
+    outputs = project / "data" / "07_model_output"
+    prefix = f"{run_env}{tag}{TRAINING_SEED_SUFFIX}"
+    folders = {training_seed_of(plan, env, project): outputs / f"{run_env}{tag}"}
+    for folder in sorted(outputs.glob(f"{prefix}*")):
+        suffix = folder.name.removeprefix(prefix)
+        if suffix.isdigit():
+            folders[int(suffix)] = folder
+    frames = [
+        _folder_results(folder).assign(training_seed=seed) for seed, folder in folders.items()
+    ]
+    frames = [frame for frame in frames if not frame.empty]
+    if not frames:
+        return pd.DataFrame()
+    results = pd.concat(frames, ignore_index=True)
+    table = training_seeds_table(results, source=f"{run_env}{tag} and its training seeds")
+    if table.empty:
+        logger.info("training seeds: no cell evaluated under two training seeds yet")
+        return table
+    reporting = project / "data" / "08_reporting" / f"{run_env}{tag}"
+    reporting.mkdir(parents=True, exist_ok=True)
+    with atomic_path(reporting / "training-seeds.csv") as tmp:
+        table.to_csv(tmp, index=False)
+    text = (
+        f"# The grid's paired differences under training seeds {sorted(folders)}\n\n"
+        "Each training seed's paired difference in success (percentage points; decoding seeds "
+        "averaged), their mean with its 95% percentile-bootstrap interval over tasks (each task's "
+        "difference averaged over the seeds that reached the cell: the tasks' variance, not the "
+        "seeds'), and their spread over training seeds (largest minus smallest).\n\n"
+        f"{table_to_markdown(table, float_format='+.1f')}\n"
+    )
+    with atomic_path(reporting / "training-seeds.md") as tmp:
+        tmp.write_text(text)
+    logger.info("training seeds: %s", reporting / "training-seeds.md")
+    return table

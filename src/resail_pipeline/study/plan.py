@@ -277,6 +277,65 @@ def plan_path(env: str, project: Path) -> Path:
     return own if own.is_file() else project / "conf" / "base" / PLAN_FILE
 
 
+#: the parameters a training seed sets, all to the seed: what draws a cycle's tasks and decodes its
+#: collection, what samples the scoring's responses, and what orders and samples the updates
+TRAINING_SEED_KEYS = ("run.seed", "score.seed", "train.schedule.seed")
+
+
+#: what a grid's data tag is followed by, then the seed, in the tag of its training seed's folder
+TRAINING_SEED_SUFFIX = "-training-seed"
+
+
+def training_seed_tag(tag: str, seed: int) -> str:
+    """The data tag of a grid with data tag ``tag`` trained again with training seed ``seed``."""
+    return f"{tag}{TRAINING_SEED_SUFFIX}{seed}"
+
+
+def with_training_seed(plan: StudyPlan, env: str, project: Path, seed: int) -> StudyPlan:
+    """``plan`` trained again with training seed ``seed``: every key of
+    :data:`TRAINING_SEED_KEYS` set to ``seed``, in the folder :func:`training_seed_tag` names,
+    taking its cycle 0 (which no training seed changes) from the plan's own folder.
+
+    Raises:
+        ConfigError: ``seed`` is negative or the plan's own (the seed its folder was trained
+            with), the plan or an experiment sets a key of :data:`TRAINING_SEED_KEYS`, or the
+            configuration gives them different values (then the plan's folder has no one seed).
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ConfigError(f"--training-seed: an integer >= 0, got {seed!r}")
+    for field, params in [("params", plan.params)] + [
+        (f"experiments[{i}].params", e.params) for i, e in enumerate(plan.experiments)
+    ]:
+        set_here = sorted(set(flatten(params)) & set(TRAINING_SEED_KEYS))
+        if set_here:
+            raise ConfigError(
+                f"{field}: sets {set_here}; a training seed sets {list(TRAINING_SEED_KEYS)}"
+            )
+    own = training_seed_of(plan, env, project)
+    if seed == own:
+        raise ConfigError(f"--training-seed: {seed} is the seed the plan's own folder trains with")
+    _, tag = data_folder(plan, env, project)
+    params = {**plan.params, "data_tag": training_seed_tag(tag, seed)}
+    params.update(dict.fromkeys(TRAINING_SEED_KEYS, seed))
+    return StudyPlan(experiments=plan.experiments, params=params, rule=plan.rule, cycle_0_from=tag)
+
+
+def training_seed_of(plan: StudyPlan, env: str, project: Path) -> int:
+    """The training seed the plan's own runs train with: the one value the configuration gives
+    every key of :data:`TRAINING_SEED_KEYS`."""
+    loader = CONFIG_LOADER_CLASS(
+        str(project / "conf"), env=env, runtime_params=nest(plan.params), **CONFIG_LOADER_ARGS
+    )
+    flat = flatten(loader["parameters"])
+    values = {key: flat.get(key, 0) for key in TRAINING_SEED_KEYS}  # each model's default: 0
+    if len(set(values.values())) != 1:
+        raise ConfigError(
+            f"{env}: the parameters give the training seed's keys different values {values}; "
+            "the plan's folder has no one training seed"
+        )
+    return next(iter(values.values()))
+
+
 def data_folder(plan: StudyPlan, env: str, project: Path) -> tuple[str, str]:
     """The environment and the data tag of the plan's runs, whose data folder is their
     concatenation (``textcraft`` + ``-study``), resolved by the project's configuration loader as

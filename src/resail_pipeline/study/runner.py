@@ -32,8 +32,15 @@ from resail_pipeline.study.cells import (
     compare_cells,
     finished,
     take_cycle_0,
+    write_training_seeds,
 )
-from resail_pipeline.study.plan import Experiment, StudyPlan, data_folder, nest
+from resail_pipeline.study.plan import (
+    Experiment,
+    StudyPlan,
+    data_folder,
+    nest,
+    with_training_seed,
+)
 from resail_pipeline.study.rule import write_rule
 
 logger = logging.getLogger(__name__)
@@ -276,3 +283,32 @@ def rerun_cell(
     )
     _write_comparison(table, data / "08_reporting" / f"{run_env}{rerun_tag}", names, cycle)
     return table
+
+
+def retrain_cell(
+    plan: StudyPlan, env: str, project: Path, *, name: str, cycle: int, seed: int, log: Path
+) -> pd.DataFrame:
+    """Train one cell of the grid again with training seed ``seed``, from the initial policy.
+
+    Experiment ``name`` and the experiment it is compared with (a ReSAIL variant's parent, an
+    ablation's full method) run cycles 1 to ``cycle`` with the plan's settings and every key of
+    :data:`~resail_pipeline.study.plan.TRAINING_SEED_KEYS` set to ``seed``, in the folder
+    :func:`~resail_pipeline.study.plan.with_training_seed` names, with the grid's cycle 0 (copied
+    there first); what exists is kept, so an interrupted run resumes, and the other cells of the
+    same seed continue the same runs. Their paired differences go beside the grid's, with their
+    mean and spread over training seeds, to ``data/08_reporting/<the grid's folder>/
+    training-seeds.md`` (:func:`~resail_pipeline.study.cells.write_training_seeds`).
+
+    Returns:
+        That table.
+    """
+    check_int("--cycle", cycle, low=1)
+    seeded = with_training_seed(plan, env, project, seed)
+    cell = [e.model_copy(update={"cycles": cycle, "tier": 1}) for e in _cell_names(plan, name)]
+    run_study(
+        StudyPlan(experiments=cell, params=seeded.params, cycle_0_from=seeded.cycle_0_from),
+        env,
+        project,
+        log=log,
+    )
+    return write_training_seeds(plan, env, project)

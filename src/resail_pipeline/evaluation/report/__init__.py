@@ -9,6 +9,8 @@ Built from whatever experiments and cycles the catalog holds:
 - :func:`paired_differences_table`: every experiment against the initial model, each ReSAIL
   variant against its parent and each ablation against its full method, at every cycle and view:
   the paired difference on the same tasks and seeds with a 95% bootstrap interval over tasks.
+- :func:`training_seeds_table`: the same differences for a grid trained again with other
+  training seeds: each seed's, their mean with its interval over tasks, and their spread.
 - :func:`ablation_table`: table 3 style, named experiments as rows (e.g. the retention views).
 - :func:`collection_table`: the success of the trajectories each cycle collects (by the policy of
   the cycle before) on the tasks the cycles learn from, against the initial policy's.
@@ -74,6 +76,7 @@ from resail_pipeline.evaluation.report.tables import (
     paired_differences_table,
     rejected_summaries_note,
     table_to_markdown,
+    training_seeds_table,
 )
 
 __all__ = [
@@ -104,4 +107,5 @@ __all__ = [
     "sensitivity_per_update",
     "success_figure",
     "table_to_markdown",
+    "training_seeds_table",
 ]

@@ -1,9 +1,10 @@
-"""The report's tables: table 1, the paired differences, ablations, the success of each cycle's
-collection, the rejected-summaries note, the cost table (table 6), and their Markdown."""
+"""The report's tables: table 1, the paired differences (and their spread over training seeds),
+ablations, the success of each cycle's collection, the rejected-summaries note, the cost table
+(table 6), and their Markdown."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
@@ -28,7 +29,11 @@ from resail_pipeline.evaluation.report.frames import (
     require,
     rows_where,
 )
-from resail_pipeline.evaluation.stats import paired_difference, task_difference
+from resail_pipeline.evaluation.stats import (
+    paired_difference,
+    replicated_difference,
+    task_difference,
+)
 from resail_pipeline.schemas import check_columns
 
 
@@ -93,32 +98,18 @@ def _table_row(
     return {"Method": label} | {name: cells.get(key, MISSING) for key, name in columns.items()}
 
 
-def paired_differences_table(
-    eval_results: pd.DataFrame, *, source: str = "eval_results"
-) -> pd.DataFrame:
-    """Paired differences in success (same tasks, same decoding seeds;
-    :func:`~resail_pipeline.evaluation.stats.paired_difference`) in percentage points, with 95%
-    bootstrap intervals over tasks: first every experiment at every cycle against the initial
-    model (ReAct, cycle 0), then each ReSAIL variant against its parent (the experiments named
-    after the two methods), then each other experiment of a method against the one named after it
-    (an ablation against the full method, e.g. ``oel_resail-retention_none - OEL + ReSAIL``), each
-    at every cycle both reached; per benchmark and view.
+#: the keys of one paired difference: a comparison, on one benchmark and view, at one cycle
+_DIFFERENCE_KEYS = ["Comparison", "Benchmark", "View", "Cycle"]
 
-    Returns:
-        Columns ``Comparison``, ``Benchmark``, ``View``, ``Cycle``, ``Difference (pp)``,
-        ``95% CI (pp)``, ``Tasks``; no rows where no pair was evaluated.
-    """
-    columns = [
-        "Comparison",
-        "Benchmark",
-        "View",
-        "Cycle",
-        "Difference (pp)",
-        "95% CI (pp)",
-        "Tasks",
-    ]
-    if eval_results.empty:
-        return pd.DataFrame(columns=columns)
+
+def _compared(
+    eval_results: pd.DataFrame, source: str
+) -> Iterator[tuple[tuple[str, str, str, int], pd.DataFrame, pd.DataFrame]]:
+    """Every comparison of the report's paired differences, in its order: ``((comparison,
+    benchmark, view, cycle), episodes, the episodes they are paired with)``; first every experiment
+    at every cycle against the initial model (ReAct, cycle 0), then each ReSAIL variant against
+    its parent (the experiments named after the two methods), then each other experiment of a
+    method against the one named after it, each at every cycle both reached."""
     check_columns(eval_results, "eval_results", source=source)
     require(eval_results, ("experiment",), source)
     trained = eval_results[eval_results["cycle"] > 0]
@@ -139,30 +130,115 @@ def paired_differences_table(
         )
         for ours, theirs in comparisons({e: methods[e] for e in experiments})
     ]
-    rows = []
     for name, ours, theirs, from_initial in pairs:
-        keys = ["env", "split", "view", "cycle"]
-        for (env, split, view, cycle), group in ours.groupby(keys, sort=True):
+        for (env, split, view, cycle), group in ours.groupby(
+            ["env", "split", "view", "cycle"], sort=True
+        ):
             where = {"env": env, "split": split, "view": view}
             base = (
                 rows_where(theirs, **where)
                 if from_initial
                 else rows_where(theirs, cycle=cycle, **where)
             )
-            if base.empty:
-                continue
-            d = paired_difference(group, base)
-            rows.append(
-                {
-                    "Comparison": name,
-                    "Benchmark": benchmark_label(env, split),
-                    "View": view,
-                    "Cycle": int(cycle),
-                    "Difference (pp)": 100 * d["difference"],
-                    "95% CI (pp)": _interval(d),
-                    "Tasks": d["tasks"],
-                }
+            if not base.empty:
+                yield (name, benchmark_label(env, split), view, int(cycle)), group, base
+
+
+def paired_differences_table(
+    eval_results: pd.DataFrame, *, source: str = "eval_results"
+) -> pd.DataFrame:
+    """Paired differences in success (same tasks, same decoding seeds;
+    :func:`~resail_pipeline.evaluation.stats.paired_difference`) in percentage points, with 95%
+    bootstrap intervals over tasks: first every experiment at every cycle against the initial
+    model (ReAct, cycle 0), then each ReSAIL variant against its parent (the experiments named
+    after the two methods), then each other experiment of a method against the one named after it
+    (an ablation against the full method, e.g. ``oel_resail-retention_none - OEL + ReSAIL``), each
+    at every cycle both reached; per benchmark and view.
+
+    Returns:
+        Columns ``Comparison``, ``Benchmark``, ``View``, ``Cycle``, ``Difference (pp)``,
+        ``95% CI (pp)``, ``Tasks``; no rows where no pair was evaluated.
+    """
+    columns = [*_DIFFERENCE_KEYS, "Difference (pp)", "95% CI (pp)", "Tasks"]
+    if eval_results.empty:
+        return pd.DataFrame(columns=columns)
+    rows = []
+    for keys, ours, theirs in _compared(eval_results, source):
+        d = paired_difference(ours, theirs)
+        rows.append(
+            dict(zip(_DIFFERENCE_KEYS, keys, strict=True))
+            | {
+                "Difference (pp)": 100 * d["difference"],
+                "95% CI (pp)": _interval(d),
+                "Tasks": d["tasks"],
+            }
+        )
+    return pd.DataFrame(rows, columns=columns)
+
+
+def training_seeds_table(
+    eval_results: pd.DataFrame, *, source: str = "eval_results"
+) -> pd.DataFrame:
+    """The report's paired differences (:func:`paired_differences_table`) of a grid trained again
+    with other training seeds, each seed's beside the others', their mean with its 95% bootstrap
+    interval over tasks (:func:`~resail_pipeline.evaluation.stats.replicated_difference`: each
+    task's difference averaged over decoding and training seeds) and their spread over training
+    seeds (largest minus smallest).
+
+    Args:
+        eval_results: the ``eval_results`` of every training seed's grid, with their
+            ``experiment`` and ``training_seed``; a seed's comparisons pair its own episodes (the
+            initial model's among them).
+
+    Returns:
+        Columns ``Comparison``, ``Benchmark``, ``View``, ``Cycle``, ``Training seeds``, one
+        ``Seed <s> (pp)`` per training seed (``nan`` where that seed has not reached the cell),
+        ``Mean (pp)``, ``95% CI over tasks (pp)``, ``Spread (pp)``, ``Tasks``: one row per
+        comparison at least two training seeds reached, the mean, interval and spread over those.
+    """
+    require(eval_results, ("training_seed",), source)
+    seeds = sorted(int(s) for s in eval_results["training_seed"].unique())
+    per_seed = {
+        seed: {
+            keys: (ours, theirs)
+            for keys, ours, theirs in _compared(
+                eval_results[eval_results["training_seed"] == seed], f"{source} (seed {seed})"
             )
+        }
+        for seed in seeds
+    }
+    order = list(dict.fromkeys(k for seed in seeds for k in per_seed[seed]))
+    rows = []
+    for keys in order:
+        reached = [seed for seed in seeds if keys in per_seed[seed]]
+        if len(reached) < 2:  # one seed's difference is the report's own
+            continue
+        each = {seed: paired_difference(*per_seed[seed][keys]) for seed in reached}
+        pooled = replicated_difference([per_seed[seed][keys] for seed in reached])
+        differences = [100 * d["difference"] for d in each.values()]
+        rows.append(
+            dict(zip(_DIFFERENCE_KEYS, keys, strict=True))
+            | {"Training seeds": ", ".join(str(seed) for seed in reached)}
+            | {
+                f"Seed {seed} (pp)": 100 * each[seed]["difference"] if seed in each else np.nan
+                for seed in seeds
+            }
+            | {
+                "Mean (pp)": 100 * pooled["difference"],
+                "95% CI over tasks (pp)": _interval(pooled),
+                "Spread (pp)": max(differences) - min(differences),
+                "Tasks": pooled["tasks"],
+            }
+        )
+    columns = [
+        *_DIFFERENCE_KEYS,
+        "Training seeds",
+        *(f"Seed {seed} (pp)" for seed in seeds),
+        "Mean (pp)",
+        "95% CI over tasks (pp)",
+        "Spread (pp)",
+        "Tasks",
+    ]
     return pd.DataFrame(rows, columns=columns)
 
 
