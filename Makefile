@@ -65,7 +65,7 @@ smoke: run
 # runs ALFWorld's comparison (conf/study-alfworld, docs/results-alfworld-cpu.md) the same way.
 # TRAINING_SEED=1 trains the plan (its tiers up to TIER) again with training seed 1, in a folder of
 # its own beside the grid's, then writes each comparison under every training seed, their mean and
-# spread, to data/08_reporting/<the grid's folder>/training-seeds.md.
+# SD, to data/08_reporting/<the grid's folder>/training-seeds.md.
 STUDY_ENV ?= study
 STUDY_EXTRAS := $(RUN_EXTRAS)$(if $(findstring alfworld,$(STUDY_ENV)),$(comma)alfworld)
 study: $(VENV)/.installed-$(STUDY_EXTRAS)

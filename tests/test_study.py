@@ -340,7 +340,8 @@ def test_the_smoke_study_runs_every_method_resumes_and_reports(tmp_path):
     seeded = project / "data" / "02_intermediate" / "textcraft-smoke-training-seed1"
     grid = project / "data" / "02_intermediate" / "textcraft-smoke"
     corpus = "shared/cycle_1/trajectories.parquet"  # cycle 1's corpus, shared by all
-    assert not pd.read_parquet(seeded / corpus).equals(pd.read_parquet(grid / corpus))
+    tasks = [pd.read_parquet(folder / corpus)["task_id"].tolist() for folder in (seeded, grid)]
+    assert tasks[0] != tasks[1]  # the seed draws other tasks
     for folder in ("shared/cycle_0", "oel/cycle_1", "oel_resail/cycle_1"):
         assert (seeded.parent.parent / "07_model_output" / seeded.name / folder).is_dir()
     seeds = pd.read_csv(reporting / "training-seeds.csv")
@@ -647,6 +648,20 @@ def test_the_rule_report_gives_cycle_0s_privileged_lead_and_whether_the_premise_
         in (tmp_path / "report" / "rule.md").read_text()
     )
 
+    # the harmless rule chooses a rate that did no harm; no candidate gained: a lead alone is no
+    # premise, whichever rule chose
+    harmless = _rule_plan(tmp_path, "largest_harmless")
+    _eval_results(outputs / "shared" / "cycle_0", [half, half], 0, privileged=[[True] * tasks] * 2)
+    for name in ("small", "middle", "large"):
+        _eval_results(outputs / name / "cycle_1", [half, half], 1, privileged=[[True] * tasks] * 2)
+    outcome = write_rule(harmless, outputs, tmp_path / "report")
+    assert outcome.met and outcome.chosen == 4e-5 and not outcome.gained
+    assert outcome.lead["low"].iloc[0] > 0 and outcome.premise is False
+    assert (
+        "premise unmet: the privileged view leads with an interval above zero, and no first"
+        in (tmp_path / "report" / "rule.md").read_text()
+    )
+
 
 def _cell_project(tmp_path: Path) -> tuple[Path, Path]:
     """A project with a grid's cycle 2 of OEL and OEL + ReSAIL (dev split, seeds 0-1, 40 tasks):
@@ -823,8 +838,8 @@ def test_a_cell_trains_again_with_another_training_seed_beside_the_grid(tmp_path
 
     folder = "-g-training-seed1"
     assert calls == [
-        ("oel", 2, folder, [1, 1, 1]),
-        ("oel_resail", 2, folder, [1, 1, 1]),
+        ("oel", 2, folder, [1, 1, 1, 1]),
+        ("oel_resail", 2, folder, [1, 1, 1, 1]),
         ("report", folder),
     ]
     # the grid's cycle 0 copied, its cells left alone
@@ -833,7 +848,7 @@ def test_a_cell_trains_again_with_another_training_seed_beside_the_grid(tmp_path
     rows = table.set_index(["Comparison", "Cycle"])
     lead = rows.loc[("OEL + ReSAIL - OEL", 2)]
     assert (lead["Seed 0 (pp)"], lead["Seed 1 (pp)"]) == (75.0, 25.0)
-    assert lead["Mean (pp)"] == 50 and lead["Spread (pp)"] == 50
+    assert lead["Mean (pp)"] == 50 and lead["SD over seeds (pp)"] == pytest.approx(50 / 2**0.5)
     assert set(table["Cycle"]) == {2}  # cycle 1 is seed 1's alone: the grid has none
     written = (data / "08_reporting" / "textcraft-g" / "training-seeds.md").read_text()
     assert (
@@ -979,3 +994,47 @@ def test_a_bad_plan_is_refused_in_one_line_before_anything_runs(
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and re.search(message, lines[0]), lines
     assert sorted(tmp_path.rglob("*")) == before  # nothing copied, no time row
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--rerun", "oel"], "--rerun and --cycle go together"),
+        (["--rerun", "oel", "--cycle", "1"], "--rerun takes --seeds .* or --training-seed"),
+        (["--seeds", "3"], "--seeds goes with --rerun, without --training-seed"),
+        (
+            ["--rerun", "oel", "--cycle", "1", "--seeds", "3", "--training-seed", "1"],
+            "--seeds goes with --rerun, without --training-seed",
+        ),
+        (["--cycle-0", "--training-seed", "1"], "--cycle-0 is the plan's own"),
+        (["--rerun", "oel", "--cycle", "1", "--seeds", "3", "--tier", "1"], "--tier chooses"),
+    ],
+)
+def test_options_that_do_not_go_together_are_refused(tmp_path, monkeypatch, capsys, argv, message):
+    import re
+
+    import resail_pipeline.study as study
+
+    monkeypatch.setattr(study.runner, "_kedro", lambda *a, **k: pytest.fail("nothing may run"))
+    with pytest.raises(SystemExit) as exit_:
+        study.main(["--project", str(tmp_path), *argv])
+    assert exit_.value.code == 2
+    assert re.search(message, capsys.readouterr().err.strip().splitlines()[-1])
+
+
+def test_a_configuration_without_one_training_seed_is_refused(tmp_path):
+    """The grid's own training seed is the one value its configuration gives every key; where an
+    environment sets one of them apart, the grid has none, and a new seed could repeat it."""
+    from resail_pipeline.study import with_training_seed
+
+    project, _ = _cycle_0_project(tmp_path, _ONE)
+    plan = load_plan(project / "plan.yml")
+    assert with_training_seed(plan, "base", project, 3).params["score.seed"] == 3
+    (project / "conf" / "local").mkdir()
+    (project / "conf" / "local" / "parameters.yml").write_text("score: {seed: 2}\n")
+    with pytest.raises(ValueError, match=r"different values .*'score\.seed': 2"):
+        with_training_seed(plan, "local", project, 3)
+    with pytest.raises(ValueError, match=r"--cycle: the plan trains 'oel' to cycle 1, got 2"):
+        import resail_pipeline.study as study
+
+        study.retrain_cell(plan, "base", project, name="oel", cycle=2, seed=3, log=tmp_path / "t")

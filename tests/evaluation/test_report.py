@@ -538,20 +538,22 @@ def test_training_seeds_put_each_seeds_difference_beside_their_mean_and_spread()
     assert table.columns.tolist() == [
         *["Comparison", "Benchmark", "View", "Cycle", "Training seeds"],
         *["Seed 0 (pp)", "Seed 1 (pp)", "Seed 2 (pp)", "Mean (pp)", "95% CI over tasks (pp)"],
-        *["Spread (pp)", "Tasks"],
+        *["SD over seeds (pp)", "Tasks"],
     ]
     rows = table.set_index(["Comparison", "Cycle"])
     lead = rows.loc[("OEL + ReSAIL - OEL", 1)]
     # per task, seed 0: 1, 0, 0.5, 0 (37.5); seed 1: 0 everywhere; the mean of the two 18.75
     assert (lead["Seed 0 (pp)"], lead["Seed 1 (pp)"]) == (37.5, 0.0)
-    assert lead["Mean (pp)"] == pytest.approx(18.75) and lead["Spread (pp)"] == 37.5
+    assert lead["Mean (pp)"] == pytest.approx(18.75)
+    assert lead["SD over seeds (pp)"] == pytest.approx(37.5 / math.sqrt(2))  # sample SD of two
     assert lead["Training seeds"] == "0, 1" and lead["Tasks"] == 4
     low, high = (float(x) for x in lead["95% CI over tasks (pp)"].strip("[]").split(", "))
     assert 0.0 <= low < 18.75 < high <= 50.0
     assert np.isnan(lead["Seed 2 (pp)"])  # not reached by seed 2: the others'
-    # three seeds: 12.5, 12.5 and 0 -> mean 8.33, spread 12.5
+    # three seeds: 12.5, 12.5 and 0 -> mean 8.33, sample SD 7.22
     three = rows.loc[("OEL - ReAct", 1)]
-    assert three["Training seeds"] == "0, 1, 2" and three["Spread (pp)"] == 12.5
+    assert three["Training seeds"] == "0, 1, 2"
+    assert three["SD over seeds (pp)"] == pytest.approx(12.5 / math.sqrt(3))
     assert three["Mean (pp)"] == pytest.approx(25 / 3)
     # only the cells at least two seeds reached (OEL's cycle 2 is seed 0's alone), in the
     # report's order: every experiment against the initial model, then variant - parent

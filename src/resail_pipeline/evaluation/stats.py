@@ -158,9 +158,9 @@ def replicated_difference(
     Each ``(results, baseline)`` pair is one replicate, paired by task and decoding seed as in
     :func:`paired_difference`; every replicate must hold the same tasks. Each task's difference is
     averaged over its decoding seeds, then over the replicates; the interval is the percentile
-    bootstrap over tasks of that average, so it covers the tasks' variance, not the replicates':
-    the spread over replicates is theirs to report beside it. One pair is
-    :func:`paired_difference`.
+    bootstrap over tasks of that average, conditional on the replicates: the shift one training
+    run gives every task alike is not in it (the spread of the replicates' own differences
+    shows it, to be reported beside it). One pair is :func:`paired_difference`.
 
     Returns:
         ``difference``, ``low``, ``high`` (fractions) and ``tasks`` (the number of tasks).

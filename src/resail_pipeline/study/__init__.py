@@ -45,14 +45,15 @@ cycle 0's privileged lead and whether the premise holds (the lead's interval abo
 split, and a gain) where cycle 0 was evaluated in both views.
 
 A grid's variance over training runs is measured by training it again with another training seed
-(``--training-seed S``): every key of ``TRAINING_SEED_KEYS`` (the collection's tasks and decoding,
-the scoring's sampled responses, the updates' order and samples) set to ``S``, in the folder
-``<the grid's>-training-seed<S>``, with the grid's cycle 0 copied there first (no training seed
-changes it). The plan's tiers (``--tier``) or one cell (``--rerun EXPERIMENT --cycle N``, with the
-experiment it is compared with, cycles 1 to N) run there as the grid's do, resumable, with their
-time rows in ``<plan>-<env>-training-seed<S>.csv``; then every comparison of the report goes to
-``data/08_reporting/<the grid's folder>/training-seeds.md`` and ``.csv``: each training seed's
-paired difference, their mean with its 95% interval over tasks, and their spread over seeds.
+(``--training-seed S``): every key of ``TRAINING_SEED_KEYS`` (the collection's tasks and
+decoding, a model's summaries, the scoring's sampled responses, the updates' order and samples)
+set to ``S``, in the folder ``<the grid's>-training-seed<S>``, with the grid's cycle 0 copied
+there first (no training seed changes it). The plan's tiers (``--tier``) or one cell (``--rerun
+EXPERIMENT --cycle N``, with the experiment it is compared with, cycles 1 to N) run there as the
+grid's do, resumable, with their time rows in ``<plan>-<env>-training-seed<S>.csv``; then every
+comparison of the report that two or more seeds reached goes to ``data/08_reporting/<the grid's
+folder>/training-seeds.md`` and ``.csv``: each training seed's paired difference, their mean with
+its 95% interval over tasks, and their sample SD over seeds.
 
     python -m resail_pipeline.study --env study --tier 1 --training-seed 1
     python -m resail_pipeline.study --env study --rerun oel_resail --cycle 3 --training-seed 1

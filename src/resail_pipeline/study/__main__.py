@@ -37,7 +37,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--rerun",
         metavar="EXPERIMENT",
-        help="evaluate one cell again instead (with --cycle, and --seeds or --training-seed)",
+        help="one cell again instead (with --cycle): evaluated with --seeds, or trained with "
+        "--training-seed",
     )
     parser.add_argument("--cycle", type=int, help="the cell's cycle (with --rerun)")
     parser.add_argument(
@@ -64,6 +65,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error("--rerun takes --seeds (evaluate again) or --training-seed (train again)")
     if args.training_seed is not None and args.cycle_0:
         parser.error("--cycle-0 is the plan's own; no training seed changes it")
+    if args.tier is not None and (args.rerun is not None or args.cycle_0):
+        parser.error("--tier chooses the plan's experiments; --rerun and --cycle-0 name theirs")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     path = args.plan or plan_path(args.env, args.project)
     try:

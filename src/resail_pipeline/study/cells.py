@@ -193,7 +193,7 @@ def _folder_results(outputs: Path) -> pd.DataFrame:
 def write_training_seeds(plan: StudyPlan, env: str, project: Path) -> pd.DataFrame:
     """The paired differences of the plan's grid beside those of every training seed it was
     trained again with (:func:`~resail_pipeline.study.plan.with_training_seed`),
-    their mean over seeds with its interval over tasks and their spread
+    their mean over seeds with its interval over tasks and their SD over seeds
     (:func:`~resail_pipeline.evaluation.report.training_seeds_table`), to
     ``data/08_reporting/<the grid's folder>/training-seeds.md`` and ``.csv``.
 
@@ -208,7 +208,7 @@ def write_training_seeds(plan: StudyPlan, env: str, project: Path) -> pd.DataFra
     folders = {training_seed_of(plan, env, project): outputs / f"{run_env}{tag}"}
     for folder in sorted(outputs.glob(f"{prefix}*")):
         suffix = folder.name.removeprefix(prefix)
-        if suffix.isdigit():
+        if suffix.isdecimal():
             folders[int(suffix)] = folder
     frames = [
         _folder_results(folder).assign(training_seed=seed) for seed, folder in folders.items()
@@ -217,6 +217,7 @@ def write_training_seeds(plan: StudyPlan, env: str, project: Path) -> pd.DataFra
     if not frames:
         return pd.DataFrame()
     results = pd.concat(frames, ignore_index=True)
+    seeds = sorted(int(seed) for seed in results["training_seed"].unique())
     table = training_seeds_table(results, source=f"{run_env}{tag} and its training seeds")
     if table.empty:
         logger.info("training seeds: no cell evaluated under two training seeds yet")
@@ -226,12 +227,13 @@ def write_training_seeds(plan: StudyPlan, env: str, project: Path) -> pd.DataFra
     with atomic_path(reporting / "training-seeds.csv") as tmp:
         table.to_csv(tmp, index=False)
     text = (
-        f"# The grid's paired differences under training seeds {sorted(folders)}\n\n"
+        f"# The grid's paired differences under training seeds {seeds}\n\n"
         "Each training seed's paired difference in success (percentage points; decoding seeds "
         "averaged), their mean with its 95% percentile-bootstrap interval over tasks (each task's "
-        "difference averaged over the seeds that reached the cell: the tasks' variance, not the "
-        "seeds'), and their spread over training seeds (largest minus smallest).\n\n"
-        f"{table_to_markdown(table, float_format='+.1f')}\n"
+        "difference averaged over the seeds that reached the cell; the training runs held fixed, "
+        "so the shift one run gives every task is not in it), and their sample SD over training "
+        "seeds, which is.\n\n"
+        f"{table_to_markdown(table, float_format='.1f')}\n"
     )
     with atomic_path(reporting / "training-seeds.md") as tmp:
         tmp.write_text(text)

@@ -75,7 +75,7 @@ class Experiment(Config):
         """The run's parameter overrides, nested as ``kedro run --params`` gives them: the plan's
         shared overrides, this experiment's, its method and name."""
         values = {**shared, **self.params, "run.method": self.method, "run.experiment": self.name}
-        return nest(values)
+        return nest(flatten(values))  # dotted or nested, the later keys win, leaf by leaf
 
 
 def nest(dotted: Mapping[str, Any]) -> dict[str, Any]:
@@ -278,8 +278,9 @@ def plan_path(env: str, project: Path) -> Path:
 
 
 #: the parameters a training seed sets, all to the seed: what draws a cycle's tasks and decodes its
-#: collection, what samples the scoring's responses, and what orders and samples the updates
-TRAINING_SEED_KEYS = ("run.seed", "score.seed", "train.schedule.seed")
+#: collection, what samples a model's summaries (the rules draw nothing), what samples the
+#: scoring's responses, and what orders and samples the updates
+TRAINING_SEED_KEYS = ("run.seed", "summarize.sampling.seed", "score.seed", "train.schedule.seed")
 
 
 #: what a grid's data tag is followed by, then the seed, in the tag of its training seed's folder
@@ -323,11 +324,11 @@ def with_training_seed(plan: StudyPlan, env: str, project: Path, seed: int) -> S
 def training_seed_of(plan: StudyPlan, env: str, project: Path) -> int:
     """The training seed the plan's own runs train with: the one value the configuration gives
     every key of :data:`TRAINING_SEED_KEYS`."""
-    loader = CONFIG_LOADER_CLASS(
-        str(project / "conf"), env=env, runtime_params=nest(plan.params), **CONFIG_LOADER_ARGS
-    )
-    flat = flatten(loader["parameters"])
-    values = {key: flat.get(key, 0) for key in TRAINING_SEED_KEYS}  # each model's default: 0
+    flat = flatten(_loader(plan, env, project)["parameters"])
+    missing = [key for key in TRAINING_SEED_KEYS if key not in flat]
+    if missing:
+        raise ConfigError(f"{env}: the parameters set no {missing}; a training seed sets them")
+    values = {key: flat[key] for key in TRAINING_SEED_KEYS}
     if len(set(values.values())) != 1:
         raise ConfigError(
             f"{env}: the parameters give the training seed's keys different values {values}; "
@@ -341,11 +342,16 @@ def data_folder(plan: StudyPlan, env: str, project: Path) -> tuple[str, str]:
     concatenation (``textcraft`` + ``-study``), resolved by the project's configuration loader as
     ``kedro run --env <env> --params <the plan's overrides>`` resolves them
     (:class:`~resail_pipeline.hooks.RunConfigLoader`)."""
-    loader = CONFIG_LOADER_CLASS(
+    run = _loader(plan, env, project).run_values()
+    return run["env"], run["data_tag"]
+
+
+def _loader(plan: StudyPlan, env: str, project: Path) -> Any:
+    """The project's configuration loader for ``env`` with the plan's overrides, as ``kedro run
+    --env <env> --params <the plan's overrides>`` builds it."""
+    return CONFIG_LOADER_CLASS(
         str(project / "conf"),
         env=env,
-        runtime_params=dict(plan.params),
+        runtime_params=nest(flatten(plan.params)),
         **CONFIG_LOADER_ARGS,
     )
-    run = loader.run_values()
-    return run["env"], run["data_tag"]

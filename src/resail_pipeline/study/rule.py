@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from resail_pipeline.io import atomic_path
+from resail_pipeline.schemas import VIEW_ORDINARY
 from resail_pipeline.study.plan import StudyPlan
 
 logger = logging.getLogger(__name__)
@@ -19,24 +20,27 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class RuleOutcome:
     """What a plan's rule found: every candidate's differences, the choice, whether the choice
-    met the rule's aim (``largest_gain``: a gain; ``largest_harmless``: no harm), and cycle 0's
-    privileged lead."""
+    met the rule's aim (``largest_gain``: a gain; ``largest_harmless``: no harm), whether any
+    candidate gained, and cycle 0's privileged lead."""
 
     # one row per candidate, split and view: difference, low, high (points), tasks, harmless, gain
     table: pd.DataFrame
     chosen: float | None
     met: bool
+    # whether a candidate's first cycle gains in the ordinary view (interval above 0, every split)
+    gained: bool
     # one row per split cycle 0 evaluated in both views: tasks, difference, low, high (points)
     lead: pd.DataFrame
 
     @property
     def premise(self) -> bool | None:
         """Whether the paper's premise holds: cycle 0's privileged view leads its ordinary view
-        on every split with a paired interval above zero (the teacher knows more), and the rule
-        found a gain (a first cycle teaches); ``None`` where cycle 0 has one view only."""
+        on every split with a paired interval above zero (the teacher knows more), and a
+        candidate's first cycle gains in the ordinary view (a first cycle teaches), whatever the
+        rule chose; ``None`` where cycle 0 has one view only."""
         if self.lead.empty:
             return None
-        return bool((self.lead["low"] > 0).all()) and self.met
+        return bool((self.lead["low"] > 0).all()) and self.gained
 
 
 def apply_rule(plan: StudyPlan, outputs: Path) -> RuleOutcome:
@@ -83,15 +87,16 @@ def apply_rule(plan: StudyPlan, outputs: Path) -> RuleOutcome:
     by_value = table.groupby(plan.rule.parameter)
     harmless = by_value["harmless"].all()
     largest_harmless = float(harmless[harmless].index.max()) if harmless.any() else None
+    ordinary = table[table["view"] == VIEW_ORDINARY].groupby(plan.rule.parameter)
+    gains = ordinary["difference"].mean()[ordinary["gain"].all()]
+    gained = not gains.empty
     if plan.rule.choose == "largest_harmless":
-        return RuleOutcome(table, largest_harmless, largest_harmless is not None, lead)
-    ordinary = table[table["view"] == "ordinary"].groupby(plan.rule.parameter)
+        return RuleOutcome(table, largest_harmless, largest_harmless is not None, gained, lead)
     if ordinary.ngroups == 0:
         raise ValueError("largest_gain: the candidates were not evaluated in the ordinary view")
-    gains = ordinary["difference"].mean()[ordinary["gain"].all()]
     if gains.empty:
-        return RuleOutcome(table, largest_harmless, False, lead)
-    return RuleOutcome(table, float(gains.idxmax()), True, lead)
+        return RuleOutcome(table, largest_harmless, False, gained, lead)
+    return RuleOutcome(table, float(gains.idxmax()), True, gained, lead)
 
 
 def write_rule(plan: StudyPlan, outputs: Path, reporting: Path) -> RuleOutcome:
@@ -125,7 +130,7 @@ def write_rule(plan: StudyPlan, outputs: Path, reporting: Path) -> RuleOutcome:
         f"{table_to_markdown(shown, float_format='.1f')}\n\n{verdict}\n"
     )
     if outcome.premise is not None:
-        teaches = "a first cycle gains" if outcome.met else "no first cycle gains"
+        teaches = "a first cycle gains" if outcome.gained else "no first cycle gains"
         leads = "leads" if (outcome.lead["low"] > 0).all() else "does not lead on every split"
         text += (
             "\n## Cycle 0's privileged lead\n\n"

@@ -296,7 +296,7 @@ def retrain_cell(
     :func:`~resail_pipeline.study.plan.with_training_seed` names, with the grid's cycle 0 (copied
     there first); what exists is kept, so an interrupted run resumes, and the other cells of the
     same seed continue the same runs. Their paired differences go beside the grid's, with their
-    mean and spread over training seeds, to ``data/08_reporting/<the grid's folder>/
+    mean and SD over training seeds, to ``data/08_reporting/<the grid's folder>/
     training-seeds.md`` (:func:`~resail_pipeline.study.cells.write_training_seeds`).
 
     Returns:
@@ -304,7 +304,14 @@ def retrain_cell(
     """
     check_int("--cycle", cycle, low=1)
     seeded = with_training_seed(plan, env, project, seed)
-    cell = [e.model_copy(update={"cycles": cycle, "tier": 1}) for e in _cell_names(plan, name)]
+    experiments = _cell_names(plan, name)
+    for experiment in experiments:  # the plan's last entry of each: the most cycles
+        if cycle > experiment.cycles:
+            raise ConfigError(
+                f"--cycle: the plan trains {experiment.name!r} to cycle {experiment.cycles}, "
+                f"got {cycle}"
+            )
+    cell = [e.model_copy(update={"cycles": cycle, "tier": 1}) for e in experiments]
     run_study(
         StudyPlan(experiments=cell, params=seeded.params, cycle_0_from=seeded.cycle_0_from),
         env,

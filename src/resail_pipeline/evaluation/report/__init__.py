@@ -10,7 +10,7 @@ Built from whatever experiments and cycles the catalog holds:
   variant against its parent and each ablation against its full method, at every cycle and view:
   the paired difference on the same tasks and seeds with a 95% bootstrap interval over tasks.
 - :func:`training_seeds_table`: the same differences for a grid trained again with other
-  training seeds: each seed's, their mean with its interval over tasks, and their spread.
+  training seeds: each seed's, their mean with its interval over tasks, and their SD over seeds.
 - :func:`ablation_table`: table 3 style, named experiments as rows (e.g. the retention views).
 - :func:`collection_table`: the success of the trajectories each cycle collects (by the policy of
   the cycle before) on the tasks the cycles learn from, against the initial policy's.

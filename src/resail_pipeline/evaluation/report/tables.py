@@ -1,4 +1,4 @@
-"""The report's tables: table 1, the paired differences (and their spread over training seeds),
+"""The report's tables: table 1, the paired differences (and their SD over training seeds),
 ablations, the success of each cycle's collection, the rejected-summaries note, the cost table
 (table 6), and their Markdown."""
 
@@ -30,6 +30,7 @@ from resail_pipeline.evaluation.report.frames import (
     rows_where,
 )
 from resail_pipeline.evaluation.stats import (
+    mean_and_sd,
     paired_difference,
     replicated_difference,
     task_difference,
@@ -180,10 +181,11 @@ def training_seeds_table(
     eval_results: pd.DataFrame, *, source: str = "eval_results"
 ) -> pd.DataFrame:
     """The report's paired differences (:func:`paired_differences_table`) of a grid trained again
-    with other training seeds, each seed's beside the others', their mean with its 95% bootstrap
+    with other training seeds: each seed's beside the others', their mean with its 95% bootstrap
     interval over tasks (:func:`~resail_pipeline.evaluation.stats.replicated_difference`: each
-    task's difference averaged over decoding and training seeds) and their spread over training
-    seeds (largest minus smallest).
+    task's difference averaged over decoding and training seeds; the training runs held fixed, so
+    the shift a run gives every task is not in it) and their sample SD over training seeds, which
+    is.
 
     Args:
         eval_results: the ``eval_results`` of every training seed's grid, with their
@@ -193,8 +195,8 @@ def training_seeds_table(
     Returns:
         Columns ``Comparison``, ``Benchmark``, ``View``, ``Cycle``, ``Training seeds``, one
         ``Seed <s> (pp)`` per training seed (``nan`` where that seed has not reached the cell),
-        ``Mean (pp)``, ``95% CI over tasks (pp)``, ``Spread (pp)``, ``Tasks``: one row per
-        comparison at least two training seeds reached, the mean, interval and spread over those.
+        ``Mean (pp)``, ``95% CI over tasks (pp)``, ``SD over seeds (pp)``, ``Tasks``: one row per
+        comparison at least two training seeds reached, the mean, interval and SD over those.
     """
     require(eval_results, ("training_seed",), source)
     seeds = sorted(int(s) for s in eval_results["training_seed"].unique())
@@ -215,7 +217,7 @@ def training_seeds_table(
             continue
         each = {seed: paired_difference(*per_seed[seed][keys]) for seed in reached}
         pooled = replicated_difference([per_seed[seed][keys] for seed in reached])
-        differences = [100 * d["difference"] for d in each.values()]
+        _, sd = mean_and_sd([100 * d["difference"] for d in each.values()])
         rows.append(
             dict(zip(_DIFFERENCE_KEYS, keys, strict=True))
             | {"Training seeds": ", ".join(str(seed) for seed in reached)}
@@ -226,7 +228,7 @@ def training_seeds_table(
             | {
                 "Mean (pp)": 100 * pooled["difference"],
                 "95% CI over tasks (pp)": _interval(pooled),
-                "Spread (pp)": max(differences) - min(differences),
+                "SD over seeds (pp)": sd,
                 "Tasks": pooled["tasks"],
             }
         )
@@ -236,7 +238,7 @@ def training_seeds_table(
         *(f"Seed {seed} (pp)" for seed in seeds),
         "Mean (pp)",
         "95% CI over tasks (pp)",
-        "Spread (pp)",
+        "SD over seeds (pp)",
         "Tasks",
     ]
     return pd.DataFrame(rows, columns=columns)
