@@ -1038,3 +1038,52 @@ def test_a_configuration_without_one_training_seed_is_refused(tmp_path):
         import resail_pipeline.study as study
 
         study.retrain_cell(plan, "base", project, name="oel", cycle=2, seed=3, log=tmp_path / "t")
+
+
+def test_a_plan_runs_at_the_value_another_plans_rule_chose(tmp_path):
+    """``chosen_by``: the grid takes the rate its check's rule chose from the check's evaluated
+    candidates, and is refused while one is not evaluated, where the rule chose nothing, or where
+    it sets the rate itself."""
+    from resail_pipeline.study import with_choice
+
+    project = tmp_path / "project"
+    _conf(project, {"base": "env: textcraft\nmethod: oel\ndata_tag: ''\n"})
+    plans = project / "conf" / "base"
+    check = _rule_plan(tmp_path, "largest_harmless")  # small 1e-5, middle 2e-5, large 4e-5
+    (plans / "check.yml").write_text(
+        (tmp_path / "plan.yml").read_text() + "params: {data_tag: -check}\n"
+    )
+    (plans / "grid.yml").write_text(
+        "chosen_by: check.yml\nparams: {data_tag: -grid}\n"
+        "experiments: [{method: oel, cycles: 2}, {method: oel_resail, cycles: 2}]\n"
+    )
+    grid = load_plan(plans / "grid.yml")
+    assert grid.chosen_by == str(plans / "check.yml") and check.rule is not None
+
+    outputs = project / "data" / "07_model_output" / "textcraft-check"
+    half = [t % 2 == 0 for t in range(40)]
+    _eval_results(outputs / "shared" / "cycle_0", [half, half], cycle=0)
+    _eval_results(outputs / "small" / "cycle_1", [half, half], cycle=1)
+    _eval_results(outputs / "middle" / "cycle_1", [half, half], cycle=1)
+    with pytest.raises(ValueError, match=r"large/cycle_1/eval_results\.parquet: missing"):
+        with_choice(grid, "base", project)
+    _eval_results(outputs / "large" / "cycle_1", [[False] * 40] * 2, cycle=1)  # harms
+    chosen = with_choice(grid, "base", project)
+    assert chosen.params == {"data_tag": "-grid", "train.optimizer.lr": 2e-5}
+    run = chosen.experiments[1].run_params(chosen.params)
+    assert run["train"]["optimizer"]["lr"] == 2e-5 and run["data_tag"] == "-grid"
+    assert with_choice(load_plan(tmp_path / "plan.yml"), "base", project) == check  # none named
+
+    for name in ("small", "middle"):  # every candidate harms: nothing to run at
+        _eval_results(outputs / name / "cycle_1", [[False] * 40] * 2, cycle=1)
+    with pytest.raises(ValueError, match=r"check\.yml's rule chose nothing"):
+        with_choice(grid, "base", project)
+    (plans / "both.yml").write_text(
+        "chosen_by: check.yml\nexperiments: [{method: oel, cycles: 1, "
+        "params: {train.optimizer.lr: 1.0e-4}}]\n"
+    )
+    with pytest.raises(ValueError, match=r"chooses train\.optimizer\.lr, which the plan also"):
+        with_choice(load_plan(plans / "both.yml"), "base", project)
+    (plans / "far.yml").write_text(f"chosen_by: ../x.yml\n{_ONE}\n")
+    with pytest.raises(ValueError, match=r"chosen_by: a plan file beside this one"):
+        load_plan(plans / "far.yml")

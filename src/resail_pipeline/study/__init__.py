@@ -44,6 +44,12 @@ The table of every candidate and the choice go to ``data/08_reporting/<folder>/r
 cycle 0's privileged lead and whether the premise holds (the lead's interval above zero in every
 split, and a gain) where cycle 0 was evaluated in both views.
 
+A plan may take the value of a parameter from another plan's rule (``chosen_by:``, a plan file
+beside it): before anything runs, that plan's rule is applied to its candidates' evaluations in
+its own data folder and the value it chooses is set for every experiment, so that a grid runs at
+the rate a pre-registered check chose, with no hand in between. A candidate not yet evaluated, a
+rule that chose nothing, or a plan that sets the parameter itself is refused in one line.
+
 A grid's variance over training runs is measured by training it again with another training seed
 (``--training-seed S``): every key of ``TRAINING_SEED_KEYS`` (the collection's tasks and
 decoding, a model's summaries, the scoring's sampled responses, the updates' order and samples)
@@ -79,7 +85,7 @@ from resail_pipeline.study.plan import (
     with_training_seed,
 )
 from resail_pipeline.study.plan import plan_path as plan_path
-from resail_pipeline.study.rule import RuleOutcome, apply_rule
+from resail_pipeline.study.rule import RuleOutcome, apply_rule, with_choice
 from resail_pipeline.study.rule import write_rule as write_rule
 from resail_pipeline.study.runner import _run as _run
 from resail_pipeline.study.runner import _Segment as _Segment
@@ -102,6 +108,7 @@ __all__ = [
     "run_cycle_0",
     "run_study",
     "take_cycle_0",
+    "with_choice",
     "with_training_seed",
     "write_training_seeds",
 ]

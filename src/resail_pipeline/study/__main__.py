@@ -16,6 +16,7 @@ from resail_pipeline.study.plan import (
     training_seed_tag,
     with_training_seed,
 )
+from resail_pipeline.study.rule import with_choice
 from resail_pipeline.study.runner import rerun_cell, retrain_cell, run_cycle_0, run_study
 
 #: the package this command runs (imported before it, as every parent is): its docstring is the help
@@ -74,6 +75,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.cycle_0:
             run_cycle_0(plan, args.env, args.project)
             return
+        plan = with_choice(plan, args.env, args.project)  # cycle 0 trains nothing: not before
         if args.rerun is not None and args.seeds is not None:
             rerun_cell(
                 plan, args.env, args.project, name=args.rerun, cycle=args.cycle, seeds=args.seeds

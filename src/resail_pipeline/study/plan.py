@@ -156,8 +156,9 @@ class Rule(Config):
 
 class StudyPlan(Config):
     """Experiments in the order they run, overrides shared by all (e.g. ``data_tag``),
-    optionally the rule that chooses among them, and the data tag of the folder whose cycle 0
-    the runs take (``cycle_0_from``; ``None``: they play their own)."""
+    optionally the rule that chooses among them, the data tag of the folder whose cycle 0 the runs
+    take (``cycle_0_from``; ``None``: they play their own), and the plan whose rule's choice sets
+    its parameter here (``chosen_by``)."""
 
     experiments: tuple[Experiment, ...]
     """The experiments, in the order they run."""
@@ -167,6 +168,10 @@ class StudyPlan(Config):
     """The rule that chooses among the candidates, pre-registered; null: none."""
     cycle_0_from: FolderName | None = None
     """The data tag of the folder whose cycle 0 the runs take; null: they play their own."""
+    chosen_by: str | None = None
+    """The plan (its path) whose rule, applied to its evaluated candidates, sets the rule's
+    parameter for every experiment here (:func:`~resail_pipeline.study.rule.with_choice`); null:
+    none."""
 
     @model_validator(mode="before")
     @classmethod
@@ -248,7 +253,7 @@ def load_plan(path: str | Path) -> StudyPlan:
         raise ConfigError(
             f"{path}: must be a mapping (experiments, params, ...), got {type(data).__name__}"
         )
-    known = ["cycle_0_from", "experiments", "params", "rule"]
+    known = ["chosen_by", "cycle_0_from", "experiments", "params", "rule"]
     unknown = sorted(set(map(str, data)) - set(known))
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) {unknown}; known: {known}")
@@ -260,12 +265,18 @@ def load_plan(path: str | Path) -> StudyPlan:
     )
     rule = build(Rule, data["rule"], f"{path}: rule") if data.get("rule") is not None else None
     params = data.get("params")
+    chooser = data.get("chosen_by")
+    if chooser is not None and (
+        not isinstance(chooser, str) or Path(chooser).name != chooser or chooser in (".", "..")
+    ):
+        raise ConfigError(f"{path}: chosen_by: a plan file beside this one, got {chooser!r}")
     try:
         return StudyPlan(
             experiments=experiments,
             params={} if params is None else params,
             rule=rule,
             cycle_0_from=data.get("cycle_0_from"),
+            chosen_by=None if chooser is None else str(path.parent / chooser),
         )
     except ConfigError as error:
         raise ConfigError(f"{path}: {error}") from None
@@ -318,7 +329,13 @@ def with_training_seed(plan: StudyPlan, env: str, project: Path, seed: int) -> S
     _, tag = data_folder(plan, env, project)
     params = {**plan.params, "data_tag": training_seed_tag(tag, seed)}
     params.update(dict.fromkeys(TRAINING_SEED_KEYS, seed))
-    return StudyPlan(experiments=plan.experiments, params=params, rule=plan.rule, cycle_0_from=tag)
+    return StudyPlan(
+        experiments=plan.experiments,
+        params=params,
+        rule=plan.rule,
+        cycle_0_from=tag,
+        chosen_by=plan.chosen_by,
+    )
 
 
 def training_seed_of(plan: StudyPlan, env: str, project: Path) -> int:

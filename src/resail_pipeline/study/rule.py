@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from resail_pipeline.config import ConfigError
 from resail_pipeline.io import atomic_path
 from resail_pipeline.schemas import VIEW_ORDINARY
-from resail_pipeline.study.plan import StudyPlan
+from resail_pipeline.study.plan import StudyPlan, data_folder, flatten, load_plan
 
 logger = logging.getLogger(__name__)
 
@@ -146,3 +147,37 @@ def write_rule(plan: StudyPlan, outputs: Path, reporting: Path) -> RuleOutcome:
         Path(tmp).write_text(text)
     logger.info("study: %s", verdict)
     return outcome
+
+
+def with_choice(plan: StudyPlan, env: str, project: Path) -> StudyPlan:
+    """``plan`` with the choice of the plan ``plan.chosen_by`` names: that plan's rule applied to
+    its candidates' evaluations (in its own data folder), its value set for the rule's parameter
+    among ``plan``'s shared overrides, so that a grid runs at the rate a pre-registered check
+    chose, with no hand in between. A plan without ``chosen_by`` is returned as it is.
+
+    Raises:
+        ConfigError: the plan sets the parameter itself; the chooser has no rule, a candidate
+            not yet evaluated (naming its file), or chose nothing (no candidate harmless).
+    """
+    if plan.chosen_by is None:
+        return plan
+    name = Path(plan.chosen_by).name
+    chooser = load_plan(plan.chosen_by)
+    if chooser.rule is None:
+        raise ConfigError(f"chosen_by: {name} has no rule")
+    parameter = chooser.rule.parameter
+    overrides = [flatten(plan.params)] + [flatten(e.params) for e in plan.experiments]
+    if any(parameter in params for params in overrides):
+        raise ConfigError(f"chosen_by: {name} chooses {parameter}, which the plan also sets")
+    outputs = project / "data" / "07_model_output" / "".join(data_folder(chooser, env, project))
+    for experiment, _ in chooser.candidates():
+        results = outputs / experiment.name / "cycle_1" / "eval_results.parquet"
+        if not results.is_file():
+            raise ConfigError(
+                f"chosen_by: {results}: missing; {name}'s candidates are not evaluated"
+            )
+    outcome = apply_rule(chooser, outputs)
+    if outcome.chosen is None:
+        raise ConfigError(f"chosen_by: {name}'s rule chose nothing (no candidate is harmless)")
+    logger.info("study: %s = %g, chosen by %s's rule", parameter, outcome.chosen, name)
+    return plan.model_copy(update={"params": {**plan.params, parameter: outcome.chosen}})
