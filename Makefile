@@ -68,15 +68,19 @@ smoke: run
 # SD, to data/08_reporting/<the grid's folder>/training-seeds.md.
 STUDY_ENV ?= study
 STUDY_EXTRAS := $(RUN_EXTRAS)$(if $(findstring alfworld,$(STUDY_ENV)),$(comma)alfworld)
+# STUDY_PLAN=grid runs the environment's plan conf/$(STUDY_ENV)/grid.yml in place of its study.yml
+# (ALFWorld's comparison on the full-room games).
 study: $(VENV)/.installed-$(STUDY_EXTRAS)
 	$(BIN)/python -m resail_pipeline.study --env $(STUDY_ENV) $(if $(TIER),--tier $(TIER)) \
+		$(if $(STUDY_PLAN),--plan conf/$(STUDY_ENV)/$(STUDY_PLAN).yml) \
 		$(if $(TRAINING_SEED),--training-seed $(TRAINING_SEED))
 
-# STUDY_PLAN names another check of the environment's, e.g. ALFWorld's at the budget its cost rule
-# chose: `make study-budgets STUDY_ENV=study-alfworld STUDY_PLAN=budgets-30x16`.
-STUDY_PLAN ?= budgets
+# STUDY_PLAN names another check of the environment's (default: budgets.yml), e.g. ALFWorld's at
+# the budget its cost rule chose: `make study-budgets STUDY_ENV=study-alfworld
+# STUDY_PLAN=budgets-30x16`.
 study-budgets: $(VENV)/.installed-$(STUDY_EXTRAS)
-	$(BIN)/python -m resail_pipeline.study --env $(STUDY_ENV) --plan conf/$(STUDY_ENV)/$(STUDY_PLAN).yml
+	$(BIN)/python -m resail_pipeline.study --env $(STUDY_ENV) \
+		--plan conf/$(STUDY_ENV)/$(or $(STUDY_PLAN),budgets).yml
 
 # One cell of the comparison evaluated again from the checkpoints it keeps, with decoding seeds the
 # grid did not use or with its own on another processor, e.g. `make study-rerun

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from resail_pipeline.study import Experiment, apply_rule, load_plan, plan_path
+from resail_pipeline.study.plan import nest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -146,6 +147,48 @@ def test_the_alfworld_premise_plan_asks_for_a_gain_from_the_shipped_policy():
     assert plan.params["evaluate.splits"] == ["dev"] and plan.params["evaluate.num_tasks"] is None
     assert plan.params["evaluate.views"] == ["ordinary", "privileged"]
     assert plan.cycle_0_from is None  # other games (full rooms): its own cycle 0
+
+
+def test_the_alfworld_grid_runs_every_tier_at_the_premises_rate():
+    """conf/study-alfworld/grid.yml: tier 1 (OEL, OEL + ReSAIL, cycles 1-5, the probe on), tier 2
+    (SDPO, SDPO + ReSAIL, cycles 1-5), tier 3 (selection and retention to cycle 3, rho at cycle
+    1, lambda at cycle 3) on every id and ood game in both views, at the rate premise.yml's rule
+    chooses; every ablation the report tabulates is an experiment of the plan."""
+    from kedro.config import OmegaConfigLoader
+
+    from resail_pipeline.settings import CONFIG_LOADER_ARGS
+    from resail_pipeline.study import data_folder
+
+    plan = load_plan(ROOT / "conf" / "study-alfworld" / "grid.yml")
+    assert Path(plan.chosen_by) == ROOT / "conf" / "study-alfworld" / "premise.yml"
+    assert data_folder(plan, "study-alfworld", ROOT) == ("alfworld", "-study-full")
+    assert (
+        plan.params["evaluate.splits"] == ["id", "ood"]
+        and plan.params["evaluate.num_tasks"] is None
+    )
+    assert plan.params["evaluate.views"] == ["ordinary", "privileged"]
+    assert plan.params["evaluate.decoding_seeds"] == [0, 1]
+    assert "train.optimizer.lr" not in plan.params  # the premise's rule sets it
+    last = {e.name: (e.method, e.cycles, e.tier) for e in plan.experiments}
+    assert {n: v for n, v in last.items() if v[2] < 3} == {
+        "oel": ("oel", 5, 1),
+        "oel_resail": ("oel_resail", 5, 1),
+        "sdpo": ("sdpo", 5, 2),
+        "sdpo_resail": ("sdpo_resail", 5, 2),
+    }
+    assert all(e.params == {"train.probe.enabled": True} for e in plan.experiments if e.tier == 1)
+    ablations = {n: c for n, (_, c, tier) in last.items() if tier == 3}
+    assert sum(ablations.values()) == 24  # cell-cycles of tier 3
+    assert {n for n, c in ablations.items() if c == 1} == {
+        "oel_resail-rho_10",
+        "oel_resail-rho_25",
+        "oel_resail-rho_50",
+    }
+    report = nest(plan.params)["report"]["ablations"]
+    named = {e for rows in report.values() for e in rows.values()}
+    base = OmegaConfigLoader(str(ROOT / "conf"), **CONFIG_LOADER_ARGS)["parameters"]["report"]
+    named |= {e for rows in base["ablations"].values() for e in rows.values()}
+    assert named <= set(last)  # every row of tables 2, 3(b) and the rho and lambda tables runs
 
 
 def test_an_experiment_becomes_nested_run_params():
