@@ -314,9 +314,17 @@ def test_an_evaluation_records_its_machine_and_generation_settings(tiny_checkpoi
         "max_new_tokens": 4,
     }
     checkpoint = read_checkpoint_info(tiny_checkpoint).to_frame()
-    _, summary, _ = evaluate_node(checkpoint, None, evaluate, run)
+    results, summary, steps = evaluate_node(checkpoint, None, evaluate, run)
     assert summary["generation"].tolist() == ["transformers, float32, eager"]
     assert summary["machine"].iloc[0].startswith(processor())
+    # and how the policy acted: the shares of its steps' actions that were valid and repeated
+    from resail_pipeline.evaluation.stats import action_rates
+
+    rates = action_rates(results, steps)
+    assert len(results) == 1 and summary["valid_actions"].iloc[0] == steps["action_valid"].mean()
+    assert summary[["valid_actions", "repeated_actions"]].equals(
+        rates[["valid", "repeated"]].set_axis(["valid_actions", "repeated_actions"], axis=1)
+    )
 
 
 def test_a_collection_records_its_machine_and_generation_settings(tiny_checkpoint, tmp_path):

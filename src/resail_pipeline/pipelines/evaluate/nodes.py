@@ -12,7 +12,7 @@ from resail_pipeline.config import Field, build
 from resail_pipeline.devices import machine_description, off_process
 from resail_pipeline.envs import evaluation_splits
 from resail_pipeline.evaluation.evaluate import EvalConfig, build_experience, evaluate_policy
-from resail_pipeline.evaluation.stats import summarize_eval_results
+from resail_pipeline.evaluation.stats import action_rates, summarize_eval_results
 from resail_pipeline.experience import SummarizeConfig
 from resail_pipeline.pipelines.common import RunConfig, policy_info
 from resail_pipeline.training import TrainConfig, empty_probe_set
@@ -59,8 +59,10 @@ def evaluate_node(
     """The checkpoint on the test split under every decoding seed and view.
 
     Returns ``eval_results`` (one row per episode), ``eval_summary`` (success per seed, mean and
-    sample SD per view, with the ``machine`` and the ``generation`` settings they were measured
-    with) and ``eval_steps`` (every step, for inspection).
+    sample SD per view; the shares of valid and repeated actions,
+    :func:`~resail_pipeline.evaluation.stats.action_rates`; the ``machine`` and the
+    ``generation`` settings they were measured with) and ``eval_steps`` (every step, for
+    inspection).
     """
     run = RunConfig.from_params(run_params)
     config = eval_config(evaluate_params, run.env)
@@ -84,9 +86,17 @@ def evaluate_node(
             journal=journal,
         )
     journal.remove()  # the results are returned for the catalog to write
+    # how the policy acted, kept beside its success where the per-step table may stay local
+    rates = action_rates(results, steps)[["split", "view", "valid", "repeated"]]
+    rates = rates.rename(columns={"valid": "valid_actions", "repeated": "repeated_actions"})
     # what the figures depend on beyond the policy: bf16 kernels round differently per processor
-    summary = summarize_eval_results(results).assign(
-        machine=machine_description(resolve_device("auto")), generation=run.generation_record()
+    summary = (
+        summarize_eval_results(results)
+        .merge(rates, on=["split", "view"], how="left")
+        .assign(
+            machine=machine_description(resolve_device("auto")),
+            generation=run.generation_record(),
+        )
     )
     return results, summary, steps
 
