@@ -22,7 +22,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 KEDRO = [sys.executable, "-m", "kedro"]
-FIGURES = ("fig1a_success", "fig3_dual_view", "fig5a_cost", "fig6_sensitivity")
+FIGURES = ("fig1a_success", "fig3_dual_view", "fig4_sweeps", "fig5a_cost", "fig6_sensitivity")
 
 pytestmark = pytest.mark.slow
 

@@ -184,11 +184,12 @@ def test_the_alfworld_grid_runs_every_tier_at_the_premises_rate():
         "oel_resail-rho_25",
         "oel_resail-rho_50",
     }
-    report = nest(plan.params)["report"]["ablations"]
-    named = {e for rows in report.values() for e in rows.values()}
+    report = nest(plan.params)["report"]
+    named = {e for rows in report["ablations"].values() for e in rows.values()}
+    named |= {e for sweep in report["sweeps"].values() for _, e in sweep["points"]}
     base = OmegaConfigLoader(str(ROOT / "conf"), **CONFIG_LOADER_ARGS)["parameters"]["report"]
     named |= {e for rows in base["ablations"].values() for e in rows.values()}
-    assert named <= set(last)  # every row of tables 2, 3(b) and the rho and lambda tables runs
+    assert named <= set(last)  # every row of tables 2, 3(b), of rho and lambda (figure 4) runs
 
 
 def test_an_experiment_becomes_nested_run_params():

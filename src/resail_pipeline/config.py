@@ -158,6 +158,8 @@ def _config_in(annotation: Any) -> type[Config] | None:
     """The configuration class ``annotation`` holds (``X`` or ``X | None``), if any."""
     if isinstance(annotation, type) and issubclass(annotation, Config):
         return annotation
+    if typing.get_origin(annotation) not in (typing.Union, types.UnionType):
+        return None  # a container of sections (``dict[str, X]``) is a value, not a section
     for arg in typing.get_args(annotation):
         if isinstance(arg, type) and issubclass(arg, Config):
             return arg

@@ -783,3 +783,31 @@ def test_a_cycle_that_learns_from_successes_of_a_corpus_without_one_needs_no_met
     no_oel = metrics[~((metrics["experiment"] == "oel") & (metrics["cycle"] == 1))]
     with pytest.raises(ValueError, match=r"^train_metrics files: oel/cycle_1/train_metrics"):
         check_cycles_covered(**{**inputs, "trajectories": failed, "train_metrics": no_oel})
+
+
+def test_the_sweep_figure_puts_each_value_at_its_cycle_in_order():
+    from resail_pipeline.evaluation.report import Sweep, sweep_figure
+
+    rows = [
+        summary_row("oel_resail", "oel_resail", 1, [0.5, 0.7]),  # rho 0.05
+        summary_row("oel_resail-rho_25", "oel_resail", 1, [0.2, 0.2]),
+        summary_row("oel_resail-rho_25", "oel_resail", 2, [0.9, 0.9]),  # another cycle: not shown
+        summary_row("oel_resail", "oel_resail", 1, [0.4], view="privileged"),
+    ]
+    rho = Sweep(
+        cycle=1,
+        points=[(0.05, "oel_resail"), (0.1, "oel_resail-rho_10"), (0.25, "oel_resail-rho_25")],
+    )
+    lam = Sweep(cycle=3, points=[(0.5, "oel_resail")])
+    figure = sweep_figure(pd.DataFrame(rows), {"selection ratio": rho, "retention weight": lam})
+    left, right = figure.axes[:2]
+    assert [t.get_text() for t in left.get_xticklabels()] == ["0.05", "0.1", "0.25"]
+    ordinary, privileged = left.containers  # one error-bar line per benchmark and view
+    assert ordinary.lines[0].get_xdata().tolist() == [0, 2]  # rho 0.1 not evaluated: left out
+    assert ordinary.lines[0].get_ydata().tolist() == pytest.approx([60.0, 20.0])
+    assert privileged.lines[0].get_ydata().tolist() == pytest.approx([40.0])
+    assert ordinary.get_label() == "TextCraft, ordinary" and left.get_title().endswith("(cycle 1)")
+    assert right.get_title() == "retention weight: no data"  # nothing at cycle 3
+    assert "no sweep" in sweep_figure(pd.DataFrame(rows), {}).get_suptitle()
+    with pytest.raises(ValueError, match="points"):
+        Sweep(cycle=1, points=[])

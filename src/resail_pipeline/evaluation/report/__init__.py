@@ -18,6 +18,8 @@ Built from whatever experiments and cycles the catalog holds:
   initial model, as a flat dashed line.
 - :func:`dual_view_figure`: figure 3 (appendix D.2, table 7), success without and with PI per
   cycle.
+- :func:`sweep_figure`: figure 4, success at each value of a swept setting (the selection ratio
+  at cycle 1, the retention weight at cycle 3), one panel per sweep of ``report.sweeps``.
 - :func:`sensitivity_figure`: figure 6 (appendix D.3), the probe's JSD per update, averaged over
   all response tokens, with the cycle boundaries marked.
 - :func:`cost_table` and :func:`cost_figure`: table 6 / figure 5a, wall time per cycle spent in
@@ -45,10 +47,12 @@ Kedro datasets write them.
 """
 
 from resail_pipeline.evaluation.report.figures import (
+    Sweep,
     cost_figure,
     dual_view_figure,
     sensitivity_figure,
     success_figure,
+    sweep_figure,
 )
 from resail_pipeline.evaluation.report.frames import (
     BENCHMARK_LABELS,
@@ -89,6 +93,7 @@ __all__ = [
     "MISSING",
     "RESAIL_PARENTS",
     "VIEWS",
+    "Sweep",
     "ablation_table",
     "benchmark_label",
     "check_cycles_covered",
@@ -106,6 +111,7 @@ __all__ = [
     "sensitivity_figure",
     "sensitivity_per_update",
     "success_figure",
+    "sweep_figure",
     "table_to_markdown",
     "training_seeds_table",
 ]

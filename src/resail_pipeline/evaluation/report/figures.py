@@ -1,4 +1,5 @@
-"""The report's figures: 1a (success per cycle), 3 (both views), 5a (cost) and 6 (sensitivity).
+"""The report's figures: 1a (success per cycle), 3 (both views), 4 (success against a swept
+setting), 5a (cost) and 6 (sensitivity).
 
 Each is drawn on its own Agg canvas (:class:`matplotlib.figure.Figure`, never ``pyplot``), so
 building one touches no global state and needs no display; one built from partial data shows what
@@ -17,6 +18,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from resail_pipeline.config import Config, Field, FolderName
 from resail_pipeline.evaluation.report.frames import (
     COST_COMPONENTS,
     INITIAL_LABEL,
@@ -225,6 +227,68 @@ def dual_view_figure(eval_summary: pd.DataFrame, *, source: str = "eval_summary"
             ax.tick_params(axis="y", labelleft=True)  # shared limits, values readable on both
     _shared_legend(figure, experiments)
     figure.suptitle(f"{title} (PI fixed across checkpoints; mean ± 1 SD over decoding seeds)")
+    return figure
+
+
+class Sweep(Config):
+    """One panel of figure 4: a setting swept over experiments, read at one cycle."""
+
+    cycle: int = Field(ge=1)
+    """The cycle whose evaluation is shown (the paper's rho at cycle 1, lambda at cycle 3)."""
+    points: tuple[tuple[float, FolderName], ...] = Field(min_length=1)
+    """``[value, experiment]`` pairs: the setting's value and the experiment run with it; an
+    experiment not yet evaluated at the cycle leaves its point out."""
+
+
+def sweep_figure(
+    eval_summary: pd.DataFrame, sweeps: Mapping[str, Sweep], *, source: str = "eval_summary"
+) -> Figure:
+    """Figure 4: success at each value of a swept setting, one panel per sweep (its title the
+    setting's name), one line per benchmark and view; points are means over decoding seeds,
+    error bars ±1 sample SD. The values sit evenly along the axis, labelled as given."""
+    title = "Task success against a swept setting"
+    if not sweeps:
+        return _empty_figure(title, "report.sweeps names no sweep")
+    if eval_summary.empty:
+        return _empty_figure(title, f"{source} has no rows")
+    frame = checked_eval_summary(eval_summary, source)
+    figure, axes = _new_figure(1, len(sweeps), (5.0, 3.8))
+    styles = {"ordinary": "-", "privileged": "--"}
+    for ax, (name, sweep) in zip(axes[0], sweeps.items(), strict=True):
+        at = rows_where(frame, cycle=sweep.cycle)
+        drawn = False
+        for k, (env, split) in enumerate(ordered_benchmarks(frame)):
+            for view in VIEWS:
+                rows = rows_where(at, env=env, split=split, view=view).set_index("experiment")
+                points = [
+                    (i, rows.loc[e]) for i, (_, e) in enumerate(sweep.points) if e in rows.index
+                ]
+                if not points:
+                    continue
+                ax.errorbar(
+                    [i for i, _ in points],
+                    [100 * float(row["mean"]) for _, row in points],
+                    yerr=[
+                        100 * (0.0 if math.isnan(row["sd"]) else float(row["sd"]))
+                        for _, row in points
+                    ],
+                    label=f"{benchmark_label(env, split)}, {view}",
+                    color=mpl.colormaps["tab10"].colors[k % 10],
+                    linestyle=styles[view],
+                    marker="o",
+                    capsize=3,
+                )
+                drawn = True
+        ax.set_xticks(range(len(sweep.points)), [f"{value:g}" for value, _ in sweep.points])
+        ax.set_xlabel(name)
+        ax.set_ylabel("Success rate (%)")
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_title(f"{name} (cycle {sweep.cycle})" if drawn else f"{name}: no data")
+        if drawn:
+            ax.legend(fontsize="small")
+        else:
+            _say_no_data(ax, f"no experiment of the sweep is evaluated at cycle {sweep.cycle}")
+    figure.suptitle(f"{title} (mean ± 1 SD over decoding seeds)")
     return figure
 
 

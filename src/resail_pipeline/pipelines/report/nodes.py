@@ -20,6 +20,9 @@ class ReportConfig(Config):
     ablations: dict[str, dict[str, str]] = Field(default_factory=dict)
     """Ablation tables in table 3's format: title -> {row label: experiment}; an experiment not
     yet run shows as dashes."""
+    sweeps: dict[str, report.Sweep] = Field(default_factory=dict)
+    """Figure 4's panels: the swept setting's name -> its cycle and ``[value, experiment]``
+    points (the paper's selection ratio at cycle 1 and retention weight at cycle 3)."""
 
 
 def _with_cycle(frame: pd.DataFrame) -> pd.DataFrame:
@@ -36,13 +39,14 @@ def report_node(
     probe: pd.DataFrame,
     trajectories: pd.DataFrame,
     report_params: dict[str, Any],
-) -> tuple[str, str, str, str, str, str, str, str, Figure, Figure, Figure, Figure]:
+) -> tuple[str, str, str, str, str, str, str, str, Figure, Figure, Figure, Figure, Figure]:
     """Every experiment and cycle in the catalog, as table 1 (Markdown, CSV), the paired
     differences of each ReSAIL variant and its parent (Markdown, CSV), the ablation tables of
     ``report.ablations`` (Markdown), the success of every cycle's collection (Markdown), the cost
-    table (Markdown, CSV) and figures 1a, 3, 5a and 6. Every cycle an experiment trained must be
-    in each input that covers it (:func:`~resail_pipeline.evaluation.report.check_cycles_covered`),
-    else the report fails naming the file."""
+    table (Markdown, CSV) and figures 1a, 3, 4 (the sweeps of ``report.sweeps``), 5a and 6. Every
+    cycle an experiment trained must be in each input that covers it
+    (:func:`~resail_pipeline.evaluation.report.check_cycles_covered`), else the report fails
+    naming the file."""
     config = build(ReportConfig, report_params, "report")
     main = report.main_results_table(eval_summaries, source="eval_summary files")
     eval_results = _with_cycle(eval_results)
@@ -81,6 +85,7 @@ def report_node(
         cost_csv,
         report.success_figure(eval_summaries),
         report.dual_view_figure(eval_summaries),
+        report.sweep_figure(eval_summaries, config.sweeps),
         report.cost_figure(metrics),
         report.sensitivity_figure(probe),
     )

@@ -32,6 +32,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "report.cost_breakdown_csv",
                     "report.fig1a_success",
                     "report.fig3_dual_view",
+                    "report.fig4_sweeps",
                     "report.fig5a_cost",
                     "report.fig6_sensitivity",
                 ],
