@@ -23,6 +23,11 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
 
 
+def _all_but(step: str) -> tuple[str, ...]:
+    """Every step of the check but ``step``: what ``--skip`` takes to run it alone."""
+    return tuple(name for name in CHECKS if name != step)
+
+
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
@@ -128,7 +133,7 @@ def test_a_step_that_errs_keeps_what_it_measured_before(tmp_path):
     options = CheckOptions(
         device="cpu",
         project=ROOT,
-        skip=tuple(name for name in CHECKS if name != "scale"),
+        skip=_all_but("scale"),
         scale_prompt_words=5000,
         scale_response_tokens=8,
     )
@@ -141,7 +146,7 @@ def test_a_check_stopped_by_sigterm_keeps_what_the_running_step_measured(tmp_pat
     """The scale step stopped once its policy is built: recorded as failed, with its figures."""
     out = tmp_path / "cpu.json"
     command = ["bash", str(SCRIPT), "--device", "cpu", "--out", str(out), "--work", str(tmp_path)]
-    command += [f"--skip={name}" for name in CHECKS if name != "scale"]
+    command += [f"--skip={name}" for name in _all_but("scale")]
     command += ["--scale-words", "300", "--scale-response", "400"]
     process = subprocess.Popen(
         command,
@@ -171,7 +176,7 @@ def test_the_sampler_step_on_the_cpu(tmp_path):
     options = CheckOptions(
         device="cpu",
         project=ROOT,
-        skip=tuple(name for name in CHECKS if name != "sampler"),
+        skip=_all_but("sampler"),
         scale_prompt_words=60,
         sampler_rows=3,
         sampler_tokens=6,
@@ -209,7 +214,7 @@ def test_the_zero2_step_on_the_cpu(tmp_path):
     options = CheckOptions(
         device="cpu",
         project=ROOT,
-        skip=tuple(name for name in CHECKS if name != "zero2_8b"),
+        skip=_all_but("zero2_8b"),
         zero2_layers=2,
         zero2_prompt_words=40,
         zero2_response_tokens=8,

@@ -82,6 +82,19 @@ def missing_modules(names: Sequence[str]) -> list[str]:
     return [name for name in names if importlib.util.find_spec(name) is None]
 
 
+def _one_cycle(manifest: str | Path, folder: Path, checkpoint: str, name: str) -> dict[str, Any]:
+    """The ``train.run`` section of a check's one-cycle training under ``folder``: its inputs'
+    ``manifest``, the policy published to ``folder/checkpoint`` as ``name``, the run's files in
+    ``folder/run``."""
+    return {
+        "manifest": str(manifest),
+        "checkpoint": str(folder / checkpoint),
+        "run_dir": str(folder / "run"),
+        "policy_name": name,
+        "cycle": 1,
+    }
+
+
 class GpuCheck:
     """The steps of the check on one device; each step reads what the earlier ones produced.
 
@@ -224,13 +237,7 @@ class GpuCheck:
                 "num_trajectories": self.options.tasks,
             },
             "compile": False,
-            "run": {
-                "manifest": str(self.manifest or ""),
-                "checkpoint": str(run_dir / "policy"),
-                "run_dir": str(run_dir / "run"),
-                "policy_name": f"gpu-check-{name}",
-                "cycle": 1,
-            },
+            "run": _one_cycle(self.manifest or "", run_dir, "policy", f"gpu-check-{name}"),
         }
         return TrainConfig.from_dict(data, "train")
 
@@ -1078,13 +1085,7 @@ class GpuCheck:
             "responses": {**train["responses"], "max_tokens": options.scale_response_tokens},
             "probe": {"enabled": False},
             "compile": False,
-            "run": {
-                "manifest": str(manifest),
-                "checkpoint": str(folder / "trained"),
-                "run_dir": str(folder / "run"),
-                "policy_name": "gpu-check-scale-trained",
-                "cycle": 1,
-            },
+            "run": _one_cycle(manifest, folder, "trained", "gpu-check-scale-trained"),
         }
         config = TrainConfig.from_dict(data, "train")
         runs: list[Any] = []
@@ -1265,13 +1266,7 @@ class GpuCheck:
             },
             "probe": {"enabled": False},
             "compile": False,
-            "run": {
-                "manifest": str(manifest),
-                "checkpoint": str(folder / "trained"),
-                "run_dir": str(folder / "run"),
-                "policy_name": "gpu-check-zero2-trained",
-                "cycle": 1,
-            },
+            "run": _one_cycle(manifest, folder, "trained", "gpu-check-zero2-trained"),
         }
         return TrainConfig.from_dict(data, "train")
 

@@ -124,15 +124,18 @@ def _cell_names(plan: StudyPlan, name: str) -> list[Experiment]:
     return [entries[n] for n in names]
 
 
+def _results(paths: Sequence[Path]) -> pd.DataFrame:
+    """The ``eval_results`` files ``paths`` (``<experiment>/cycle_<r>/eval_results.parquet``),
+    concatenated, each row with its ``experiment`` (``shared`` for cycle 0)."""
+    frames = [pd.read_parquet(path).assign(experiment=path.parent.parent.name) for path in paths]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
 def _cell_results(outputs: Path, names: Sequence[str], cycle: int) -> pd.DataFrame:
     """The ``eval_results`` of the initial policy and of ``names`` at ``cycle`` in ``outputs``,
     with their ``experiment``."""
-    frames = [pd.read_parquet(outputs / "shared" / "cycle_0" / "eval_results.parquet")]
-    frames[0]["experiment"] = "shared"
-    for name in names:
-        frame = pd.read_parquet(outputs / name / f"cycle_{cycle}" / "eval_results.parquet")
-        frames.append(frame.assign(experiment=name))
-    return pd.concat(frames, ignore_index=True)
+    cells = [("shared", 0), *((name, cycle) for name in names)]
+    return _results([outputs / n / f"cycle_{c}" / "eval_results.parquet" for n, c in cells])
 
 
 def compare_cells(grid: pd.DataFrame, rerun: pd.DataFrame) -> pd.DataFrame:
@@ -162,32 +165,28 @@ def compare_cells(grid: pd.DataFrame, rerun: pd.DataFrame) -> pd.DataFrame:
     return order.merge(sides[0], on=keys, how="left").merge(sides[1], on=keys, how="left")
 
 
+def _write_table(reporting: Path, stem: str, table: pd.DataFrame, text: str) -> None:
+    """``table`` to ``reporting/<stem>.csv`` and ``text`` to ``reporting/<stem>.md``, each
+    moved into place whole."""
+    reporting.mkdir(parents=True, exist_ok=True)
+    with atomic_path(reporting / f"{stem}.csv") as tmp:
+        table.to_csv(tmp, index=False)
+    with atomic_path(reporting / f"{stem}.md") as tmp:
+        tmp.write_text(text)
+    logger.info("study: %s", reporting / f"{stem}.md")
+
+
 def _write_comparison(table: pd.DataFrame, reporting: Path, names: list[str], cycle: int) -> None:
     from resail_pipeline.evaluation.report import table_to_markdown
 
-    reporting.mkdir(parents=True, exist_ok=True)
-    stem = f"rerun-{names[-1]}-cycle_{cycle}"  # one pair per cell: cells of one folder keep theirs
-    with atomic_path(reporting / f"{stem}.csv") as tmp:
-        table.to_csv(tmp, index=False)
     text = (
         f"# Cycle {cycle} of {', '.join(names)}, evaluated again\n\n"
         "Paired differences in success (percentage points), 95% percentile-bootstrap intervals "
         "over tasks: the grid's beside the rerun's, each column naming its decoding seeds.\n\n"
         f"{table_to_markdown(table, float_format='+.1f')}\n"
     )
-    with atomic_path(reporting / f"{stem}.md") as tmp:
-        tmp.write_text(text)
-    logger.info("rerun: %s", reporting / f"{stem}.md")
-
-
-def _folder_results(outputs: Path) -> pd.DataFrame:
-    """Every ``eval_results`` of the data folder ``outputs`` (``07_model_output/<folder>``), with
-    its ``experiment`` (``shared`` for cycle 0)."""
-    frames = [
-        pd.read_parquet(path).assign(experiment=path.parent.parent.name)
-        for path in sorted(outputs.glob("*/cycle_*/eval_results.parquet"))
-    ]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    # one pair per cell: cells of one folder keep theirs
+    _write_table(reporting, f"rerun-{names[-1]}-cycle_{cycle}", table, text)
 
 
 def write_training_seeds(plan: StudyPlan, env: str, project: Path) -> pd.DataFrame:
@@ -211,7 +210,8 @@ def write_training_seeds(plan: StudyPlan, env: str, project: Path) -> pd.DataFra
         if suffix.isdecimal():
             folders[int(suffix)] = folder
     frames = [
-        _folder_results(folder).assign(training_seed=seed) for seed, folder in folders.items()
+        _results(sorted(folder.glob("*/cycle_*/eval_results.parquet"))).assign(training_seed=seed)
+        for seed, folder in folders.items()
     ]
     frames = [frame for frame in frames if not frame.empty]
     if not frames:
@@ -222,10 +222,6 @@ def write_training_seeds(plan: StudyPlan, env: str, project: Path) -> pd.DataFra
     if table.empty:
         logger.info("training seeds: no cell evaluated under two training seeds yet")
         return table
-    reporting = project / "data" / "08_reporting" / f"{run_env}{tag}"
-    reporting.mkdir(parents=True, exist_ok=True)
-    with atomic_path(reporting / "training-seeds.csv") as tmp:
-        table.to_csv(tmp, index=False)
     text = (
         f"# The grid's paired differences under training seeds {seeds}\n\n"
         "Each training seed's paired difference in success (percentage points; decoding seeds "
@@ -235,7 +231,7 @@ def write_training_seeds(plan: StudyPlan, env: str, project: Path) -> pd.DataFra
         "seeds, which is.\n\n"
         f"{table_to_markdown(table, float_format='.1f')}\n"
     )
-    with atomic_path(reporting / "training-seeds.md") as tmp:
-        tmp.write_text(text)
-    logger.info("training seeds: %s", reporting / "training-seeds.md")
+    _write_table(
+        project / "data" / "08_reporting" / f"{run_env}{tag}", "training-seeds", table, text
+    )
     return table
