@@ -1,4 +1,5 @@
-"""Episode cost of the ALFWorld adapter with pooled engines against a fresh engine per episode.
+"""Episode cost of the ALFWorld adapter: pooled engines against a fresh engine per episode, and
+rejected commands answered by the adapter against the engine's own answer.
 
 Batched rollout creates one adapter per live episode. Each ALFWorld engine loads a private copy of
 ``libdownward.so`` that cannot be unloaded, so every engine ever built stays in memory; the
@@ -7,7 +8,12 @@ the games under ``--data``) for ``--episodes`` episodes, once with a new adapter
 pool at work) and once with a new engine per episode, and prints the time per episode, the growth
 of resident and virtual memory, and their ratios.
 
-    .venv/bin/python benchmarks/alfworld_engines.py [--data DIR] [--episodes 24]
+Then it plays the same walkthroughs with ``--rejected`` of every step's commands text the game does
+not accept (the initial policy's share is about 0.8), once through :meth:`GameEngine.step`, which
+answers such text itself, and once through the engine it wraps, which recomputes the unchanged
+state's admissible commands; the answers are checked equal and the time per step compared.
+
+    .venv/bin/python benchmarks/alfworld_engines.py [--data DIR] [--episodes 24] [--rejected 0.8]
 """
 
 from __future__ import annotations
@@ -46,7 +52,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=FIXTURE_DATA, help="ALFWORLD_DATA root")
     parser.add_argument("--episodes", type=int, default=24)
+    parser.add_argument("--rejected", type=float, default=0.8, help="share of rejected commands")
     args = parser.parse_args()
+    if not 0 <= args.rejected < 1:
+        parser.error(f"--rejected: a share in [0, 1), got {args.rejected}")
     print(machine_header())
 
     probe = AlfWorldEnv(data_path=args.data)
@@ -79,6 +88,31 @@ def main() -> None:
         f"memory growth, pooled / fresh: resident {pool_rss:.0f} / {fresh_rss:.0f} MB, "
         f"virtual {pool_vm:.0f} / {fresh_vm:.0f} MB"
     )
+
+    # a walkthrough with rejected text between its commands: `per` rejected for each accepted
+    per = round(args.rejected / (1 - args.rejected))
+    commands = {t: [c for a in plays[t] for c in [f"take {a}"] * per + [a]] for t in ids}
+    engine = GameEngine()
+    answers: dict[str, list] = {}
+
+    def through(label: str, step) -> float:
+        answers[label] = []
+        start = time.perf_counter()
+        for k in range(args.episodes):
+            task_id = ids[k % len(ids)]
+            engine.load(probe.game_file(task_id))
+            engine.reset()
+            answers[label] += [step(command) for command in commands[task_id]]
+        seconds = (time.perf_counter() - start) / len(answers[label])
+        print(f"{label}: {1e3 * seconds:.1f} ms per step, {per} rejected a step accepted")
+        return seconds
+
+    own_s = through(
+        "the engine's own answer", lambda c: engine._state(engine._env.step(c)[0], None)
+    )
+    ours_s = through("GameEngine.step", engine.step)
+    assert answers["GameEngine.step"] == answers["the engine's own answer"]
+    print(f"time per step, GameEngine.step / the engine's own: {ours_s / own_s:.2f}")
 
 
 if __name__ == "__main__":

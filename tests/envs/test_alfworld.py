@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from resail_pipeline.envs import END_STEP_LIMIT, END_SUCCESS, Environment, make_
 from resail_pipeline.envs.alfworld import (
     HELP,
     MAX_STEPS,
+    NOTHING_HAPPENS,
     TASK_ID_STRIDE,
     AlfWorldEnv,
     AlfWorldGameError,
@@ -270,6 +272,37 @@ def test_the_expert_replans_after_a_wrong_move_and_its_plan_wins(task_id):
         result = expert.step(expert.expert_plan[0])
         assert result.action_valid
     assert result.end_reason == END_SUCCESS and expert.expert_plan == ()
+
+
+@pytest.mark.parametrize("expert", [False, True])
+def test_text_the_game_does_not_accept_is_answered_as_the_engine_answers_it(env, expert):
+    engine = GameEngine(expert=expert)
+    engine.load(env.game_file(0))
+    start = engine.reset()
+    asked = []
+    real_step = engine._env.step
+    engine._env.step = lambda command: asked.append(command) or real_step(command)
+    unchanged = replace(start, feedback=NOTHING_HAPPENS, walkthrough=None)
+    for text in ("take mug 1 from desk 1", "", "jump over the bed", "go to desk 1 "):
+        if text.strip() in start.admissible_commands:
+            continue
+        assert engine.step(text) == unchanged
+    assert asked == []  # answered without the engine
+    state, _, _ = real_step("take mug 1 from desk 1")  # the engine's own answer, the same
+    assert engine._state(state, None) == unchanged
+    moved = engine.step("go to desk 1 ")  # what it accepts still reaches it, stripped as it strips
+    assert asked == ["go to desk 1 "] and moved.feedback != NOTHING_HAPPENS
+    assert engine.step("go to desk 1").admissible_commands == moved.admissible_commands
+    assert engine.step("take mug 1 from desk 1").feedback != NOTHING_HAPPENS
+
+
+def test_an_engine_steps_only_a_started_game(env):
+    engine = GameEngine()
+    with pytest.raises(RuntimeError, match="reset"):
+        engine.step("look")
+    engine.load(env.game_file(0))
+    with pytest.raises(RuntimeError, match="reset"):
+        engine.step("look")
 
 
 def test_the_expert_is_asked_of_an_environment_built_for_it(env):

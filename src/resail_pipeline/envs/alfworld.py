@@ -40,6 +40,10 @@ What the adapter works around:
   so a rollout keeps at most :data:`LIVE_LIMIT` episodes alive unless its settings say otherwise
   (:attr:`AlfWorldEnv.live_limit`): an evaluation of 1,536 episodes started all at once would
   otherwise hold 52 GB of copies.
+- TextWorld answers a command it does not accept by recomputing the admissible commands of the
+  unchanged state (every command's text derived again from the game's grammar, most of a step's
+  cost), and most of a weak policy's actions are such commands. :meth:`GameEngine.step` answers
+  them itself, with what the engine would return: "Nothing happens." and the state before.
 - Importing ``alfworld`` sets ``ALFWORLD_DATA`` to ``~/.cache/alfworld`` when it is unset; the
   variable is restored after the import, so a missing data set is reported the same way whatever
   was imported first.
@@ -56,7 +60,7 @@ import os
 import random
 import sys
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -109,6 +113,8 @@ LIVE_LIMIT = 64
 TEST_SAMPLE_SEED = 0
 #: The command removed from the admissible actions (paper appendix G).
 HELP = "help"
+#: The engine's answer to a command it does not accept.
+NOTHING_HAPPENS = "Nothing happens."
 #: What precedes the task sentence in every opening text.
 TASK_PREFIX = "Your task is to: "
 #: The game file inside each game folder.
@@ -307,10 +313,12 @@ class GameEngine:
         self.expert = expert
         self._env = alfred.AlfredInfos(alfred.AlfredDemangler(PddlEnv(infos), shuffle=False))
         self.game_file: Path | None = None
+        self._now: EngineState | None = None  # the state after the last reset or step
 
     def load(self, game_file: Path) -> None:
         """Load ``game_file``, replacing the game loaded before."""
         self.game_file = None
+        self._now = None
         with _engine_call(game_file):
             self._env.load(str(game_file))
         self.game_file = Path(game_file)
@@ -322,12 +330,23 @@ class GameEngine:
         with _engine_call(self.game_file):
             state = self._env.reset()
             walkthrough = tuple(state["extra.walkthrough"]) if self._plan else None
-        return self._state(state, walkthrough)
+        self._now = self._state(state, walkthrough)
+        return self._now
 
     def step(self, command: str) -> EngineState:
-        """Execute ``command``; text the game does not accept leaves the state unchanged."""
+        """Execute ``command``; text the game does not accept leaves the state unchanged.
+
+        Such text is answered here, as the engine answers it ("Nothing happens.", the same
+        admissible commands, and the same plan, from the same state), without the engine's
+        recomputing them (see the module docstring).
+        """
+        if self._now is None:
+            raise RuntimeError("step: no game started; call reset() first")
+        if command.strip() not in self._now.admissible_commands:
+            return replace(self._now, feedback=NOTHING_HAPPENS, walkthrough=None)
         state, _, _ = self._env.step(command)
-        return self._state(state, None)
+        self._now = self._state(state, None)
+        return self._now
 
     def _state(self, state: Any, walkthrough: tuple[str, ...] | None) -> EngineState:
         won = bool(state["won"])
