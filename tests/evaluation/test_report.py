@@ -524,15 +524,20 @@ def test_training_seeds_put_each_seeds_difference_beside_their_mean_and_spread()
         + _episode_rows("oel", 2, "ordinary", parent)
     ).assign(training_seed=0)
     # seed 1: the variant no better than the parent at cycle 1; it has not reached cycle 2, and
-    # seed 2 has reached cycle 1 of OEL only
+    # seed 2 has reached cycle 1 of OEL only; both, and seed 0 not, evaluated OEL with PI
+    with_pi = _episode_rows("shared", 0, "privileged", initial) + _episode_rows(
+        "oel", 1, "privileged", parent
+    )
     seed_1 = pd.DataFrame(
         _episode_rows("shared", 0, "ordinary", initial)
         + _episode_rows("oel", 1, "ordinary", parent)
         + _episode_rows("oel_resail", 1, "ordinary", parent)
+        + with_pi
     ).assign(training_seed=1)
     seed_2 = pd.DataFrame(
         _episode_rows("shared", 0, "ordinary", initial)
         + _episode_rows("oel", 1, "ordinary", initial)
+        + with_pi
     ).assign(training_seed=2)
     table = training_seeds_table(pd.concat([seed_0, seed_1, seed_2], ignore_index=True))
     assert table.columns.tolist() == [
@@ -540,8 +545,8 @@ def test_training_seeds_put_each_seeds_difference_beside_their_mean_and_spread()
         *["Seed 0 (pp)", "Seed 1 (pp)", "Seed 2 (pp)", "Mean (pp)", "95% CI over tasks (pp)"],
         *["SD over seeds (pp)", "Tasks"],
     ]
-    rows = table.set_index(["Comparison", "Cycle"])
-    lead = rows.loc[("OEL + ReSAIL - OEL", 1)]
+    rows = table.set_index(["Comparison", "View", "Cycle"])
+    lead = rows.loc[("OEL + ReSAIL - OEL", "ordinary", 1)]
     # per task, seed 0: 1, 0, 0.5, 0 (37.5); seed 1: 0 everywhere; the mean of the two 18.75
     assert (lead["Seed 0 (pp)"], lead["Seed 1 (pp)"]) == (37.5, 0.0)
     assert lead["Mean (pp)"] == pytest.approx(18.75)
@@ -551,16 +556,19 @@ def test_training_seeds_put_each_seeds_difference_beside_their_mean_and_spread()
     assert 0.0 <= low < 18.75 < high <= 50.0
     assert np.isnan(lead["Seed 2 (pp)"])  # not reached by seed 2: the others'
     # three seeds: 12.5, 12.5 and 0 -> mean 8.33, sample SD 7.22
-    three = rows.loc[("OEL - ReAct", 1)]
+    three = rows.loc[("OEL - ReAct", "ordinary", 1)]
     assert three["Training seeds"] == "0, 1, 2"
     assert three["SD over seeds (pp)"] == pytest.approx(12.5 / math.sqrt(3))
     assert three["Mean (pp)"] == pytest.approx(25 / 3)
+    assert rows.loc[("OEL - ReAct", "privileged", 1), "Training seeds"] == "1, 2"
     # only the cells at least two seeds reached (OEL's cycle 2 is seed 0's alone), in the
-    # report's order: every experiment against the initial model, then variant - parent
-    assert table[["Comparison", "Cycle"]].values.tolist() == [
-        ["OEL - ReAct", 1],
-        ["OEL + ReSAIL - ReAct", 1],
-        ["OEL + ReSAIL - OEL", 1],
+    # report's order, whichever seeds reached them: every experiment against the initial model,
+    # then variant - parent
+    assert table[["Comparison", "View", "Cycle"]].values.tolist() == [
+        ["OEL - ReAct", "ordinary", 1],
+        ["OEL - ReAct", "privileged", 1],
+        ["OEL + ReSAIL - ReAct", "ordinary", 1],
+        ["OEL + ReSAIL - OEL", "ordinary", 1],
     ]
     with pytest.raises(SchemaError, match=r"missing column\(s\) \['training_seed'\]"):
         training_seeds_table(seed_0.drop(columns="training_seed"))

@@ -209,9 +209,8 @@ def training_seeds_table(
         }
         for seed in seeds
     }
-    order = list(dict.fromkeys(k for seed in seeds for k in per_seed[seed]))
     rows = []
-    for keys in order:
+    for keys, _, _ in _compared(eval_results, source):  # every seed's cells, in the report's order
         reached = [seed for seed in seeds if keys in per_seed[seed]]
         if len(reached) < 2:  # one seed's difference is the report's own
             continue
