@@ -5,15 +5,17 @@
 
 The rank runs the project's trainer as ``python -m resail_pipeline.training`` does (the same
 :class:`~resail_pipeline.training.run.TrainingRun`, its metrics and checkpoint published the same
-way), with these of its calls measured, each as one phase of the memory plan
-(:mod:`~resail_pipeline.training.memory`):
+way), with each memory phase of its updates measured, as the trainer marks them
+(:attr:`~resail_pipeline.training.trainer.UpdateLoop.memory_phase`; the phases of the memory plan,
+:mod:`~resail_pipeline.training.memory`):
 
-- ``sampling``: ``Trainer._responses``, the in-loop sampler's responses of an update;
-- ``training``: ``Trainer._accumulate``, an update's micro-batches (the student's forwards, the
-  teacher's scoring, the losses and backwards);
-- ``step``: ``Engine.step``, the gradients' reduction and AdamW's step;
+- ``sampling``: the in-loop sampler's responses of an update (the fewest and most tokens of each
+  call of the sampler noted beside it);
+- ``training``: an update's micro-batches (the student's forwards, the teacher's scoring, the
+  losses and backwards);
+- ``step``: the optimiser's step (the gradients' reduction and AdamW's step);
 
-and ``load``, the run's set-up (inputs, both models, the engine). Each call is timed with the
+and ``load``, the run's set-up (inputs, both models, the engine). Each phase is timed with the
 device synchronised before and after; on a GPU torch's allocator peak is reset before it and read
 after it, with what was allocated when it started (on the CPU no peak is counted). Rank 0 writes
 the measurements to :data:`~.options.PHASES_FILE` in the run directory, with the plan of the run's
@@ -22,13 +24,14 @@ own resolved configuration for the policy's shape and the corpus's longest rows.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +47,7 @@ from .options import PHASES_FILE
 
 
 class PhaseMeter:
-    """Seconds and, on a GPU, the allocator's peak of each measured call, one row per call.
+    """Seconds and, on a GPU, the allocator's peak of each measured phase, one row per phase run.
 
     Args:
         device: this rank's device.
@@ -54,45 +57,39 @@ class PhaseMeter:
         self.device = device
         self.update: int | None = None  # the update under way (``None``: before the first)
         self.rows: list[dict[str, Any]] = []
+        self._notes: dict[str, Any] = {}  # for the row of the phase under way
 
-    def measured(
-        self,
-        phase: str,
-        call: Callable[..., Any],
-        note: Callable[[Any], dict[str, Any]] | None = None,
-    ) -> Callable[..., Any]:
-        """``call``, each of its runs recorded as a row of ``phase`` (with ``note(result)``'s
-        entries, where given)."""
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Record what runs inside as a row of phase ``name`` (the trainer's ``memory_phase``)."""
         cuda = self.device.type == "cuda"
+        before = 0
+        if cuda:
+            torch.cuda.synchronize(self.device)
+            before = torch.cuda.memory_allocated(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        start = time.perf_counter()
+        yield
+        if cuda:
+            torch.cuda.synchronize(self.device)
+        row: dict[str, Any] = {
+            "phase": name,
+            "update": self.update,
+            "seconds": time.perf_counter() - start,
+        }
+        if cuda:
+            row.update(
+                allocated_before=before,
+                peak=int(torch.cuda.max_memory_allocated(self.device)),
+                allocated_after=int(torch.cuda.memory_allocated(self.device)),
+            )
+        row.update(self._notes)
+        self._notes.clear()
+        self.rows.append(row)
 
-        @functools.wraps(call)
-        def run(*args: Any, **kwargs: Any) -> Any:
-            before = 0
-            if cuda:
-                torch.cuda.synchronize(self.device)
-                before = torch.cuda.memory_allocated(self.device)
-                torch.cuda.reset_peak_memory_stats(self.device)
-            start = time.perf_counter()
-            result = call(*args, **kwargs)
-            if cuda:
-                torch.cuda.synchronize(self.device)
-            row: dict[str, Any] = {
-                "phase": phase,
-                "update": self.update,
-                "seconds": time.perf_counter() - start,
-            }
-            if cuda:
-                row.update(
-                    allocated_before=before,
-                    peak=int(torch.cuda.max_memory_allocated(self.device)),
-                    allocated_after=int(torch.cuda.memory_allocated(self.device)),
-                )
-            if note is not None:
-                row.update(note(result))
-            self.rows.append(row)
-            return result
-
-        return run
+    def note(self, **entries: Any) -> None:
+        """Entries for the row of the phase under way."""
+        self._notes.update(entries)
 
     def updates(self, call: Callable[..., Any]) -> Callable[..., Any]:
         """``call`` (the loop's ``update(u, batch)``), numbering the rows recorded while it runs
@@ -110,10 +107,25 @@ class PhaseMeter:
         return run
 
 
-def _response_tokens(responses: dict[int, tuple[tuple[int, ...], Any]]) -> dict[str, Any]:
-    """The fewest and the most tokens of an update's sampled responses on this rank."""
-    lengths = [len(ids) for ids, _ in responses.values()]
-    return {"response_tokens": [min(lengths), max(lengths)] if lengths else []}
+class NotedSampler:
+    """The trainer's sampler, the fewest and most tokens of each call's responses noted in the
+    meter's row of the phase under way.
+
+    Args:
+        generator: the sampler (a :class:`~resail_pipeline.generation.base.Generator`).
+        meter: where the lengths are noted.
+    """
+
+    def __init__(self, generator: Any, meter: PhaseMeter) -> None:
+        self.generator = generator
+        self.meter = meter
+
+    def generate(self, prompts: Sequence[Any], params: Any, seeds: Any = None) -> list[Any]:
+        generations = self.generator.generate(prompts, params, seeds=seeds)
+        lengths = [len(g.token_ids) for g in generations]
+        if lengths:
+            self.meter.note(response_tokens=[min(lengths), max(lengths)])
+        return generations
 
 
 def measure(path: str) -> None:
@@ -123,12 +135,13 @@ def measure(path: str) -> None:
     local = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device("cuda", local) if torch.cuda.is_available() else torch.device("cpu")
     meter = PhaseMeter(device)
-    run = meter.measured("load", TrainingRun)(config)
+    with meter.phase("load"):
+        run = TrainingRun(config)
     trainer = run.trainer
     trainer.update = meter.updates(trainer.update)
-    trainer._responses = meter.measured("sampling", trainer._responses, _response_tokens)
-    trainer._accumulate = meter.measured("training", trainer._accumulate)
-    trainer.engine.step = meter.measured("step", trainer.engine.step)
+    trainer.memory_phase = meter.phase
+    if getattr(trainer, "generator", None) is not None:
+        trainer.generator = NotedSampler(trainer.generator, meter)
 
     steps = [s for traj in run.data.trajectories for s in run.data.steps[traj]]
     prompt_tokens = max(len(s.privileged_ids) for s in steps)

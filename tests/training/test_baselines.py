@@ -3,6 +3,7 @@ computation, and what the run publishes."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
@@ -190,3 +191,23 @@ def test_grpo_samples_groups_from_the_student(make_config, sharp_checkpoint):
     # a random model never writes the logged action: every advantage is 0, the KL is 0 at the
     # first update, so nothing moves but through the (zero) gradient
     assert metrics["loss"][0] == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("method", "phases"),
+    [
+        ("oel_resail", ["sampling", "training", "step"]),  # samples in the loop
+        ("sdpo", ["sampling", "training", "step"]),  # its cached responses: nothing sampled
+        ("rft", ["training", "step"]),
+        ("grpo", ["sampling", "training", "step"]),
+    ],
+)
+def test_every_trainer_marks_its_memory_phases(make_config, method, phases):
+    """Each update enters the memory plan's phases once each, in order, through
+    ``memory_phase``: what an instrument measures (the GPU check's time and peak per phase)."""
+    sections = {"grpo": {"samples": 2}} if method == "grpo" else {}
+    run = TrainingRun(make_config(method=method, schedule={"updates": 2}, **sections))
+    entered: list[str] = []
+    run.trainer.memory_phase = lambda name: entered.append(name) or contextlib.nullcontext()
+    run.run()
+    assert entered == phases * 2

@@ -121,24 +121,30 @@ class CrossEntropyTrainer(_OrdinaryLikelihood):
             lengths = {i: len(steps[i].ordinary_ids) + len(steps[i].response_ids) for i in mine}
             parts = self._split(mine, lengths, len(steps))
         loss_sum = 0.0
-        for k, part in enumerate(parts):
-            with self.engine.micro_batch(last=k == len(parts) - 1), timer("optimisation"):
-                if not part:
-                    idle = self._idle_forward()
-                    if idle is not None:
-                        self.engine.backward(idle)
-                    continue
-                out = self._student([steps[i] for i in part], [steps[i].response_ids for i in part])
-                mean = cross_entropy_loss(
-                    out.logits[ORDINARY], out.response_ids, out.mask, self.config.engine.chunk_size
-                )
-                loss = mean * (int(out.mask.sum()) / total_tokens)
-                loss_sum += float(loss.detach())
-                self.engine.backward(loss * self.engine.world_size)
+        with self.memory_phase("training"):
+            for k, part in enumerate(parts):
+                with self.engine.micro_batch(last=k == len(parts) - 1), timer("optimisation"):
+                    if not part:
+                        idle = self._idle_forward()
+                        if idle is not None:
+                            self.engine.backward(idle)
+                        continue
+                    out = self._student(
+                        [steps[i] for i in part], [steps[i].response_ids for i in part]
+                    )
+                    mean = cross_entropy_loss(
+                        out.logits[ORDINARY],
+                        out.response_ids,
+                        out.mask,
+                        self.config.engine.chunk_size,
+                    )
+                    loss = mean * (int(out.mask.sum()) / total_tokens)
+                    loss_sum += float(loss.detach())
+                    self.engine.backward(loss * self.engine.world_size)
         with timer("optimisation"):
             (loss,) = self._all_reduce([loss_sum])
             self._check_finite(u, loss)
-            grad_norm = self.engine.step()
+            grad_norm = self._step()
         return self._record(
             u, batch, steps, traj_index, loss, total_tokens, grad_norm, timer, start
         )
@@ -189,7 +195,7 @@ class GrpoTrainer(_OrdinaryLikelihood):
         grpo = self.config.grpo
         with timer("other"):
             steps, traj_index, mine = self._batch_steps(batch)
-        with timer("response"):
+        with timer("response"), self.memory_phase("sampling"):
             rows, rewards, advantages = self._groups(u, steps, mine)
         with timer("other"):
             local = [float(sum(len(z) for _, z in rows)), float(rewards.sum()), float(len(rows))]
@@ -201,44 +207,46 @@ class GrpoTrainer(_OrdinaryLikelihood):
             largest = math.ceil(len(steps) / world) * grpo.samples
             parts = self._split(range(len(rows)), lengths, largest * world)
         sums = {"loss": 0.0, "pg": 0.0, "kl": 0.0, "clipped": 0.0}
-        for k, part in enumerate(parts):
-            with self.engine.micro_batch(last=k == len(parts) - 1):
-                if not part:
+        with self.memory_phase("training"):
+            for k, part in enumerate(parts):
+                with self.engine.micro_batch(last=k == len(parts) - 1):
+                    if not part:
+                        with timer("optimisation"):
+                            idle = self._idle_forward()
+                            if idle is not None:
+                                self.engine.backward(idle)
+                        continue
+                    part_steps = [steps[rows[r][0]] for r in part]
+                    part_responses = [rows[r][1] for r in part]
+                    chunk = self.config.engine.chunk_size
+                    with timer("scoring"):
+                        ref = self._student(part_steps, part_responses, module=self.reference)
+                        ref_logp = token_logprobs(ref.logits[ORDINARY], ref.response_ids, chunk)
                     with timer("optimisation"):
-                        idle = self._idle_forward()
-                        if idle is not None:
-                            self.engine.backward(idle)
-                    continue
-                part_steps = [steps[rows[r][0]] for r in part]
-                part_responses = [rows[r][1] for r in part]
-                chunk = self.config.engine.chunk_size
-                with timer("scoring"):
-                    ref = self._student(part_steps, part_responses, module=self.reference)
-                    ref_logp = token_logprobs(ref.logits[ORDINARY], ref.response_ids, chunk)
-                with timer("optimisation"):
-                    out = self._student(part_steps, part_responses)
-                    logp = token_logprobs(out.logits[ORDINARY], out.response_ids, chunk)  # (n, T)
-                    # one optimiser step per update: the sampling policy is the student itself
-                    terms = grpo_loss(
-                        logp,
-                        logp.detach(),
-                        ref_logp,
-                        advantages[part].to(logp.device),
-                        out.mask,
-                        clip_low=grpo.clip_low,
-                        clip_high=grpo.clip_high,
-                        beta=grpo.kl_beta,
-                    )
-                    share = int(out.mask.sum()) / total_tokens
-                    sums["loss"] += float(terms.loss.detach()) * share
-                    sums["pg"] += float(terms.pg_loss.detach()) * share
-                    sums["kl"] += float(terms.kl.detach()) * share
-                    sums["clipped"] += terms.clip_fraction * share
-                    self.engine.backward(terms.loss * share * self.engine.world_size)
+                        out = self._student(part_steps, part_responses)
+                        # (n, T)
+                        logp = token_logprobs(out.logits[ORDINARY], out.response_ids, chunk)
+                        # one optimiser step per update: the sampling policy is the student itself
+                        terms = grpo_loss(
+                            logp,
+                            logp.detach(),
+                            ref_logp,
+                            advantages[part].to(logp.device),
+                            out.mask,
+                            clip_low=grpo.clip_low,
+                            clip_high=grpo.clip_high,
+                            beta=grpo.kl_beta,
+                        )
+                        share = int(out.mask.sum()) / total_tokens
+                        sums["loss"] += float(terms.loss.detach()) * share
+                        sums["pg"] += float(terms.pg_loss.detach()) * share
+                        sums["kl"] += float(terms.kl.detach()) * share
+                        sums["clipped"] += terms.clip_fraction * share
+                        self.engine.backward(terms.loss * share * self.engine.world_size)
         with timer("optimisation"):
             loss, pg, kl, clipped = self._all_reduce(list(sums.values()))
             self._check_finite(u, loss)
-            grad_norm = self.engine.step()
+            grad_norm = self._step()
         extra = {
             "reward_mean": reward_sum / max(num_rows, 1.0),
             "pg_loss": pg,

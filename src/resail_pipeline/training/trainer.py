@@ -180,6 +180,12 @@ class UpdateLoop:
         self.engine = engine
         self.tokenizer = tokenizer
         self.pad_id = tokenizer.pad_token_id
+        #: entered around each memory phase of an update, with its name: ``sampling`` (the fresh
+        #: responses), ``training`` (the micro-batches' forwards and backwards, the teacher's
+        #: scoring among them) and ``step`` (the optimiser step), the phases of the memory plan
+        #: (:attr:`~resail_pipeline.training.memory.MemoryPlan.phases`); nothing by default, an
+        #: instrument sets it to measure them (the GPU check's time and allocator peak per phase)
+        self.memory_phase: Callable[[str], contextlib.AbstractContextManager[Any]] = _unmeasured
 
     def train(
         self,
@@ -253,6 +259,11 @@ class UpdateLoop:
         order = sorted(mine, key=lambda i: -lengths[i])
         return [part.tolist() for part in np.array_split(np.asarray(order, dtype=int), count)]
 
+    def _step(self) -> float:
+        """The optimiser step (:meth:`Engine.step`), as the ``step`` memory phase."""
+        with self.memory_phase("step"):
+            return self.engine.step()
+
     def _idle_forward(self) -> Tensor | None:
         """A zero loss from a one-token forward through the engine, for a rank without steps.
 
@@ -309,13 +320,14 @@ class Trainer(UpdateLoop):
         start = timer.now()
         with timer("other"):
             steps, traj_index, mine = self._batch_steps(batch)  # U, in a fixed order
-        with timer("response"):
+        with timer("response"), self.memory_phase("sampling"):
             responses = self._responses(u, steps, mine)
         with timer("other"):
             parts = self._micro_batches(steps, mine, responses)
-        selection, scores, sums = self._accumulate(
-            u, steps, traj_index, len(batch), parts, responses, timer
-        )
+        with self.memory_phase("training"):
+            selection, scores, sums = self._accumulate(
+                u, steps, traj_index, len(batch), parts, responses, timer
+            )
 
         with timer("optimisation"):
             totals = self._all_reduce([sums.loss_sel, sums.loss_ret, float(sums.tokens)])
@@ -325,7 +337,7 @@ class Trainer(UpdateLoop):
                 raise FloatingPointError(
                     f"update {u}: the loss is not finite ({loss}); L_sel {loss_sel}, L_ret {loss_ret}"
                 )
-            grad_norm = self.engine.step()
+            grad_norm = self._step()
 
         with timer("other"):
             chosen = selection.chosen.nonzero().flatten().tolist()
@@ -585,6 +597,11 @@ class Trainer(UpdateLoop):
             # no row carries weight: keep the graph so that every rank runs a backward
             loss_sel = loss_sel + _graph_zero(student)
         return loss_sel, loss_ret
+
+
+def _unmeasured(phase: str) -> contextlib.AbstractContextManager[None]:
+    """:attr:`UpdateLoop.memory_phase` where nothing measures the phases."""
+    return contextlib.nullcontext()
 
 
 def _pad_rows(rows: Sequence[Sequence[float]], mask: Tensor) -> Tensor:
