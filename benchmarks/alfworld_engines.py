@@ -13,7 +13,13 @@ not accept (the initial policy's share is about 0.8), once through :meth:`GameEn
 answers such text itself, and once through the engine it wraps, which recomputes the unchanged
 state's admissible commands; the answers are checked equal and the time per step compared.
 
-    .venv/bin/python benchmarks/alfworld_engines.py [--data DIR] [--episodes 24] [--rejected 0.8]
+Last it starts ``--episodes`` episodes, each game ``--plays`` times in a row (an evaluation plays
+each game once per view and decoding seed), once with Fast Downward's translation of each game kept
+(:func:`kept_translations`) and once translated again at every load and reset, as TextWorld does;
+the opening observations are checked equal and the time per start compared.
+
+    .venv/bin/python benchmarks/alfworld_engines.py [--data DIR] [--episodes 24] [--rejected 0.8] \
+        [--plays 4]
 """
 
 from __future__ import annotations
@@ -22,8 +28,10 @@ import argparse
 import time
 from pathlib import Path
 
+import fast_downward
+
 from resail_pipeline.devices import machine_header
-from resail_pipeline.envs.alfworld import AlfWorldEnv, GameEngine
+from resail_pipeline.envs.alfworld import AlfWorldEnv, GameEngine, kept_translations
 
 FIXTURE_DATA = Path(__file__).parents[1] / "tests" / "envs" / "alfworld_data"
 
@@ -53,9 +61,12 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=FIXTURE_DATA, help="ALFWORLD_DATA root")
     parser.add_argument("--episodes", type=int, default=24)
     parser.add_argument("--rejected", type=float, default=0.8, help="share of rejected commands")
+    parser.add_argument("--plays", type=int, default=4, help="episodes of each game in a row")
     args = parser.parse_args()
     if not 0 <= args.rejected < 1:
         parser.error(f"--rejected: a share in [0, 1), got {args.rejected}")
+    if args.plays < 1:
+        parser.error(f"--plays: at least 1, got {args.plays}")
     print(machine_header())
 
     probe = AlfWorldEnv(data_path=args.data)
@@ -113,6 +124,32 @@ def main() -> None:
     ours_s = through("GameEngine.step", engine.step)
     assert answers["GameEngine.step"] == answers["the engine's own answer"]
     print(f"time per step, GameEngine.step / the engine's own: {ours_s / own_s:.2f}")
+
+    kept = kept_translations()
+    openings: dict[str, list] = {}
+
+    def started(label: str) -> float:
+        openings[label] = []
+        kept.cache_clear()
+        start = time.perf_counter()
+        for k in range(args.episodes):
+            env = AlfWorldEnv(data_path=args.data)
+            openings[label].append(env.reset(ids[k // args.plays % len(ids)]))
+            env.close()
+        seconds = (time.perf_counter() - start) / args.episodes
+        print(f"{label}: {1e3 * seconds:.0f} ms per episode start, each game {args.plays} times")
+        return seconds
+
+    memo = fast_downward.pddl2sas
+    # Fast Downward's own translation at every call, as without the memo
+    fast_downward.pddl2sas = lambda domain, problem, verbose=False, optimize=False: (
+        kept.__wrapped__(domain, problem, optimize)
+    )
+    every_s = started("translated at every load and reset")
+    fast_downward.pddl2sas = memo
+    kept_s = started("translation kept")
+    assert openings["translation kept"] == openings["translated at every load and reset"]
+    print(f"time per start, kept / translated every time: {kept_s / every_s:.2f}")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from resail_pipeline.envs.alfworld import (
     AlfWorldEnv,
     AlfWorldGameError,
     GameEngine,
+    kept_translations,
     split_games,
 )
 from resail_pipeline.prompts import EpisodeHistory, render_user_message
@@ -181,6 +182,28 @@ def test_engines_are_reused_by_later_episodes(env, monkeypatch):
     fresh = AlfWorldEnv(data_path=FIXTURE_DATA)
     assert fresh.reset(1).task == "put a cool tomato in countertop."
     assert built == []
+
+
+def test_a_game_is_translated_once_however_often_it_is_played(monkeypatch):
+    """TextWorld translates a game's PDDL at every load and reset, twice (for play and for the
+    planner); the translations are kept, and engines playing the same game at once share them."""
+    monkeypatch.setattr(sys, "argv", ["translate.py", "domain", "task"])  # read at its import
+    from fast_downward.translate import translate
+
+    real = translate.pddl_to_sas
+    translated = []
+    monkeypatch.setattr(translate, "pddl_to_sas", lambda task: translated.append(1) or real(task))
+    kept_translations().cache_clear()
+    first, second = AlfWorldEnv(data_path=FIXTURE_DATA), AlfWorldEnv(data_path=FIXTURE_DATA)
+    assert first.reset(0).text == second.reset(0).text == OPENING
+    plan = first.walkthrough(0)
+    played = [first.step(action) for action in plan]
+    assert played[-1].success
+    again = [second.step(action) for action in plan]  # untouched by the first one's play
+    assert [r.observation for r in again] == [r.observation for r in played]
+    assert all(r.action_valid for r in again) and again[-1].success
+    assert len(translated) == 2  # 8 where every load and reset translates
+    assert kept_translations().cache_info().hits == 6
 
 
 def test_rendered_prompts_from_real_observations(env):

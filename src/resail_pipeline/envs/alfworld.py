@@ -40,6 +40,11 @@ What the adapter works around:
   so a rollout keeps at most :data:`LIVE_LIMIT` episodes alive unless its settings say otherwise
   (:attr:`AlfWorldEnv.live_limit`): an evaluation of 1,536 episodes started all at once would
   otherwise hold 52 GB of copies.
+- TextWorld translates a game's PDDL into Fast Downward's task twice (for play and for the planner)
+  at every load and again at every reset, most of an episode's start, and a game is played many
+  times in a process (each view and decoding seed of an evaluation). The translation is kept per
+  game (:data:`TRANSLATIONS_KEPT`, least recently used out): the same text translates to the same
+  task, and nothing that reads the task changes it.
 - TextWorld answers a command it does not accept by recomputing the admissible commands of the
   unchanged state (every command's text derived again from the game's grammar, most of a step's
   cost), and most of a weak policy's actions are such commands. :meth:`GameEngine.step` answers
@@ -61,7 +66,7 @@ import random
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -109,6 +114,9 @@ TEST_SIZE = 256
 #: Episodes alive at once in a rollout that names no cap (``max_live: null``): engines, each with
 #: its own copy of Fast Downward's library, held until the process ends (see the module docstring).
 LIVE_LIMIT = 64
+#: Games whose Fast Downward translation a process keeps, least recently used out (about 0.4 MB a
+#: game of the default set): every game of an evaluation of `id` and `ood` (512), with room.
+TRANSLATIONS_KEPT = 1024
 #: Seed of the draw that fixes each evaluation split's test set.
 TEST_SAMPLE_SEED = 0
 #: The command removed from the admissible actions (paper appendix G).
@@ -288,6 +296,34 @@ def _engine_call(game_file: Path) -> Iterator[None]:
         sys.argv = argv
 
 
+@cache
+def kept_translations() -> Any:
+    """Have Fast Downward translate each game once per process (see the module docstring).
+
+    Replaces ``fast_downward.pddl2sas``, which TextWorld's ``PddlState`` calls at every load and
+    reset, by a memo over the translation (its ``verbose`` calls, which print the translator's
+    output, still translate). Returns the memo, an ``lru_cache`` of :data:`TRANSLATIONS_KEPT`
+    games' two translations (``cache_info``, ``cache_clear``).
+    """
+    import fast_downward
+
+    translate = fast_downward.pddl2sas
+
+    @lru_cache(maxsize=2 * TRANSLATIONS_KEPT)
+    def translated(domain: str, problem: str, optimize: bool) -> tuple[Any, str]:
+        return translate(domain, problem, optimize=optimize)
+
+    def pddl2sas(
+        domain: str, problem: str, verbose: bool = False, optimize: bool = False
+    ) -> tuple[Any, str]:
+        if verbose:
+            return translate(domain, problem, verbose=True, optimize=optimize)
+        return translated(domain, problem, bool(optimize))
+
+    fast_downward.pddl2sas = pddl2sas
+    return translated
+
+
 class GameEngine:
     """ALFWorld's engine for one game at a time: TextWorld's ``PddlEnv`` wrapped in
     ``AlfredDemangler(shuffle=False)`` and ``AlfredInfos``, as ``AlfredTWEnv.init_env`` builds it.
@@ -302,6 +338,7 @@ class GameEngine:
 
     def __init__(self, plan: bool = False, expert: bool = False):
         alfred = _alfred_tw_env()
+        kept_translations()
         import textworld
         from textworld.envs import PddlEnv
 
