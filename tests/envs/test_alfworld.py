@@ -158,6 +158,12 @@ def test_unparsable_and_inadmissible_actions_consume_a_step(env):
     assert "Available commands" in helped.observation
 
 
+def test_an_offered_action_with_spaces_around_it_is_taken_and_valid(env):
+    env.reset(0)
+    arrived = env.step("  go to desk 1 ")  # the engine strips it; so does the record of validity
+    assert arrived.action_valid and arrived.observation.startswith("You arrive at desk 1.")
+
+
 def test_episodes_stepped_together_stay_independent():
     envs = [AlfWorldEnv(data_path=FIXTURE_DATA) for _ in ALL_IDS]
     plans = [list(e.walkthrough(t)) for e, t in zip(envs, ALL_IDS, strict=True)]

@@ -23,12 +23,14 @@ listed in id order (every game when the split has fewer).
 Episodes follow the paper (appendices A.3 and G): the task is the sentence after
 "Your task is to: " in the opening text, ``help`` is never offered, and an episode ends on success
 or after :data:`MAX_STEPS` steps. Every step counts: an unparsable response reaches the engine as
-an empty command and an action that was not offered as written; the engine answers
-"Nothing happens." to both (``help`` prints its help text) and the step is marked invalid.
+an empty command and an action that was not offered (spaces around it aside, as the engine reads
+it) as written; the engine answers "Nothing happens." to both (``help`` prints its help text) and
+the step is marked invalid.
 
 What the adapter works around:
 
-- ``fast_downward.pddl2sas``, run on every load and reset, overwrites ``sys.argv``; it is restored.
+- ``fast_downward.pddl2sas``, run on every load and reset of a game not yet translated (below),
+  overwrites ``sys.argv``; it is restored.
 - Fast Downward calls ``exit()`` on some malformed problems (e.g. a name declared both an object
   type and a receptacle type); that ``SystemExit``, like any other failure to load or reset a
   game, becomes an :class:`AlfWorldGameError` naming the game file.
@@ -505,8 +507,9 @@ class AlfWorldEnv:
         if self._done or self._engine is None:
             raise RuntimeError("step: the episode is over; call reset(task_id) first")
         self._steps += 1
-        valid = action is not None and action in self._offered
-        state = self._engine.step("" if action is None else action)
+        command = "" if action is None else action.strip()  # as the engine reads it
+        valid = command in self._offered
+        state = self._engine.step(command)
         self._offered = _offered(state.admissible_commands)
         self._expert_plan = state.expert_plan
         end_reason = None
