@@ -153,6 +153,44 @@ def test_an_object_never_seen_is_searched_for_where_it_can_be():
     )
 
 
+def test_where_the_task_object_was_taken_from_is_not_searched_without_one():
+    got = fields(rules_summary(evidence_of(ALFWORLD_FAILURE)))  # took the mug from countertop 1
+    assert got["Useful evidence"] == (
+        "mug 1 was in/on countertop 1; not yet searched that can hold a mug: cabinet 1, sinkbasin 1"
+    )
+
+
+#: Takes a bread, closes the cabinet it opened, then goes back and forth.
+HELD_AND_CLOSED = (
+    ("go to cabinet 1", True, "You arrive at cabinet 1. The cabinet 1 is closed."),
+    ("open cabinet 1", True, "You open the cabinet 1. The cabinet 1 is open. In it, you see a bread 1."),
+    ("take bread 1 from cabinet 1", True, "You pick up the bread 1 from the cabinet 1."),
+    ("close cabinet 1", True, "You close the cabinet 1."),
+    *(
+        ("go to countertop 1", True, "You arrive at countertop 1. On the countertop 1, you see a mug 1."),
+        ("go to toaster 1", True, "You arrive at toaster 1. On the toaster 1, you see nothing."),
+    ) * 2,
+    ("go to countertop 1", True, "You arrive at countertop 1. On the countertop 1, you see a mug 1."),
+)  # fmt: skip
+
+
+def test_an_object_in_hand_the_task_does_not_need_is_put_down_first():
+    got = fields(
+        rules_summary(evidence_of(dataclasses.replace(ALFWORLD_FAILURE, steps=HELD_AND_CLOSED)))
+    )
+    assert got["Corrected plan"].startswith(
+        "`move bread 1 to countertop 1`, then `take mug 1 from countertop 1`, then "
+    )
+
+
+def test_a_receptacle_the_agent_opened_and_closed_is_not_found_closed():
+    got = fields(
+        rules_summary(evidence_of(dataclasses.replace(ALFWORLD_FAILURE, steps=HELD_AND_CLOSED)))
+    )
+    assert "searched without a mug: cabinet 1, toaster 1" in got["Useful evidence"]
+    assert "found closed" not in got["Useful evidence"]
+
+
 def test_a_success_is_the_plan_the_episode_completed():
     got = fields(rules_summary(evidence_of(ALFWORLD_SUCCESS)))
     # no `look`, no rejected clean, one action per step

@@ -118,7 +118,7 @@ class World:
     Attributes:
         receptacles: the room's receptacles (the opening text), in its order.
         contents: receptacle -> the objects last seen in it (searched receptacles only).
-        closed: receptacles found closed and not opened since.
+        closed: receptacles closed when last seen (found closed, or closed by the agent).
         opened: receptacles the agent opened.
         seen_at: object -> the receptacle it was first seen in.
         taken_from: object -> the receptacle it was last picked up from.

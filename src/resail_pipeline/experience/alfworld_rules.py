@@ -18,10 +18,11 @@ saw. The summary says that, in the two appendix-G formats, built from the episod
 - Failure ("Failure analysis"). *Failure diagnosis*: the procedure, the steps done and the first
   step not done, how the episode ended and whether it stopped progressing. *Useful evidence*: where
   each object seen was, which receptacles were searched without the task's object, which were
-  found closed, which are still unsearched. *Corrected plan*: the next steps from where the episode
-  ended, as far as what it saw determines them (:func:`corrected_plan`): go where a task object was
-  seen (or search the unsearched receptacles that can hold one, named), take it, treat it, put it
-  in place. *Avoid*: counted, as in a success.
+  found closed and never opened, which are still unsearched. *Corrected plan*: the next steps from
+  where the episode ended, as far as what it saw determines them (:func:`corrected_plan`): put down
+  an object in hand that the task does not need, go where a task object was seen (or search the
+  unsearched receptacles that can hold one, named), take it, treat it, put it in place. *Avoid*:
+  counted, as in a success.
 
 With an oracle planner (:func:`walkthrough_planner`: the game's stored walkthrough, chosen by
 ``summarize.corrected_plan: walkthrough``) a failure's corrected plan is that walkthrough instead;
@@ -183,8 +184,9 @@ def _finish(plan: Plan, task: Task, world: World, obj: str | None, at: str | Non
 
 
 def corrected_plan(task: Task, world: World, looped: frozenset[str]) -> str:
-    """The next steps from where the episode ended, as far as what it saw determines them: for
-    each task object still to be put in place, fetch it (where it was seen, else search the
+    """The next steps from where the episode ended, as far as what it saw determines them: an
+    object in hand that the task does not need put down where the agent stands, then, for each
+    task object still to be put in place, fetch it (where it was seen, else search the
     unsearched receptacles that can hold one, named), then :func:`_finish` it."""
     plan = Plan(looped)
     flags = progress(task, world)
@@ -197,6 +199,12 @@ def corrected_plan(task: Task, world: World, looped: frozenset[str]) -> str:
         candidates.remove(world.holding)
         candidates.insert(0, world.holding)
     at = world.at
+    held = world.holding
+    if held is not None and held not in candidates:  # hands free before anything is taken
+        if at is None:
+            plan.say(f"put the {held} down")
+        else:
+            plan.act(f"move {held} to {at}")
     for obj in candidates[:wanted]:
         if obj != world.holding:
             at = _go(plan, world, world.where(obj) or "", at)
@@ -225,14 +233,18 @@ def _where_seen(task: Task, world: World) -> str:
 
 
 def _searched(task: Task, world: World) -> str:
-    """Receptacles searched without a task object, found closed, and not yet searched."""
+    """Receptacles searched without a task object (none was ever seen in them, taken ones
+    included), found closed and never opened, and not yet searched."""
+    held_one = {r for o, r in (*world.seen_at.items(), *world.taken_from.items())
+                if class_of(o) == task.obj}  # fmt: skip
     empty = [r for r, items in world.contents.items()
-             if not any(class_of(i) == task.obj for i in items)]  # fmt: skip
+             if r not in held_one and not any(class_of(i) == task.obj for i in items)]  # fmt: skip
+    unopened = sorted(r for r in world.closed if r not in world.contents)
     parts = []
     if empty:
         parts.append(f"searched without {_a(task.obj)}: {_listed(empty)}")
-    if world.closed:
-        parts.append(f"found closed and not opened: {_listed(sorted(world.closed))}")
+    if unopened:
+        parts.append(f"found closed and not opened: {_listed(unopened)}")
     remaining = unsearched(task, world)
     if remaining:
         parts.append(f"not yet searched that can hold {_a(task.obj)}: {_listed(remaining)}")
@@ -253,7 +265,8 @@ def _counts(evidence: Evidence) -> str:
 
 def _stalled(evidence: Evidence, world: World) -> str:
     """``"; its last N actions ... changed nothing"`` where the episode ended on a run of
-    :data:`LOOP_REPEATS` or more rejected or repeated actions, else ``""``."""
+    :data:`LOOP_REPEATS` or more actions each rejected or taken more than once in the episode,
+    else ``""``."""
     seen: Counter[str] = Counter(r.action for r in evidence.records)
     run = 0
     for record in reversed(evidence.records):
