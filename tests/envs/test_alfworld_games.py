@@ -485,7 +485,7 @@ def test_environments_that_name_no_data_get_the_default_set(tmp_path, monkeypatc
     assert provide_env_data("alfworld", {"data_path": str(tmp_path / "mine")}) is None
     assert made == [] and not os.environ["ALFWORLD_DATA"]
     root = (tmp_path / "games").resolve()
-    assert provide_env_data("alfworld", {"max_steps": 20}) == root
+    assert provide_env_data("alfworld", {"max_steps": 20, "data_path": None}) == root
     assert made == [True] and os.environ["ALFWORLD_DATA"] == str(root)
     assert provide_env_data("alfworld", {}) is None  # named now: kept
     assert made == [True]

@@ -496,10 +496,14 @@ def solve(engine: GameEngine, game_file: Path, max_plan_length: int) -> list[str
         return None
     for step, command in enumerate(plan, start=1):
         if command not in state.admissible_commands:
+            logger.debug(
+                "rejected %s: step %d of its plan is not admissible", game_file.parent.name, step
+            )
             return None
         state = engine.step(command)
         if state.won:
             return plan[:step]
+    logger.debug("rejected %s: its plan ends without winning", game_file.parent.name)
     return None
 
 
@@ -508,9 +512,11 @@ def check_candidate(engine: GameEngine, game_file: Path, max_plan_length: int) -
     space may grow by :data:`PLANNER_MEMORY` beyond the parent's: the walkthrough, or ``None``
     where :func:`solve` rejects the candidate or the child runs out of that memory (Fast Downward's
     search then aborts the process, or Python raises ``MemoryError``). The limit is on memory, not
-    time, so a machine's speed does not change which candidates pass; the parent (a writer's
-    worker) never loads a game itself, so it has little room free that a child could use besides
-    the limit."""
+    time, so a machine's speed does not change which candidates pass. With several workers the
+    parent is a worker that never loads a game itself, so it has little room free that a child
+    could use besides the limit; with one (``workers=1``) it is the writing process, whose larger
+    heap can leave a child more, so a candidate close to the limit may pass there and not with
+    more workers."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child; it never returns from here
@@ -541,8 +547,10 @@ def check_candidate(engine: GameEngine, game_file: Path, max_plan_length: int) -
     code = os.waitstatus_to_exitcode(status)
     if code == 1:
         raise RuntimeError(f"{game_file}: checking the candidate failed (its traceback above)")
-    if code != 0:
-        logger.debug("rejected %s: its check exceeded its memory", game_file.parent.name)
+    if code != 0:  # 2: MemoryError; a signal (negative): the search aborted
+        logger.debug(
+            "rejected %s: its check exceeded its memory (exit code %d)", game_file.parent.name, code
+        )
         return None
     return json.loads(text)
 
@@ -554,7 +562,8 @@ def write_games(out: Path, config: GameGenConfig, workers: int | None = None) ->
 
     The missing games are drawn by ``workers`` processes (default: one per core this process may
     use, at most one per game), each with its own engine; a game is drawn from its own stream
-    (:func:`draw_stream`), so the set is the same file for file whatever ``workers`` is.
+    (:func:`draw_stream`), so the set is the same file for file whatever ``workers`` is, but for
+    a candidate whose check needs close to :data:`PLANNER_MEMORY` (:func:`check_candidate`).
 
     Raises:
         ConfigError: ``out`` holds games drawn with other settings, or more games in a split than
@@ -602,9 +611,13 @@ def _write_games(out: Path, config: GameGenConfig, workers: int | None) -> list[
             spawn = multiprocessing.get_context("spawn")  # no fork of a parent holding threads
             with ProcessPoolExecutor(workers, mp_context=spawn) as pool:
                 pending = [pool.submit(place_game, out, s, i, config) for s, i in missing]
-                for done in as_completed(pending):
-                    done.result()  # a game no attempt could solve stops the set here
-                    progress.update()
+                try:
+                    for done in as_completed(pending):
+                        done.result()  # a game no attempt could solve stops the set here
+                        progress.update()
+                except BaseException:
+                    pool.shutdown(cancel_futures=True)  # games not yet started are not drawn
+                    raise
         progress.close()
         shutil.rmtree(out / STAGING)
     split_games.cache_clear()  # the folders have changed since this process read them
@@ -650,14 +663,14 @@ def ensure_games(
 def provide_default_games(options: Mapping[str, Any]) -> Path | None:
     """The default set, for ALFWorld environments built with ``options`` where no data is named.
 
-    Where ``options`` has no ``data_path`` and ``ALFWORLD_DATA`` is unset (no official games on
+    Where ``options`` names no ``data_path`` (absent or null) and ``ALFWORLD_DATA`` is unset (no official games on
     this machine), the generated set that mirrors the official split, with its ``dev`` and
     ``clone`` splits, is kept in :func:`default_root` under the working directory (written on
     first use, resumed if cut short, and extended when it lacks a split: :func:`ensure_games`),
     and ``ALFWORLD_DATA`` names it for this process and the workers it starts. Returns that root;
     ``None``, doing nothing, where the data is named.
     """
-    if "data_path" in options or os.environ.get(ALFWORLD_DATA):
+    if options.get("data_path") is not None or os.environ.get(ALFWORLD_DATA):
         return None
     root = ensure_games().resolve()
     os.environ[ALFWORLD_DATA] = str(root)
@@ -828,7 +841,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             default=None,
             help=f"games of {split} (default {defaults.games(split)})",
         )
-    parser.add_argument("--seed", type=int, default=0, help="seed of every draw (default 0)")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=defaults.seed,
+        help=f"seed of every draw (default {defaults.seed})",
+    )
     parser.add_argument(
         "--max-receptacles",
         type=int,
