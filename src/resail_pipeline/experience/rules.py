@@ -1,21 +1,22 @@
 """Rules-based summaries (``source: rules``): the two appendix-G formats built from the trajectory.
 
 For models too small to write prose, the summary is assembled from the evidence itself; it goes
-through the same validator as a generated one. Nothing is invented: every action named is an
-executed action, every quoted result is an observation of the trajectory, and the corrected plan of
-a failure comes only from an environment planner (:data:`Planner`, given the evidence) that
-computes it from what the trajectory shows (TextCraft's: the initial observation's crafting
-commands).
+through the same validator as a generated one.
 
 An environment may register builders of its own (:class:`EnvRules` ``success`` and ``failure``):
-ALFWorld's (:mod:`.alfworld_rules`) read the world the episode revealed. The generic rules below
-serve every environment that registers none; TextCraft uses them.
+ALFWorld's (:mod:`.alfworld_rules`) read the world the episode revealed and plan the next steps
+from it. The generic rules below serve every environment that registers none; TextCraft uses them.
+They invent nothing: every action named is an executed action, every quoted result is an
+observation of the trajectory, and the corrected plan of a failure comes only from an environment
+planner (:data:`Planner`, given the evidence) that computes it from what the trajectory shows
+(TextCraft's: the initial observation's crafting commands). Every environment's information-only
+actions (:class:`EnvRules`) are also read where the initial policy's tokenizer corpus varies the
+summaries' forms (:mod:`resail_pipeline.bootstrap.vocabulary`).
 
 Success ("Guidance summary"):
 
 - Minimal plan: the *contributing* actions in order: accepted actions, without the environment's
-  information-only actions (TextCraft ``inventory``; ALFWorld ``look``, ``inventory``, ``help``),
-  which change no state. Repeated accepted actions are kept: in TextCraft a repeated ``get`` adds
+  information-only actions (TextCraft ``inventory``), which change no state. Repeated accepted actions are kept: in TextCraft a repeated ``get`` adds
   to the count a later craft consumes.
 - Critical actions: the environment's critical subset of the plan (TextCraft: the ``craft``
   actions, where recipe quantities matter; by default the actions that followed a rejected one,
