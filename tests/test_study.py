@@ -479,6 +479,24 @@ def test_a_plan_takes_cycle_0_from_another_folder_once_before_its_runs(tmp_path,
     assert not (data / "06_models" / "textcraft-b" / "shared" / "cycle_0" / "part.parquet").exists()
 
 
+def test_a_copy_of_cycle_0_cut_short_is_completed(tmp_path):
+    from resail_pipeline.study import take_cycle_0
+
+    plan_text = "cycle_0_from: -a\nparams: {data_tag: -b}\nexperiments: [{method: oel, cycles: 1}]"
+    project, data = _cycle_0_project(tmp_path, plan_text)
+    plan = load_plan(project / "plan.yml")
+    early = data / "03_primary" / "textcraft-b" / "shared" / "cycle_0" / "part.parquet"
+    early.parent.mkdir(parents=True)
+    early.write_text("copied before the cut")  # the copy was killed after this layer
+    assert take_cycle_0(plan, "base", project) is True
+    assert early.read_text() == "copied before the cut"  # kept, not copied over
+    for layer in ("02_intermediate", "04_feature", "06_models"):
+        copied = data / layer / "textcraft-b" / "shared" / "cycle_0" / "part.parquet"
+        assert copied.read_text() == layer
+    assert (data / "07_model_output" / "textcraft-b" / "shared" / "cycle_0").is_dir()
+    assert take_cycle_0(plan, "base", project) is False  # complete: nothing more
+
+
 @pytest.mark.parametrize(
     ("params", "message"),
     [
@@ -1117,10 +1135,23 @@ def test_a_plan_runs_at_the_value_another_plans_rule_chose(tmp_path):
     run = chosen.experiments[1].run_params(chosen.params)
     assert run["train"]["optimizer"]["lr"] == 2e-5 and run["data_tag"] == "-grid"
     assert with_choice(load_plan(tmp_path / "plan.yml"), "base", project) == check  # none named
+    record = project / "data" / "08_reporting" / "textcraft-grid" / "chosen_by.json"
+    assert json.loads(record.read_text()) == {
+        "chosen_by": "check.yml",
+        "parameter": "train.optimizer.lr",
+        "value": 2e-5,
+    }
+    assert with_choice(grid, "base", project) == chosen  # a later sitting: the same choice
 
-    for name in ("small", "middle"):  # every candidate harms: nothing to run at
-        _eval_results(outputs / name / "cycle_1", [[False] * 40] * 2, cycle=1)
+    _eval_results(outputs / "middle" / "cycle_1", [[False] * 40] * 2, cycle=1)  # now harms
+    with pytest.raises(ValueError, match=r"records train\.optimizer\.lr = 2e-05, .* now chooses"):
+        with_choice(grid, "base", project)  # the grid's runs so far used 2e-5
+    record.unlink()
+    _eval_results(outputs / "small" / "cycle_1", [[False] * 40] * 2, cycle=1)  # all harm
     with pytest.raises(ValueError, match=r"check\.yml's rule chose nothing"):
+        with_choice(grid, "base", project)
+    (outputs / "shared" / "cycle_0" / "eval_results.parquet").unlink()
+    with pytest.raises(ValueError, match=r"shared/cycle_0/eval_results\.parquet: missing; check"):
         with_choice(grid, "base", project)
     (plans / "both.yml").write_text(
         "chosen_by: check.yml\nexperiments: [{method: oel, cycles: 1, "

@@ -47,8 +47,10 @@ split, and a gain) where cycle 0 was evaluated in both views.
 A plan may take the value of a parameter from another plan's rule (``chosen_by:``, a plan file
 beside it): before anything runs, that plan's rule is applied to its candidates' evaluations in
 its own data folder and the value it chooses is set for every experiment, so that a grid runs at
-the rate a pre-registered check chose, with no hand in between. A candidate not yet evaluated, a
-rule that chose nothing, or a plan that sets the parameter itself is refused in one line.
+the rate a pre-registered check chose, with no hand in between. The first choice is recorded
+beside the plan's report (``chosen_by.json``), and a later sitting whose rule chooses otherwise is
+refused. A candidate not yet evaluated, a rule that chose nothing, or a plan that sets the
+parameter itself is refused in one line.
 
 A grid's variance over training runs is measured by training it again with another training seed
 (``--training-seed S``): every key of ``TRAINING_SEED_KEYS`` (the collection's tasks and

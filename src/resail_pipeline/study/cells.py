@@ -70,8 +70,9 @@ def _copy_missing(data: Path, parts: Sequence[tuple[str, str]], source: str, tar
 
 def take_cycle_0(plan: StudyPlan, env: str, project: Path) -> bool:
     """Copy cycle 0 of the folder ``plan.cycle_0_from`` names into the plan's own, if the plan
-    names one and its own folder has none of cycle 0 yet (see the module notes). Returns whether
-    it copied.
+    names one and its own folder has no evaluation of cycle 0 yet (see the module notes): the
+    evaluation is copied last, so a folder without it holds at most a copy cut short, which is
+    completed (what it holds is kept). Returns whether it copied.
 
     Raises:
         ConfigError: the source folder has no evaluated cycle 0, or its episodes were played with
@@ -81,7 +82,8 @@ def take_cycle_0(plan: StudyPlan, env: str, project: Path) -> bool:
         return False
     run_env, tag = data_folder(plan, env, project)
     data = project / "data"
-    if any((data / layer / f"{run_env}{tag}" / part).exists() for layer, part in _CYCLE_0):
+    last_layer, last_part = _CYCLE_0[-1]  # the evaluation, copied last
+    if (data / last_layer / f"{run_env}{tag}" / last_part).exists():
         return False
     source = f"{run_env}{plan.cycle_0_from}"
     results = data / "07_model_output" / source / "shared" / "cycle_0" / "eval_results.parquet"

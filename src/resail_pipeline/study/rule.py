@@ -4,6 +4,7 @@ the table of every candidate written beside the report, with cycle 0's privilege
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,15 +150,23 @@ def write_rule(plan: StudyPlan, outputs: Path, reporting: Path) -> RuleOutcome:
     return outcome
 
 
+#: The file, in the reporting folder of a plan with ``chosen_by``, that records the choice it ran at
+CHOICE_RECORD = "chosen_by.json"
+
+
 def with_choice(plan: StudyPlan, env: str, project: Path) -> StudyPlan:
     """``plan`` with the choice of the plan ``plan.chosen_by`` names: that plan's rule applied to
     its candidates' evaluations (in its own data folder), its value set for the rule's parameter
     among ``plan``'s shared overrides, so that a grid runs at the rate a pre-registered check
     chose, with no hand in between. A plan without ``chosen_by`` is returned as it is.
 
+    The first choice is recorded (:data:`CHOICE_RECORD` in the plan's reporting folder); a grid
+    run over several sittings continues only while the rule chooses the same value.
+
     Raises:
-        ConfigError: the plan sets the parameter itself; the chooser has no rule, a candidate
-            not yet evaluated (naming its file), or chose nothing (no candidate harmless).
+        ConfigError: the plan sets the parameter itself; the chooser has no rule, cycle 0 or a
+            candidate not yet evaluated (naming its file), or chose nothing (no candidate
+            harmless); the rule now chooses other than the recorded choice.
     """
     if plan.chosen_by is None:
         return plan
@@ -170,6 +179,9 @@ def with_choice(plan: StudyPlan, env: str, project: Path) -> StudyPlan:
     if any(parameter in params for params in overrides):
         raise ConfigError(f"chosen_by: {name} chooses {parameter}, which the plan also sets")
     outputs = project / "data" / "07_model_output" / "".join(data_folder(chooser, env, project))
+    baseline = outputs / "shared" / "cycle_0" / "eval_results.parquet"
+    if not baseline.is_file():
+        raise ConfigError(f"chosen_by: {baseline}: missing; {name}'s cycle 0 is not evaluated")
     for experiment, _ in chooser.candidates():
         results = outputs / experiment.name / "cycle_1" / "eval_results.parquet"
         if not results.is_file():
@@ -179,5 +191,20 @@ def with_choice(plan: StudyPlan, env: str, project: Path) -> StudyPlan:
     outcome = apply_rule(chooser, outputs)
     if outcome.chosen is None:
         raise ConfigError(f"chosen_by: {name}'s rule chose nothing (no candidate is harmless)")
+    choice = {"chosen_by": name, "parameter": parameter, "value": outcome.chosen}
+    record = project / "data" / "08_reporting" / "".join(data_folder(plan, env, project))
+    record = record / CHOICE_RECORD
+    if record.is_file():
+        kept = json.loads(record.read_text())
+        if kept != choice:
+            raise ConfigError(
+                f"chosen_by: {record} records {kept['parameter']} = {kept['value']:g}, which the "
+                f"plan's runs so far used; {name}'s rule now chooses {parameter} = "
+                f"{outcome.chosen:g} (its candidates' evaluations changed?)"
+            )
+    else:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(record) as tmp:
+            Path(tmp).write_text(json.dumps(choice, indent=2) + "\n")
     logger.info("study: %s = %g, chosen by %s's rule", parameter, outcome.chosen, name)
     return plan.model_copy(update={"params": {**plan.params, parameter: outcome.chosen}})
