@@ -23,8 +23,8 @@ listed in id order (every game when the split has fewer).
 Episodes follow the paper (appendices A.3 and G): the task is the sentence after
 "Your task is to: " in the opening text, ``help`` is never offered, and an episode ends on success
 or after :data:`MAX_STEPS` steps. Every step counts: an unparsable response reaches the engine as
-an empty command and an action that was not offered (spaces around it aside, as the engine reads
-it) as written; the engine answers "Nothing happens." to both (``help`` prints its help text) and
+an empty command and an action that was not offered (spaces around it aside: the engine strips
+them); the engine answers "Nothing happens." to both (``help`` prints its help text) and
 the step is marked invalid.
 
 What the adapter works around:

@@ -663,11 +663,11 @@ def ensure_games(
 def provide_default_games(options: Mapping[str, Any]) -> Path | None:
     """The default set, for ALFWorld environments built with ``options`` where no data is named.
 
-    Where ``options`` names no ``data_path`` (absent or null) and ``ALFWORLD_DATA`` is unset (no official games on
-    this machine), the generated set that mirrors the official split, with its ``dev`` and
-    ``clone`` splits, is kept in :func:`default_root` under the working directory (written on
-    first use, resumed if cut short, and extended when it lacks a split: :func:`ensure_games`),
-    and ``ALFWORLD_DATA`` names it for this process and the workers it starts. Returns that root;
+    Where ``options`` names no ``data_path`` (absent or null) and ``ALFWORLD_DATA`` is unset (no
+    official games on this machine), the generated set that mirrors the official split, with its
+    ``dev`` and ``clone`` splits, is kept in :func:`default_root` under the working directory
+    (written on first use, resumed if cut short, and extended when it lacks a split:
+    :func:`ensure_games`), and ``ALFWORLD_DATA`` names it for this process and the workers it starts. Returns that root;
     ``None``, doing nothing, where the data is named.
     """
     if options.get("data_path") is not None or os.environ.get(ALFWORLD_DATA):

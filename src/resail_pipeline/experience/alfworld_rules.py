@@ -195,18 +195,17 @@ def corrected_plan(task: Task, world: World, looped: frozenset[str]) -> str:
     done = [obj for obj in world.of_class(task.obj) if done_flags(task, world, obj)[2]]
     wanted = (2 if task.kind == "two" else 1) - len(done)
     candidates = [obj for obj in world.of_class(task.obj) if obj not in done]
-    if world.holding in candidates:  # the one in hand first
-        candidates.remove(world.holding)
-        candidates.insert(0, world.holding)
-    at = world.at
-    held = world.holding
-    if held is not None and held not in candidates:  # hands free before anything is taken
+    held, at = world.holding, world.at
+    if held in candidates:  # the one in hand first
+        candidates.remove(held)
+        candidates.insert(0, held)
+    elif held is not None:  # hands free before anything is taken
         if at is None:
             plan.say(f"put the {held} down")
         else:
             plan.act(f"move {held} to {at}")
     for obj in candidates[:wanted]:
-        if obj != world.holding:
+        if obj != held:
             at = _go(plan, world, world.where(obj) or "", at)
             plan.act(f"take {obj} from {world.where(obj)}")
         _finish(plan, task, world, obj, at)
@@ -235,10 +234,10 @@ def _where_seen(task: Task, world: World) -> str:
 def _searched(task: Task, world: World) -> str:
     """Receptacles searched without a task object (none was ever seen in them, taken ones
     included), found closed and never opened, and not yet searched."""
-    held_one = {r for o, r in (*world.seen_at.items(), *world.taken_from.items())
-                if class_of(o) == task.obj}  # fmt: skip
+    had_one = {r for o, r in (*world.seen_at.items(), *world.taken_from.items())
+               if class_of(o) == task.obj}  # fmt: skip
     empty = [r for r, items in world.contents.items()
-             if r not in held_one and not any(class_of(i) == task.obj for i in items)]  # fmt: skip
+             if r not in had_one and not any(class_of(i) == task.obj for i in items)]  # fmt: skip
     unopened = sorted(r for r in world.closed if r not in world.contents)
     parts = []
     if empty:

@@ -16,8 +16,8 @@ summaries' forms (:mod:`resail_pipeline.bootstrap.vocabulary`).
 Success ("Guidance summary"):
 
 - Minimal plan: the *contributing* actions in order: accepted actions, without the environment's
-  information-only actions (TextCraft ``inventory``), which change no state. Repeated accepted actions are kept: in TextCraft a repeated ``get`` adds
-  to the count a later craft consumes.
+  information-only actions (TextCraft ``inventory``), which change no state. Repeated accepted
+  actions are kept: in TextCraft a repeated ``get`` adds to the count a later craft consumes.
 - Critical actions: the environment's critical subset of the plan (TextCraft: the ``craft``
   actions, where recipe quantities matter; by default the actions that followed a rejected one,
   which corrected it, and the final action).

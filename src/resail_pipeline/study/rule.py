@@ -192,8 +192,8 @@ def with_choice(plan: StudyPlan, env: str, project: Path) -> StudyPlan:
     if outcome.chosen is None:
         raise ConfigError(f"chosen_by: {name}'s rule chose nothing (no candidate is harmless)")
     choice = {"chosen_by": name, "parameter": parameter, "value": outcome.chosen}
-    record = project / "data" / "08_reporting" / "".join(data_folder(plan, env, project))
-    record = record / CHOICE_RECORD
+    reporting = project / "data" / "08_reporting" / "".join(data_folder(plan, env, project))
+    record = reporting / CHOICE_RECORD
     if record.is_file():
         kept = json.loads(record.read_text())
         if kept != choice:
