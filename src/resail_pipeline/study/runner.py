@@ -53,10 +53,11 @@ def _run(
     command: Sequence[str],
     project: Path,
     env: Mapping[str, str],
-    heartbeat: Callable[[], None] | None = None,
+    heartbeat: Callable[[int], None] | None = None,
     every: float = HEARTBEAT_S,
 ) -> int:
-    """Run ``command`` to its end; call ``heartbeat`` every ``every`` seconds while it runs."""
+    """Run ``command`` to its end; call ``heartbeat`` with its process id every ``every`` seconds
+    while it runs."""
     # the child dies with this process, however it dies: a killed runner leaves no run holding
     # the experiment's lock (and its trainer dies with it in turn)
     process = subprocess.Popen(
@@ -66,7 +67,7 @@ def _run(
         try:
             return process.wait(timeout=every if heartbeat is not None else None)
         except subprocess.TimeoutExpired:
-            heartbeat()
+            heartbeat(process.pid)
 
 
 def _kedro(
@@ -74,7 +75,7 @@ def _kedro(
     project: Path,
     params: Mapping[str, Any] | None = None,
     cycles: int | None = None,
-    heartbeat: Callable[[], None] | None = None,
+    heartbeat: Callable[[int], None] | None = None,
 ) -> int:
     """``python -m kedro <args>`` in ``project``; ``params`` go through a run configuration file
     (``kedro run --config``), which carries lists and strings as YAML (``--params`` splits its
@@ -96,6 +97,25 @@ def _kedro(
 def _peak_rss_gib() -> float:
     """The largest resident memory of any finished child process so far, in GiB."""
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # KiB on Linux
+
+
+def _tree_peak_rss_gib(pid: int) -> float:
+    """The largest peak resident memory (``VmHWM``) of process ``pid`` and its descendants alive
+    now, in GiB: what a running child has used, which :func:`_peak_rss_gib` counts only once it
+    has ended. 0.0 where ``/proc`` does not tell (not Linux, or the process is gone)."""
+    peak, pending = 0, [pid]
+    while pending:
+        proc = Path("/proc") / str(pending.pop())
+        try:
+            status = (proc / "status").read_text()
+            for task in (proc / "task").iterdir():
+                pending += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:  # ended meanwhile, or no such file here
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                peak = max(peak, int(line.split()[1]))  # KiB
+    return peak / 2**20
 
 
 def _write_row(
@@ -129,6 +149,13 @@ class _Segment:
         default_factory=lambda: datetime.datetime.now().isoformat(timespec="milliseconds")
     )
     start: float = field(default_factory=time.monotonic)
+    #: the largest resident memory seen in the running process tree, in GiB
+    peak: float = 0.0
+
+    def beat(self, pid: int) -> None:
+        """Write the row while process ``pid`` runs the experiment, its memory so far counted."""
+        self.peak = max(self.peak, _tree_peak_rss_gib(pid))
+        self.record()
 
     def record(self, code: int | str = "") -> None:
         """Write the row as it stands: ``code`` the exit status, empty while it runs."""
@@ -140,7 +167,7 @@ class _Segment:
                 "cycles": self.experiment.cycles,
                 "started": self.started,
                 "seconds": round(time.monotonic() - self.start, 1),
-                "peak_rss_gib": round(_peak_rss_gib(), 2),
+                "peak_rss_gib": round(max(self.peak, _peak_rss_gib()), 2),
                 "exit_code": code,
                 "finished": time.strftime("%Y-%m-%dT%H:%M:%S") if code != "" else "",
             },
@@ -194,7 +221,7 @@ def run_study(
             project,
             params=experiment.run_params(plan.params),
             cycles=experiment.cycles,
-            heartbeat=segment.record,
+            heartbeat=segment.beat,
         )
         segment.record(code)
         if code != 0:
