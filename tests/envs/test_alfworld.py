@@ -20,6 +20,7 @@ pytest.importorskip("alfworld")
 
 from resail_pipeline.envs import END_STEP_LIMIT, END_SUCCESS, Environment, make_env
 from resail_pipeline.envs.alfworld import (
+    _IDLE_ENGINES,
     HELP,
     MAX_STEPS,
     NOTHING_HAPPENS,
@@ -260,9 +261,21 @@ def test_a_name_with_two_types_is_an_error_naming_the_game(tmp_path):
     with pytest.raises(
         AlfWorldGameError, match=r"game\.tw-pddl: the ALFWorld engine failed"
     ) as error:
-        broken.reset(0)
+        _reset_fails(broken)
     assert isinstance(error.value.__cause__, SystemExit)
     assert "duplicate object 'desktype'" in str(error.value)
+
+
+def _reset_fails(env: AlfWorldEnv) -> None:
+    """``env.reset(0)``, expected to raise; checks first that the failure ends the episode and
+    hands the engine back to the pool (a process's engines are never freed)."""
+    idle = len(_IDLE_ENGINES[env.expert])
+    try:
+        env.reset(0)
+    finally:
+        assert len(_IDLE_ENGINES[env.expert]) == max(idle, 1)  # taken (or made), then back
+        with pytest.raises(RuntimeError, match="the episode is over"):
+            env.step("look")
 
 
 def test_a_game_won_before_any_action_is_refused(tmp_path):
@@ -272,7 +285,7 @@ def test_a_game_won_before_any_action_is_refused(tmp_path):
         )
 
     with pytest.raises(AlfWorldGameError, match="already holds before any action"):
-        _copy_game(0, tmp_path, already_on_shelf).reset(0)
+        _reset_fails(_copy_game(0, tmp_path, already_on_shelf))
 
 
 def test_games_are_found_by_alfworld_itself(tmp_path):

@@ -35,13 +35,13 @@ What the adapter works around:
   type and a receptacle type); that ``SystemExit``, like any other failure to load or reset a
   game, becomes an :class:`AlfWorldGameError` naming the game file.
 - Each engine loads a private copy of ``libdownward.so`` that cannot be unloaded safely
-  (``close_lib`` followed by interpreter exit crashes the process). Engines are therefore pooled:
-  an episode takes an idle engine at ``reset`` and hands it back when it ends, so a process holds
-  as many engines as it ever ran episodes at once, and adapters are cheap to create. Each copy
-  takes 34 MB of the temporary directory (memory where that is a tmpfs) until the process ends,
-  so a rollout keeps at most :data:`LIVE_LIMIT` episodes alive unless its settings say otherwise
-  (:attr:`AlfWorldEnv.live_limit`): an evaluation of 1,536 episodes started all at once would
-  otherwise hold 52 GB of copies.
+  (``close_lib`` followed by interpreter exit crashes the process). Engines are therefore pooled: an
+  episode takes an idle engine at ``reset`` and hands it back when it ends (or its reset fails: an
+  engine loads each game anew), so a process holds as many engines as it ever ran episodes at once,
+  and adapters are cheap to create. Each copy takes 34 MB of the temporary directory (memory where
+  that is a tmpfs) until the process ends, so a rollout keeps at most :data:`LIVE_LIMIT` episodes
+  alive unless its settings say otherwise (:attr:`AlfWorldEnv.live_limit`): an evaluation of 1,536
+  episodes started all at once would otherwise hold 52 GB of copies.
 - TextWorld translates a game's PDDL into Fast Downward's task twice (for play and for the planner)
   at every load and again at every reset, most of an episode's start, and a game is played many
   times in a process (each view and decoding seed of an evaluation). The translation is kept per
@@ -489,11 +489,15 @@ class AlfWorldEnv:
         if self._engine is None:
             idle = _IDLE_ENGINES[self.expert]
             self._engine = idle.pop() if idle else GameEngine(expert=self.expert)
-        self._engine.load(game_file)
-        state = self._engine.reset()
+        try:
+            self._engine.load(game_file)
+            state = self._engine.reset()
+            if state.won:
+                raise AlfWorldGameError(f"{game_file}: the goal already holds before any action")
+        except BaseException:
+            self.close()  # the episode before is over either way; the engine loads anew
+            raise
         self._expert_plan = state.expert_plan
-        if state.won:
-            raise AlfWorldGameError(f"{game_file}: the goal already holds before any action")
         text = state.feedback.strip()
         self._offered = _offered(state.admissible_commands)
         self._steps = 0
