@@ -207,6 +207,18 @@ def test_an_experiment_becomes_nested_run_params():
         experiment.run_params({"train": 1, "train.optimizer.lr": 1e-5})
 
 
+def test_nested_overrides_of_a_plan_and_an_experiment_merge_leaf_by_leaf():
+    experiment = Experiment(
+        method="oel", cycles=1, params={"train": {"probe": {"enabled": True}, "epochs": 2}}
+    )
+    shared = {"train": {"optimizer": {"lr": 1e-5}, "epochs": 1}, "evaluate.splits": ["dev"]}
+    assert experiment.run_params(shared) == {
+        "train": {"optimizer": {"lr": 1e-5}, "probe": {"enabled": True}, "epochs": 2},
+        "evaluate": {"splits": ["dev"]},
+        "run": {"method": "oel", "experiment": "oel"},
+    }
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

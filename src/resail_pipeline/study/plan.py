@@ -74,8 +74,8 @@ class Experiment(Config):
     def run_params(self, shared: Mapping[str, Any]) -> dict[str, Any]:
         """The run's parameter overrides, nested as ``kedro run --params`` gives them: the plan's
         shared overrides, this experiment's, its method and name."""
-        values = {**shared, **self.params, "run.method": self.method, "run.experiment": self.name}
-        return nest(flatten(values))  # dotted or nested, the later keys win, leaf by leaf
+        run = {"run.method": self.method, "run.experiment": self.name}
+        return nest({**flatten(shared), **flatten(self.params), **run})  # later wins, per leaf
 
 
 def nest(dotted: Mapping[str, Any]) -> dict[str, Any]:
