@@ -30,6 +30,7 @@ from resail_pipeline.envs.alfworld import (
     GameEngine,
     kept_translations,
     split_games,
+    task_of,
 )
 from resail_pipeline.prompts import EpisodeHistory, render_user_message
 
@@ -286,6 +287,12 @@ def test_a_game_won_before_any_action_is_refused(tmp_path):
 
     with pytest.raises(AlfWorldGameError, match="already holds before any action"):
         _reset_fails(_copy_game(0, tmp_path, already_on_shelf))
+
+
+def test_an_opening_without_a_task_is_an_error_naming_the_game():
+    assert task_of(OPENING, Path("g/game.tw-pddl")) == "put a mug in shelf."
+    with pytest.raises(AlfWorldGameError, match=r"g/game\.tw-pddl: the opening text has no"):
+        task_of("-= Welcome to TextWorld, ALFRED! =-", Path("g/game.tw-pddl"))
 
 
 def test_games_are_found_by_alfworld_itself(tmp_path):

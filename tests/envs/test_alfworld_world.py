@@ -13,6 +13,7 @@ from resail_pipeline.envs.alfworld_world import (
     room_receptacles,
     search_plan,
     searchable,
+    task_sentence,
 )
 
 FIXTURE_DATA = Path(__file__).parent / "alfworld_data"
@@ -47,6 +48,19 @@ def test_every_goal_template_is_read(sentence, task):
 
 def test_an_unknown_sentence_is_none():
     assert parse_task("bake a cake") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "sentence"),
+    [
+        (OPENING, "put a clean mug in coffeemachine."),
+        (OPENING + "\nHello!", "put a clean mug in coffeemachine."),
+        ("Your task is to: \nlook around", ""),  # the task's own line is empty
+        ("You are in the middle of a room.", ""),
+    ],
+)
+def test_the_task_sentence_is_the_rest_of_its_line(text, sentence):
+    assert task_sentence(text) == sentence
 
 
 def test_the_world_follows_the_results():

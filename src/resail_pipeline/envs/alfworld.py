@@ -74,6 +74,7 @@ from types import ModuleType
 from typing import Any
 
 from resail_pipeline.config import ConfigError, check_int
+from resail_pipeline.envs.alfworld_world import TASK_PREFIX, task_sentence
 from resail_pipeline.envs.base import END_STEP_LIMIT, END_SUCCESS, Observation, StepResult
 
 logger = logging.getLogger(__name__)
@@ -125,8 +126,6 @@ TEST_SAMPLE_SEED = 0
 HELP = "help"
 #: The engine's answer to a command it does not accept.
 NOTHING_HAPPENS = "Nothing happens."
-#: What precedes the task sentence in every opening text.
-TASK_PREFIX = "Your task is to: "
 #: The game file inside each game folder.
 GAME_FILE = "game.tw-pddl"
 
@@ -406,12 +405,15 @@ class GameEngine:
 _IDLE_ENGINES: dict[bool, list[GameEngine]] = {False: [], True: []}
 
 
-def _task_of(text: str, game_file: Path) -> str:
-    """The task sentence of an opening text: what follows "Your task is to: " on its line."""
-    start = text.find(TASK_PREFIX)
-    if start < 0:
+def task_of(text: str, game_file: Path) -> str:
+    """The task sentence of ``game_file``'s opening ``text`` (:func:`task_sentence`).
+
+    Raises:
+        AlfWorldGameError: the text has no task sentence.
+    """
+    if TASK_PREFIX not in text:
         raise AlfWorldGameError(f"{game_file}: the opening text has no {TASK_PREFIX!r}")
-    return text[start + len(TASK_PREFIX) :].split("\n", 1)[0].strip()
+    return task_sentence(text)
 
 
 def _offered(commands: tuple[str, ...]) -> tuple[str, ...]:
@@ -504,7 +506,7 @@ class AlfWorldEnv:
         self._done = False
         self.task_id = task_id
         return Observation(
-            text=text, task=_task_of(text, game_file), admissible_actions=self._offered
+            text=text, task=task_of(text, game_file), admissible_actions=self._offered
         )
 
     def step(self, action: str | None) -> StepResult:

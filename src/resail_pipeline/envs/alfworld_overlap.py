@@ -37,13 +37,7 @@ from typing import Any
 from tqdm import tqdm
 
 from resail_pipeline.config import check_int
-from resail_pipeline.envs.alfworld import (
-    TASK_PREFIX,
-    AlfWorldGameError,
-    GameEngine,
-    split_dir,
-    split_games,
-)
+from resail_pipeline.envs.alfworld import GameEngine, split_dir, split_games, task_of
 
 #: The splits compared with ``train``, in this order.
 COMPARED_SPLITS = ("id", "ood", "dev", "clone")
@@ -108,10 +102,7 @@ def read_opening(game_file: Path, engine: GameEngine) -> Opening:
     """How ``game_file`` opens in ``engine``."""
     engine.load(game_file)
     text = engine.reset().feedback.strip()
-    start = text.find(TASK_PREFIX)
-    if start < 0:
-        raise AlfWorldGameError(f"{game_file}: the opening text has no {TASK_PREFIX!r}")
-    task = text[start + len(TASK_PREFIX) :].split("\n", 1)[0].strip()
+    task = task_of(text, game_file)
     receptacle_classes, object_classes = declared_classes(game_file)
     return Opening(text, task, receptacle_list(text), receptacle_classes, object_classes)
 

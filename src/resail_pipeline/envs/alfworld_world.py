@@ -50,7 +50,8 @@ PROCEDURES = {
     "cool": ("find a {obj}", "take it", "cool it with a fridge", "put it in/on a {recep}"),
 }  # fmt: skip
 
-_TASK_PREFIX = "Your task is to: "
+#: What precedes the task sentence in every opening text.
+TASK_PREFIX = "Your task is to: "
 _NAME = r"[a-z]+ \d+"
 _ROOM = re.compile(r"Looking quickly around you, you see (?P<items>.*?)\.(?:\s|$)")
 _ARRIVE = re.compile(rf"^You arrive at (?P<r>{_NAME})\.")
@@ -89,10 +90,9 @@ def parse_task(sentence: str) -> Task | None:
 
 
 def task_sentence(initial_observation: str) -> str:
-    """The line after "Your task is to: " in the opening text (``""`` if there is none)."""
-    _, found, rest = initial_observation.partition(_TASK_PREFIX)
-    lines = rest.strip().splitlines()
-    return lines[0] if found and lines else ""
+    """What follows "Your task is to: " on its line in the opening text (``""`` if there is no
+    such line)."""
+    return initial_observation.partition(TASK_PREFIX)[2].split("\n", 1)[0].strip()
 
 
 def names(items: str) -> list[str]:
