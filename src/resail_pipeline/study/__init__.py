@@ -8,13 +8,14 @@ Everything a run finishes is kept: killing the study anywhere and starting it ag
 nothing finished (the initial policy's evaluation and cycle 1's corpus are shared by all). An
 experiment listed twice with more cycles continues from where the first entry stopped.
 
-Every experiment's wall time goes to ``data/08_reporting/<plan>-<env>.csv``, one row per
-invocation (``started``), with the largest resident memory of any process the study has run so
-far (Linux keeps one maximum over all finished children). A running experiment's row is
-rewritten every minute, so a study killed anywhere (``SIGKILL`` included) keeps the time it spent,
-to the minute: such a row has an empty ``exit_code``. The time of a study interrupted and resumed
-is the sum of its rows. An experiment whose last cycle is already evaluated is passed over without
-starting Kedro, and without a row.
+Every experiment's wall time goes to ``data/08_reporting/<plan>-<env>.csv``, one row per invocation
+(``started``), with the largest resident memory of any process the study has run so far: those that
+ended (Linux keeps one maximum over all finished children) and, read from ``/proc`` at every
+rewrite, the running experiment's processes. A running experiment's row is rewritten every minute,
+so a study killed anywhere (``SIGKILL`` included) keeps the time it spent, to the minute: such a row
+has an empty ``exit_code``. The time of a study interrupted and resumed is the sum of its rows. An
+experiment whose last cycle is already evaluated is passed over without starting Kedro, and without
+a row.
 
     python -m resail_pipeline.study --env study             # the comparison (make study)
     python -m resail_pipeline.study --env study --tier 1    # its first tier (make study TIER=1)
