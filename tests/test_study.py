@@ -189,7 +189,7 @@ def test_the_alfworld_grid_runs_every_tier_at_the_premises_rate():
     named |= {e for sweep in report["sweeps"].values() for _, e in sweep["points"]}
     base = OmegaConfigLoader(str(ROOT / "conf"), **CONFIG_LOADER_ARGS)["parameters"]["report"]
     named |= {e for rows in base["ablations"].values() for e in rows.values()}
-    assert named <= set(last)  # every row of tables 2, 3(b), of rho and lambda (figure 4) runs
+    assert named <= set(last)  # every row of tables 3(a), 3(b), of rho and lambda (figure 4) runs
 
 
 def test_an_experiment_becomes_nested_run_params():
