@@ -9,9 +9,11 @@ import pandas as pd
 import pytest
 from matplotlib.container import BarContainer, ErrorbarContainer
 
+from resail_pipeline.config import ConfigError
 from resail_pipeline.datasets import FigureDataset
 from resail_pipeline.evaluation.report import (
     COST_COMPONENTS,
+    PAPER_TABLES,
     ablation_table,
     collection_table,
     comparisons,
@@ -21,6 +23,8 @@ from resail_pipeline.evaluation.report import (
     format_cell,
     main_results_table,
     paired_differences_table,
+    paper_comparison,
+    paper_figures,
     rejected_summaries_note,
     sensitivity_figure,
     sensitivity_per_update,
@@ -819,3 +823,114 @@ def test_the_sweep_figure_puts_each_value_at_its_cycle_in_order():
     assert "no sweep" in sweep_figure(pd.DataFrame(rows), {}).get_suptitle()
     with pytest.raises(ValueError, match="points"):
         Sweep(cycle=1, points=[])
+
+
+# the paper's printed tables beside a grid's (report.paper)
+
+ALFWORLD_ID = {"env": "alfworld", "split": "id"}
+ALFWORLD_OOD = {"env": "alfworld", "split": "ood"}
+
+
+def _cell(table: str, row: str, split: str, cycle: int, view: str = "ordinary") -> tuple:
+    paper = paper_figures()
+    at = paper[
+        (paper["table"] == table)
+        & (paper["row"] == row)
+        & (paper["split"] == split)
+        & (paper["view"] == view)
+        & (paper["cycle"] == cycle)
+    ]
+    assert len(at) == 1
+    return float(at["mean"].iloc[0]), float(at["sd"].iloc[0])
+
+
+def test_the_printed_cells_are_read_as_the_paper_prints_them():
+    paper = paper_figures()
+    assert len(paper) == 154
+    assert set(paper["table"]) == set(PAPER_TABLES)
+    assert not paper.duplicated(["table", "row", "env", "split", "view", "cycle"]).any()
+    for table, (_, rows) in PAPER_TABLES.items():  # every row printed, every printed row named
+        assert set(paper.loc[paper["table"] == table, "row"]) == set(rows)
+    assert _cell("1", "react", "ood", 0) == (39.6, 1.8)  # printed under cycle 1: cycle 0 here
+    assert _cell("1", "oel", "ood", 3) == (38.5, 1.2)
+    assert _cell("1", "oel_resail", "test", 1) == (63.3, 1.5)
+    assert _cell("2", "sgs", "id", 2) == (69.0, 4.6)
+    assert _cell("3(a)", "bottom", "ood", 1) == (40.4, 4.3)
+    assert _cell("3(b)", "ordinary", "id", 3) == (72.9, 2.4)
+    assert _cell("rho", "100%", "ood", 1) == (50.3, 2.4)
+    assert _cell("lambda", "1/100", "id", 3) == (63.0, 1.8)
+    assert _cell("dual", "privileged", "ood", 3, view="privileged") == (70.3, 0.8)
+    # the same run printed in two tables reads the same: OEL + ReSAIL is table 2's full row
+    full = paper[(paper["table"] == "2") & (paper["row"] == "sgs+tlb+pr")]
+    resail = paper[(paper["table"] == "1") & (paper["row"] == "oel_resail")]
+    merged = full.merge(resail, on=["env", "split", "view", "cycle"])
+    assert len(merged) == 6 and (merged["mean_x"] == merged["mean_y"]).all()
+
+
+def _grid() -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            summary_row("oel", "oel", 0, [0.2, 0.2], **ALFWORLD_OOD),
+            summary_row("oel", "oel", 0, [0.1, 0.3], **ALFWORLD_OOD, view="privileged"),
+            summary_row("oel", "oel", 0, [0.3, 0.3], **ALFWORLD_ID),
+            summary_row("oel_resail", "oel_resail", 1, [0.5, 0.7], **ALFWORLD_OOD),
+            summary_row("oel", "oel", 1, [0.4, 0.4], **ALFWORLD_OOD),
+        ]
+    )
+
+
+def test_the_paper_and_the_grid_sit_side_by_side_row_by_row():
+    tables = paper_comparison(
+        _grid(),
+        {"1": {"react": "react", "oel": "oel", "oel_resail": "oel_resail"}, "dual": {}},
+    )
+    table_1 = tables[PAPER_TABLES["1"][0]]
+    assert table_1.columns.tolist()[:5] == [
+        "Row",
+        "Benchmark",
+        "View",
+        "Cycle 0, here",
+        "Cycle 0, paper",
+    ]
+    assert "TextCraft" not in set(table_1["Benchmark"])  # not evaluated here: no rows
+    by_row = table_1.set_index(["Row", "Benchmark"])
+    assert by_row.loc[("ReAct", "ALFWorld (OOD)"), "Cycle 0, here"] == "20.0 (0.0)"
+    assert by_row.loc[("ReAct", "ALFWorld (OOD)"), "Cycle 0, paper"] == "39.6 (1.8)"
+    assert by_row.loc[("ReAct", "ALFWorld (OOD)"), "Cycle 1, here"] == "--"
+    resail = by_row.loc[("OEL + ReSAIL", "ALFWorld (OOD)")]
+    assert (resail["Cycle 1, here"], resail["Cycle 1, paper"]) == ("60.0 (14.1)", "57.3 (4.0)")
+    assert resail["Cycle 2, here"] == "--" and resail["Cycle 2, paper"] == "63.5 (4.7)"
+    assert by_row.loc[("OEL + ReSAIL", "ALFWorld (ID)"), "Cycle 1, here"] == "--"
+    assert by_row.loc[("RFT", "ALFWorld (ID)"), "Cycle 1, here"] == "--"  # no experiment named
+    # the paper's other tables over a benchmark evaluated here, their rows unmapped: paper only
+    dual = tables[PAPER_TABLES["dual"][0]]
+    assert dual["Benchmark"].unique().tolist() == ["ALFWorld (OOD)"]
+    assert (dual.filter(like="here") == "--").all().all()
+    assert len(tables) == len(PAPER_TABLES)
+
+
+def test_the_initial_model_is_compared_at_cycle_0_in_both_views():
+    tables = paper_comparison(_grid(), {"dual": {"initial": "react"}})
+    dual = tables[PAPER_TABLES["dual"][0]].set_index(["Row", "View"])
+    assert dual.loc[("Shared initial model", "privileged"), "Cycle 0, here"] == "20.0 (14.1)"
+    assert dual.loc[("Shared initial model", "privileged"), "Cycle 0, paper"] == "49.2 (2.1)"
+
+
+def test_a_grid_without_the_papers_benchmarks_has_no_table():
+    textcraft = pd.DataFrame([summary_row("oel", "oel", 1, [0.5])])
+    tables = paper_comparison(textcraft, {"1": {"oel": "oel"}})
+    assert list(tables) == [PAPER_TABLES["1"][0]]  # tables 2, 3 and the appendix are ALFWorld's
+    assert tables[PAPER_TABLES["1"][0]]["Benchmark"].unique().tolist() == ["TextCraft"]
+    assert paper_comparison(pd.DataFrame(), {}) == {}
+
+
+@pytest.mark.parametrize(
+    ("experiments", "message"),
+    [
+        ({"4": {}}, r"paper: no paper table '4'; one of \['1', '2'"),
+        ({"3(a)": {"middle": "x"}}, r"paper\.3\(a\): the paper's table has no row 'middle'"),
+    ],
+)
+def test_an_unknown_table_or_row_is_refused(experiments, message):
+    with pytest.raises(ConfigError, match=message):
+        paper_comparison(_grid(), experiments)

@@ -91,7 +91,7 @@ def test_an_empty_but_schema_valid_file_fails_the_report_naming_it(data, name, e
     """An empty cycle_2/train_metrics.parquet gave a report of "2 trained cycle(s)" without its
     cost row; an empty probe.parquet (figure 6) or trajectories.parquet (the collection table)
     dropped their cycle the same way."""
-    cost = _report(data)[6]
+    cost = _report(data)[7]
     assert [line.split("|")[2].strip() for line in cost.splitlines()[2:]] == ["1", "2", "3"]
     path = _write(data, name, experiment, cycle, [])  # the columns, no rows
     with pytest.raises(ValueError) as error:

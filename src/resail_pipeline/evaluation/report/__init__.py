@@ -12,6 +12,8 @@ Built from whatever experiments and cycles the catalog holds:
 - :func:`training_seeds_table`: the same differences for a grid trained again with other
   training seeds: each seed's, their mean with its interval over tasks, and their SD over seeds.
 - :func:`ablation_table`: table 3 style, named experiments as rows (e.g. the retention views).
+- :func:`paper_comparison`: the paper's Qwen3-4B tables (1, 2, 3, and the appendix's sweeps and
+  dual-view table) beside this grid's cells, for the experiments ``report.paper`` names.
 - :func:`collection_table`: the success of the trajectories each cycle collects (by the policy of
   the cycle before) on the tasks the cycles learn from, against the initial policy's.
 - :func:`success_figure`: figure 1a, success without PI per cycle, ±1 SD error bars; ReAct, the
@@ -72,6 +74,12 @@ from resail_pipeline.evaluation.report.frames import (
     method_label,
     sensitivity_per_update,
 )
+from resail_pipeline.evaluation.report.paper import (
+    PAPER_TABLES,
+    check_paper_rows,
+    paper_comparison,
+    paper_figures,
+)
 from resail_pipeline.evaluation.report.tables import (
     ablation_table,
     collection_table,
@@ -91,6 +99,7 @@ __all__ = [
     "INITIAL_METHOD",
     "METHOD_LABELS",
     "MISSING",
+    "PAPER_TABLES",
     "RESAIL_PARENTS",
     "VIEWS",
     "Sweep",
@@ -98,6 +107,7 @@ __all__ = [
     "benchmark_label",
     "check_cycles_covered",
     "check_episode_counts",
+    "check_paper_rows",
     "collection_table",
     "comparisons",
     "cost_figure",
@@ -107,6 +117,8 @@ __all__ = [
     "main_results_table",
     "method_label",
     "paired_differences_table",
+    "paper_comparison",
+    "paper_figures",
     "rejected_summaries_note",
     "sensitivity_figure",
     "sensitivity_per_update",

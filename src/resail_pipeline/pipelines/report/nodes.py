@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
-from resail_pipeline.config import Config, Field, build
+from resail_pipeline.config import Config, Field, build, model_validator
 from resail_pipeline.evaluation import report
 
 logger = logging.getLogger(__name__)
@@ -23,6 +23,23 @@ class ReportConfig(Config):
     sweeps: dict[str, report.Sweep] = Field(default_factory=dict)
     """Figure 4's panels: the swept setting's name -> its cycle and ``[value, experiment]``
     points (the paper's selection ratio at cycle 1 and retention weight at cycle 3)."""
+    paper: dict[str, dict[str, str]] = Field(default_factory=dict)
+    """The paper's tables set beside this grid's (``paper_comparison.md``): table (``1``, ``2``,
+    ``3(a)``, ``3(b)``, ``rho``, ``lambda``, ``dual``) -> {the paper's row: the experiment that
+    runs its setting}; a row no experiment runs shows the paper's cells only."""
+
+    @model_validator(mode="after")
+    def _paper_rows(self) -> ReportConfig:
+        report.check_paper_rows(self.paper)
+        return self
+
+
+_PAPER_NOTE = (
+    "Success (%) as mean (SD) over decoding seeds: here, this grid's (its policy, budgets and "
+    "evaluation protocol); paper, Qwen3-4B as the paper prints it (three decoding seeds). Each "
+    "paper row is set beside the experiment `report.paper` names for it; `--` where a side has "
+    "no cell.\n\n"
+)
 
 
 def _with_cycle(frame: pd.DataFrame) -> pd.DataFrame:
@@ -39,10 +56,11 @@ def report_node(
     probe: pd.DataFrame,
     trajectories: pd.DataFrame,
     report_params: dict[str, Any],
-) -> tuple[str, str, str, str, str, str, str, str, Figure, Figure, Figure, Figure, Figure]:
+) -> tuple[str, str, str, str, str, str, str, str, str, Figure, Figure, Figure, Figure, Figure]:
     """Every experiment and cycle in the catalog, as table 1 (Markdown, CSV), the paired
     differences of each ReSAIL variant and its parent (Markdown, CSV), the ablation tables of
-    ``report.ablations`` (Markdown), the success of every cycle's collection (Markdown), the cost
+    ``report.ablations`` (Markdown), the paper's tables beside the experiments ``report.paper``
+    names (Markdown), the success of every cycle's collection (Markdown), the cost
     table (Markdown, CSV) and figures 1a, 3, 4 (the sweeps of ``report.sweeps``), 5a and 6. Every
     cycle an experiment trained must be in each input that covers it
     (:func:`~resail_pipeline.evaluation.report.check_cycles_covered`), else the report fails
@@ -62,6 +80,12 @@ def report_node(
         + "\n"
         for title, rows in config.ablations.items()
     )
+    paper = "".join(
+        f"## {title}\n\n{report.table_to_markdown(table)}\n"
+        for title, table in report.paper_comparison(
+            eval_summaries, config.paper, source="eval_summary files"
+        ).items()
+    )
     metrics, probe = _with_cycle(train_metrics), _with_cycle(probe)
     report.check_cycles_covered(eval_summaries, metrics, probe, trajectories)
     collection = report.collection_table(trajectories, source="trajectories files")
@@ -80,6 +104,7 @@ def report_node(
         else "No ReSAIL variant and parent pair.\n",
         paired.to_csv(index=False),
         ablations or "No ablation configured.\n",
+        (_PAPER_NOTE + paper) if paper else "No benchmark of the paper's tables evaluated.\n",
         report.table_to_markdown(collection) if not collection.empty else "Nothing collected.\n",
         cost_md,
         cost_csv,

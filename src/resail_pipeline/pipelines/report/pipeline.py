@@ -27,6 +27,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "report.paired_differences_md",
                     "report.paired_differences_csv",
                     "report.ablations_md",
+                    "report.paper_comparison_md",
                     "report.collection_md",
                     "report.cost_breakdown_md",
                     "report.cost_breakdown_csv",
