@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from resail_pipeline.evaluation.report import PAPER_TABLES
 from resail_pipeline.study import Experiment, apply_rule, load_plan, plan_path
 from resail_pipeline.study.plan import nest
 
@@ -190,6 +191,15 @@ def test_the_alfworld_grid_runs_every_tier_at_the_premises_rate():
     base = OmegaConfigLoader(str(ROOT / "conf"), **CONFIG_LOADER_ARGS)["parameters"]["report"]
     named |= {e for rows in base["ablations"].values() for e in rows.values()}
     assert named <= set(last)  # every row of tables 3(a), 3(b), of rho and lambda (figure 4) runs
+    components = {n: v for n, v in last.items() if v[2] == 4}
+    assert components == {  # the paper's table 2: each component alone, cycles 1-3
+        f"oel_resail-{part}_only": ("oel_resail", 3, 4) for part in ("sgs", "tlb", "pr")
+    }
+    env = OmegaConfigLoader(str(ROOT / "conf"), **CONFIG_LOADER_ARGS, env="study-alfworld")
+    paper = env["parameters"]["report"]["paper"]
+    alfworld = {e for t, rows in paper.items() if t != "1" for e in rows.values()}
+    assert alfworld - set(last) == {"react"}  # every experiment of the ALFWorld tables runs
+    assert set(paper["2"]) == set(PAPER_TABLES["2"][1])  # every row of table 2 runs
 
 
 def test_an_experiment_becomes_nested_run_params():
