@@ -102,20 +102,29 @@ def _peak_rss_gib() -> float:
 def _tree_peak_rss_gib(pid: int) -> float:
     """The largest peak resident memory (``VmHWM``) of process ``pid`` and its descendants alive
     now, in GiB: what a running child has used, which :func:`_peak_rss_gib` counts only once it
-    has ended. 0.0 where ``/proc`` does not tell (not Linux, or the process is gone)."""
+    has ended. What ``/proc`` does not tell (not Linux, a process gone meanwhile, a kernel without
+    ``task/*/children``) counts nothing; it never raises."""
     peak, pending = 0, [pid]
     while pending:
         proc = Path("/proc") / str(pending.pop())
+        peak = max(peak, _vm_hwm_kib(proc))
         try:
-            status = (proc / "status").read_text()
             for task in (proc / "task").iterdir():
                 pending += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:  # ended meanwhile, or no such file here
-            continue
-        for line in status.splitlines():
-            if line.startswith("VmHWM:"):
-                peak = max(peak, int(line.split()[1]))  # KiB
+        except (OSError, ValueError):
+            pass
     return peak / 2**20
+
+
+def _vm_hwm_kib(proc: Path) -> int:
+    """``VmHWM`` of the process at ``proc`` (``/proc/<pid>``) in KiB; 0 where it cannot be read."""
+    try:
+        for line in (proc / "status").read_text(errors="replace").splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def _write_row(
