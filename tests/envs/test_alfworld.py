@@ -289,6 +289,16 @@ def test_a_game_won_before_any_action_is_refused(tmp_path):
         _reset_fails(_copy_game(0, tmp_path, already_on_shelf))
 
 
+def test_a_reset_refused_ends_the_episode_before_it():
+    env = make_env("alfworld", data_path=FIXTURE_DATA)
+    env.reset(0)
+    with pytest.raises(ValueError, match="task_id: must be an integer"):
+        env.reset(-1)
+    with pytest.raises(RuntimeError, match="the episode is over"):
+        env.step("look")
+    assert env.reset(0).task == "put a mug in shelf."  # and the adapter plays on
+
+
 def test_an_opening_without_a_task_is_an_error_naming_the_game():
     assert task_of(OPENING, Path("g/game.tw-pddl")) == "put a mug in shelf."
     with pytest.raises(AlfWorldGameError, match=r"g/game\.tw-pddl: the opening text has no"):

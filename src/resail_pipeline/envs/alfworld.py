@@ -487,27 +487,26 @@ class AlfWorldEnv:
         return read_walkthrough(self.game_file(task_id))
 
     def reset(self, task_id: int) -> Observation:
-        game_file = self.game_file(task_id)
-        if self._engine is None:
-            idle = _IDLE_ENGINES[self.expert]
-            self._engine = idle.pop() if idle else GameEngine(expert=self.expert)
         try:
+            game_file = self.game_file(task_id)
+            if self._engine is None:
+                idle = _IDLE_ENGINES[self.expert]
+                self._engine = idle.pop() if idle else GameEngine(expert=self.expert)
             self._engine.load(game_file)
             state = self._engine.reset()
             if state.won:
                 raise AlfWorldGameError(f"{game_file}: the goal already holds before any action")
+            text = state.feedback.strip()
+            task = task_of(text, game_file)
         except BaseException:
-            self.close()  # the episode before is over either way; the engine loads anew
+            self.close()  # the episode before is over either way; an engine loads anew
             raise
         self._expert_plan = state.expert_plan
-        text = state.feedback.strip()
         self._offered = _offered(state.admissible_commands)
         self._steps = 0
         self._done = False
         self.task_id = task_id
-        return Observation(
-            text=text, task=task_of(text, game_file), admissible_actions=self._offered
-        )
+        return Observation(text=text, task=task, admissible_actions=self._offered)
 
     def step(self, action: str | None) -> StepResult:
         if self._done or self._engine is None:
