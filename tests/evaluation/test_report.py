@@ -860,11 +860,22 @@ def test_the_printed_cells_are_read_as_the_paper_prints_them():
     assert _cell("rho", "100%", "ood", 1) == (50.3, 2.4)
     assert _cell("lambda", "1/100", "id", 3) == (63.0, 1.8)
     assert _cell("dual", "privileged", "ood", 3, view="privileged") == (70.3, 0.8)
-    # the same run printed in two tables reads the same: OEL + ReSAIL is table 2's full row
-    full = paper[(paper["table"] == "2") & (paper["row"] == "sgs+tlb+pr")]
-    resail = paper[(paper["table"] == "1") & (paper["row"] == "oel_resail")]
-    merged = full.merge(resail, on=["env", "split", "view", "cycle"])
-    assert len(merged) == 6 and (merged["mean_x"] == merged["mean_y"]).all()
+    # one run printed in several tables reads the same in each
+    same_runs = [
+        [("1", "oel_resail"), ("2", "sgs+tlb+pr"), ("3(a)", "top"), ("3(b)", "privileged"),
+         ("rho", "5%"), ("lambda", "1/2"), ("dual", "privileged")],
+        [("2", "sgs+tlb"), ("3(b)", "none"), ("lambda", "0"), ("dual", "none")],
+        [("1", "oel"), ("2", "none")],
+        [("1", "react"), ("dual", "initial")],
+    ]  # fmt: skip
+    keys = ["env", "split", "view", "cycle"]
+    for run in same_runs:
+        printed = [paper[(paper["table"] == t) & (paper["row"] == r)] for t, r in run]
+        for other in printed[1:]:
+            merged = other.merge(printed[0], on=keys)
+            assert len(merged) > 0  # the cells both print
+            assert (merged["mean_x"] == merged["mean_y"]).all()
+            assert (merged["sd_x"] == merged["sd_y"]).all()
 
 
 def _grid() -> pd.DataFrame:
@@ -929,6 +940,7 @@ def test_a_grid_without_the_papers_benchmarks_has_no_table():
     [
         ({"4": {}}, r"paper: no paper table '4'; one of \['1', '2'"),
         ({"3(a)": {"middle": "x"}}, r"paper\.3\(a\): the paper's table has no row 'middle'"),
+        ({"dual": {"initial": "oel"}}, r"paper\.dual\.initial: the paper prints the initial model"),
     ],
 )
 def test_an_unknown_table_or_row_is_refused(experiments, message):

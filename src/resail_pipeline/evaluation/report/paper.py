@@ -66,7 +66,7 @@ PAPER_TABLES: dict[str, tuple[str, dict[str, str]]] = {
     ),
     "lambda": (
         "Retention weight lambda at cycle 3 (appendix, hyperparameter results (b))",
-        {"0": "0", "1/100": "1/100", "1/10": "1/10", "1/2": "1/2", "1": "1"},
+        {"0": "0", "1/100": "0.01", "1/10": "0.1", "1/2": "0.5", "1": "1"},  # ids without dots
     ),
     "dual": (
         "Both views (appendix, dual-view table): OEL + ReSAIL by retention view",
@@ -178,7 +178,9 @@ def paper_figures() -> pd.DataFrame:
 
 def check_paper_rows(experiments: Mapping[str, Mapping[str, str]]) -> None:
     """Raise :class:`ConfigError` (naming ``paper.<table>``) where ``experiments`` names a table
-    or a row the paper does not have."""
+    or a row the paper does not have, or sets a row the paper prints at cycle 0 only (the shared
+    initial model) beside an experiment other than ``react``."""
+    paper = paper_figures()
     for table, rows in experiments.items():
         if table not in PAPER_TABLES:
             raise ConfigError(f"paper: no paper table {table!r}; one of {list(PAPER_TABLES)}")
@@ -188,6 +190,13 @@ def check_paper_rows(experiments: Mapping[str, Mapping[str, str]]) -> None:
                 f"paper.{table}: the paper's table has no row {unknown[0]!r}; its rows are "
                 f"{list(PAPER_TABLES[table][1])}"
             )
+        for row, experiment in rows.items():
+            cycles = paper.loc[(paper["table"] == table) & (paper["row"] == row), "cycle"]
+            if set(cycles) == {0} and experiment != INITIAL_METHOD:
+                raise ConfigError(
+                    f"paper.{table}.{row}: the paper prints the initial model there (cycle 0): "
+                    f"{INITIAL_METHOD!r}, got {experiment!r}"
+                )
 
 
 def paper_comparison(
@@ -233,7 +242,7 @@ def paper_comparison(
                     line[f"Cycle {cycle}, paper"] = (
                         MISSING
                         if at.empty
-                        else f"{at['mean'].iloc[0]:.1f} ({at['sd'].iloc[0]:.1f})"
+                        else format_cell(at["mean"].iloc[0] / 100, at["sd"].iloc[0] / 100)
                     )
                 out.append(line)
         if out:
