@@ -3,7 +3,8 @@ the rules-based summaries the code builds now from the same episodes.
 
 An action counts as looped when the episode took it 3 or more times or the game rejected it
 (``experience.alfworld_rules.looped_actions``); a summary quotes it when the action occurs in it as
-a whole command. Reads a data folder's ``cycle_0`` reference episodes and its Experience::
+a whole command (``experience.alfworld_rules.quotes``). Reads a data folder's ``cycle_0`` reference
+episodes and its Experience::
 
     .venv/bin/python scripts/summary_loops.py --data data --tag alfworld-study
 """
@@ -11,20 +12,14 @@ a whole command. Reads a data folder's ``cycle_0`` reference episodes and its Ex
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 
 import pandas as pd
 
-from resail_pipeline.experience.alfworld_rules import looped_actions
+from resail_pipeline.experience.alfworld_rules import looped_actions, quotes
 from resail_pipeline.experience.evidence import build_evidence_table
 from resail_pipeline.experience.rules import rules_summary
 from resail_pipeline.experience.validation import validate_summary
-
-
-def quotes(text: str, action: str) -> bool:
-    """Whether ``action`` occurs in ``text`` as a whole command (not inside a longer name)."""
-    return re.search(rf"(?<![\w]){re.escape(action)}(?![\w])", text) is not None
 
 
 def main() -> None:

@@ -18,6 +18,7 @@ from resail_pipeline.experience.alfworld_rules import (
     LOOP_REPEATS,
     in_words,
     looped_actions,
+    quotes,
     walkthrough_planner,
 )
 from resail_pipeline.experience.evidence import build_evidence_table
@@ -39,11 +40,6 @@ def evidence_of(episode: Episode):
 
 def fields(text: str) -> dict[str, str]:
     return dict(line[2:].split(": ", 1) for line in text.splitlines()[1:])
-
-
-def quotes(text: str, action: str) -> bool:
-    """Whether ``action`` occurs in ``text`` as a whole command (not inside a longer name)."""
-    return re.search(rf"(?<![\w]){re.escape(action)}(?![\w])", text) is not None
 
 
 def alfworld(max_steps: int = 30):
@@ -68,6 +64,20 @@ def corrected_commands(text: str) -> list[str]:
 
 
 # ---- what the issue asks of every summary (each fails on the generic summaries) ----------------
+
+
+@pytest.mark.parametrize(
+    ("text", "action", "quoted"),
+    [
+        ("then `go to desk 1`, then", "go to desk 1", True),
+        ("head to desk 1 and go to desk 1.", "go to desk 1", True),
+        ("then `go to desk 12`", "go to desk 1", False),  # another instance
+        ("then `go to shelf 2`", "go to shelf", False),  # a rejected command, not quoted by one
+        ("take the mug 1 from the desk 1", "take mug 1 from desk 1", False),  # said in words
+    ],
+)
+def test_a_quote_is_the_whole_command(text, action, quoted):
+    assert quotes(text, action) is quoted
 
 
 @pytest.mark.alfworld

@@ -74,6 +74,13 @@ def read_world(evidence: Evidence) -> World:
     return world
 
 
+def quotes(text: str, action: str) -> bool:
+    """Whether ``text`` holds ``action`` as a whole command: not inside a longer name, and not
+    the start of another command that names an instance (``go to shelf``, a command the game
+    rejects, is not quoted by ``go to shelf 2``)."""
+    return re.search(rf"(?<![\w]){re.escape(action)}(?![\w]|\s\d)", text) is not None
+
+
 def looped_actions(evidence: Evidence) -> frozenset[str]:
     """The actions a summary of ``evidence`` may not quote: those taken :data:`LOOP_REPEATS` or
     more times, and those rejected."""
