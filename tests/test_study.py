@@ -920,7 +920,8 @@ def test_a_cell_trains_again_with_another_training_seed_beside_the_grid(tmp_path
     1-2 with every training-seed key at 1, in a folder of their own with the grid's cycle 0, and
     their paired differences go beside the grid's with their mean and spread."""
     import resail_pipeline.study as study
-    from resail_pipeline.study.plan import TRAINING_SEED_KEYS, flatten
+    from resail_pipeline.config import flatten
+    from resail_pipeline.study.plan import TRAINING_SEED_KEYS
 
     project, data = _cell_project(tmp_path)
     calls = []

@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from resail_pipeline.config import ConfigError, Field, check_int
+from resail_pipeline.config import ConfigError, Field, check_int, flatten
 from resail_pipeline.envs import Environment
 from resail_pipeline.generation.base import Generator, derive_seed
 from resail_pipeline.journal import EpisodeJournal
@@ -141,17 +141,6 @@ def collection_settings(
     }
 
 
-def flatten_settings(settings: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested settings as one level of dotted keys (``{"a": {"b": 1}}`` -> ``{"a.b": 1}``)."""
-    out: dict[str, Any] = {}
-    for key, value in settings.items():
-        if isinstance(value, Mapping):
-            out.update(flatten_settings(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def check_collection_settings(
     tasks: pd.DataFrame, expected: Mapping[str, Any], source: str
 ) -> None:
@@ -159,8 +148,8 @@ def check_collection_settings(
     ``expected``; the error names every setting that differs and ``source``."""
     if "settings" not in tasks.columns or tasks.empty:
         raise ValueError(f"{source}: records no collection settings to check this run against")
-    recorded = flatten_settings(json.loads(tasks["settings"].iloc[0]))
-    wanted = flatten_settings(json.loads(json.dumps(dict(expected))))  # as JSON gives them back
+    recorded = flatten(json.loads(tasks["settings"].iloc[0]))
+    wanted = flatten(json.loads(json.dumps(dict(expected))))  # as JSON gives them back
     differing = sorted(
         k for k in recorded.keys() | wanted.keys() if recorded.get(k) != wanted.get(k)
     )

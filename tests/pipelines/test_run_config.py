@@ -81,7 +81,7 @@ def test_a_fresh_staging_path_removes_what_a_killed_run_of_the_same_label_left(t
 def test_the_paper_environments_differ_only_in_table_4s_rows():
     """conf/paper (ALFWorld) and conf/paper-textcraft are one setting: only the benchmark and
     table 4's per-benchmark values may differ."""
-    from resail_pipeline.collection import flatten_settings
+    from resail_pipeline.config import flatten
     from resail_pipeline.pipelines.parameters import check_parameters
 
     def parameters(env):
@@ -92,7 +92,7 @@ def test_the_paper_environments_differ_only_in_table_4s_rows():
         parameters, ("paper", "paper-textcraft")
     )
     check_parameters(textcraft)
-    a, t = flatten_settings(alfworld), flatten_settings(textcraft)
+    a, t = flatten(alfworld), flatten(textcraft)
     for key in ("run.staging_dir", "aitz.staging_dir", "aitz.data.root"):
         del a[key], t[key]  # follow the data folder
     differing = {k: (a.get(k), t.get(k)) for k in a.keys() | t.keys() if a.get(k) != t.get(k)}
@@ -110,7 +110,7 @@ def test_the_paper_environments_differ_only_in_table_4s_rows():
 def test_the_rehearsal_is_the_paper_setting_with_only_its_sizes_changed():
     """conf/rehearsal (`make rehearse`) runs conf/paper-textcraft's path on CPU: the backend,
     summaries, engine, stage, checkpointing and probe are the paper's; only sizes may differ."""
-    from resail_pipeline.collection import flatten_settings
+    from resail_pipeline.config import flatten
     from resail_pipeline.pipelines.parameters import check_parameters
 
     def parameters(env):
@@ -120,7 +120,7 @@ def test_the_rehearsal_is_the_paper_setting_with_only_its_sizes_changed():
 
     paper, rehearsal = map(parameters, ("paper-textcraft", "rehearsal"))
     check_parameters(rehearsal)
-    p, r = flatten_settings(paper), flatten_settings(rehearsal)
+    p, r = flatten(paper), flatten(rehearsal)
     for key in ("run.staging_dir", "aitz.staging_dir", "aitz.data.root"):
         del p[key], r[key]  # follow the data folder
     differing = {k for k in p.keys() | r.keys() if p.get(k) != r.get(k)}

@@ -16,6 +16,7 @@ from resail_pipeline.config import (
     FolderName,
     build,
     check_folder_name,
+    flatten,
     model_validator,
     one_of,
 )
@@ -89,19 +90,6 @@ def nest(dotted: Mapping[str, Any]) -> dict[str, Any]:
             if not isinstance(node, dict):
                 raise ConfigError(f"params: {key!r} sets a key below a value")
         node[leaf] = value
-    return out
-
-
-def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": 1}, "c.d": 2}`` -> ``{"a.b": 1, "c.d": 2}``: overrides as dotted keys, however
-    a plan nests them."""
-    out: dict[str, Any] = {}
-    for key, value in params.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out.update(flatten(value, f"{dotted}."))
-        else:
-            out[dotted] = value
     return out
 
 

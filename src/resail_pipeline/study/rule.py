@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from resail_pipeline.config import ConfigError
+from resail_pipeline.config import ConfigError, flatten
 from resail_pipeline.io import atomic_path
 from resail_pipeline.schemas import VIEW_ORDINARY
-from resail_pipeline.study.plan import StudyPlan, data_folder, flatten, load_plan
+from resail_pipeline.study.plan import StudyPlan, data_folder, load_plan
 
 logger = logging.getLogger(__name__)
 
