@@ -44,7 +44,8 @@ Inputs are the catalog's tables concatenated over experiments, every row tagged 
 
 A table without rows is an error naming the dataset, and so is a cycle an experiment trained that
 one of its inputs lacks (:func:`check_cycles_covered`: an empty ``train_metrics`` file would drop
-the cycle's cost row in silence); a figure built from partial data shows what there is. :mod:`.tables` and :mod:`.figures` build them from what :mod:`.frames` reads; the
+the cycle's cost row in silence); a figure built from partial data shows what there is.
+:mod:`.tables`, :mod:`.paper` and :mod:`.figures` build them from what :mod:`.frames` reads; the
 Kedro datasets write them.
 """
 
