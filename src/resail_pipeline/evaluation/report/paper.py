@@ -19,6 +19,7 @@ import pandas as pd
 from resail_pipeline.config import ConfigError
 from resail_pipeline.evaluation.report.frames import (
     INITIAL_METHOD,
+    METHOD_LABELS,
     MISSING,
     benchmark_label,
     checked_eval_summary,
@@ -30,16 +31,7 @@ from resail_pipeline.evaluation.report.frames import (
 PAPER_TABLES: dict[str, tuple[str, dict[str, str]]] = {
     "1": (
         "Table 1: success without PI over cycles",
-        {
-            "react": "ReAct",
-            "rft": "RFT",
-            "grpo": "GRPO",
-            "epd": "EPD",
-            "sdpo": "SDPO",
-            "sdpo_resail": "SDPO + ReSAIL",
-            "oel": "OEL",
-            "oel_resail": "OEL + ReSAIL",
-        },
+        {m: label for m, label in METHOD_LABELS.items() if m != "oel_sgs"},  # AITZ's own
     ),
     "2": (
         "Table 2: ReSAIL's components (selection SGS, balancing TLB, retention PR) on OEL",
