@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 import yaml
 
 from resail_pipeline.datasets import AtomicParquetDataset
@@ -41,3 +42,14 @@ def test_every_parquet_table_of_the_catalog_names_a_known_schema():
     assert [name for name, entry in tables.items() if "schema" not in entry] == []
     unknown = {name: e["schema"] for name, e in tables.items() if e["schema"] not in SCHEMAS}
     assert unknown == {}
+
+
+def test_tables_are_written_with_zstd_and_read_back_equal(tmp_path):
+    path = tmp_path / "steps.parquet"
+    history = "You are in the middle of a room. " * 40
+    frame = pd.DataFrame({"prompt": [history + f"step {t}" for t in range(200)]})
+    AtomicParquetDataset(filepath=str(path)).save(frame)
+    column = pq.ParquetFile(path).metadata.row_group(0).column(0)
+    assert column.compression == "ZSTD"
+    assert path.stat().st_size < frame["prompt"].str.len().sum() / 20
+    pd.testing.assert_frame_equal(AtomicParquetDataset(filepath=str(path)).load(), frame)

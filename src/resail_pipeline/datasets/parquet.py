@@ -2,6 +2,9 @@
 
 Catalog entries name a schema from :mod:`resail_pipeline.schemas`; a file that lacks one of its
 columns fails on load with an error naming the file and the column, before any node runs on it.
+Files are compressed with zstd: the per-step tables repeat each episode's history in every
+prompt, which zstd's window finds (an evaluation's steps: 6.5 MB with pyarrow's default snappy,
+1.2 MB with zstd at level 9), so that a study can commit them.
 """
 
 from __future__ import annotations
@@ -19,6 +22,10 @@ from resail_pipeline.io import atomic_path
 from resail_pipeline.schemas import SCHEMAS, check_columns
 
 logger = logging.getLogger(__name__)
+
+#: how every file is written (any Parquet reader reads it)
+COMPRESSION = "zstd"
+COMPRESSION_LEVEL = 9
 
 
 class AtomicParquetDataset(AbstractDataset[pd.DataFrame, pd.DataFrame]):
@@ -52,7 +59,7 @@ class AtomicParquetDataset(AbstractDataset[pd.DataFrame, pd.DataFrame]):
             check_columns(data, self._schema, source=str(self._filepath))
         table = pa.Table.from_pandas(data, preserve_index=False)
         with atomic_path(self._filepath) as tmp:
-            pq.write_table(table, tmp)
+            pq.write_table(table, tmp, compression=COMPRESSION, compression_level=COMPRESSION_LEVEL)
 
     def _exists(self) -> bool:
         """A readable Parquet file exists here. A truncated or unreadable one (a disk filled
