@@ -1,4 +1,4 @@
-"""Atomic file writes, content hashes and the names that become folders: nothing already written is
+"""Atomic file writes (Parquet tables among them), content hashes and the names that become folders: nothing already written is
 ever half-replaced, and no configured name writes outside its folder."""
 
 from __future__ import annotations
@@ -19,6 +19,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +53,23 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
         elif tmp.exists():
             tmp.unlink()
+
+
+#: how every Parquet table of the project is written: zstd finds the episode history that each
+#: per-step prompt repeats (an evaluation's steps: 6.5 MB with pyarrow's default snappy, 1.2 MB
+#: with zstd at level 9), so that a study can commit them; any Parquet reader reads it
+PARQUET_COMPRESSION: dict[str, Any] = {"compression": "zstd", "compression_level": 9}
+
+
+def write_parquet(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
+    """Write ``frame`` (its index left out) to the Parquet file ``path`` atomically, compressed
+    as :data:`PARQUET_COMPRESSION` says; returns the path."""
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        pq.write_table(
+            pa.Table.from_pandas(frame, preserve_index=False), tmp, **PARQUET_COMPRESSION
+        )
+    return path
 
 
 def settings_sha256(settings: Any) -> str:

@@ -33,7 +33,7 @@ from typing import Any
 import pandas as pd
 
 from resail_pipeline.episodes import Episode, EpisodeSpec, StepRecord
-from resail_pipeline.io import atomic_path, settings_sha256
+from resail_pipeline.io import settings_sha256, write_parquet
 from resail_pipeline.prompts import Summary
 
 __all__ = ["EpisodeJournal", "journal_key"]
@@ -169,8 +169,7 @@ class EpisodeJournal:
                 "seconds": [share] * len(self._pending),
             }
         )
-        with atomic_path(self.folder / f"{PART_PREFIX}{number:06d}.parquet") as tmp:
-            frame.to_parquet(tmp, index=False)
+        write_parquet(frame, self.folder / f"{PART_PREFIX}{number:06d}.parquet")
         self._pending = []
         self._since = now
 

@@ -2,9 +2,7 @@
 
 Catalog entries name a schema from :mod:`resail_pipeline.schemas`; a file that lacks one of its
 columns fails on load with an error naming the file and the column, before any node runs on it.
-Files are compressed with zstd: the per-step tables repeat each episode's history in every
-prompt, which zstd's window finds (an evaluation's steps: 6.5 MB with pyarrow's default snappy,
-1.2 MB with zstd at level 9), so that a study can commit them.
+Files are written as :func:`resail_pipeline.io.write_parquet` writes every table (zstd).
 """
 
 from __future__ import annotations
@@ -18,14 +16,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from kedro.io import AbstractDataset, DatasetError
 
-from resail_pipeline.io import atomic_path
+from resail_pipeline.io import write_parquet
 from resail_pipeline.schemas import SCHEMAS, check_columns
 
 logger = logging.getLogger(__name__)
-
-#: how every file is written (any Parquet reader reads it)
-COMPRESSION = "zstd"
-COMPRESSION_LEVEL = 9
 
 
 class AtomicParquetDataset(AbstractDataset[pd.DataFrame, pd.DataFrame]):
@@ -57,9 +51,7 @@ class AtomicParquetDataset(AbstractDataset[pd.DataFrame, pd.DataFrame]):
             raise DatasetError(f"{self._filepath}: expected a pandas DataFrame, got {type(data)}")
         if self._schema is not None:
             check_columns(data, self._schema, source=str(self._filepath))
-        table = pa.Table.from_pandas(data, preserve_index=False)
-        with atomic_path(self._filepath) as tmp:
-            pq.write_table(table, tmp, compression=COMPRESSION, compression_level=COMPRESSION_LEVEL)
+        write_parquet(data, self._filepath)
 
     def _exists(self) -> bool:
         """A readable Parquet file exists here. A truncated or unreadable one (a disk filled

@@ -18,12 +18,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
 from resail_pipeline.checkpoints import check_checkpoint, weights_sha256
-from resail_pipeline.io import atomic_path, sha256_file
+from resail_pipeline.io import atomic_path, sha256_file, write_parquet
 from resail_pipeline.prompts import OUTCOMES, Summary, add_privileged, chat_prompt
 from resail_pipeline.schemas import check_columns
 
@@ -41,7 +40,6 @@ __all__ = [
     "read_table",
     "usable_steps",
     "write_inputs",
-    "write_parquet",
 ]
 
 logger = logging.getLogger(__name__)
@@ -105,14 +103,6 @@ def _digest(name: str, path: str) -> str:
     if not Path(path).is_file():
         raise InputError(f"{name}: no such file {path}")
     return sha256_file(path)
-
-
-def write_parquet(frame: pd.DataFrame, path: str | Path) -> Path:
-    """Write ``frame`` to a Parquet file atomically; returns the path."""
-    path = Path(path)
-    with atomic_path(path) as tmp:
-        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp)
-    return path
 
 
 def write_inputs(

@@ -37,6 +37,7 @@ from resail_pipeline.checkpoints import (
 )
 from resail_pipeline.config import ConfigError
 from resail_pipeline.devices import keep_freed_memory
+from resail_pipeline.io import write_parquet
 from resail_pipeline.prompts import OUTCOME_SUCCESS
 from resail_pipeline.schemas import SCHEMAS
 from resail_pipeline.training.baselines import CrossEntropyTrainer, GrpoTrainer
@@ -50,7 +51,6 @@ from resail_pipeline.training.data import (
     check_token_ids,
     read_manifest,
     read_table,
-    write_parquet,
 )
 from resail_pipeline.training.engine import Engine, barrier, build_engine, init_distributed
 from resail_pipeline.training.probe import ProbeSet, SensitivityProbe, build_probe_set, probe_frame
