@@ -1,5 +1,6 @@
-"""Atomic file writes (Parquet tables among them), content hashes and the names that become folders: nothing already written is
-ever half-replaced, and no configured name writes outside its folder."""
+"""Atomic file writes (Parquet tables among them), content hashes and the names that become
+folders: nothing already written is ever half-replaced, and no configured name writes outside its
+folder."""
 
 from __future__ import annotations
 

@@ -47,7 +47,7 @@ from resail_pipeline.evaluation.stats import (
 from resail_pipeline.experience import SummarizeConfig
 from resail_pipeline.generation import make_generator
 from resail_pipeline.generation.transformers_backend import resolved_settings
-from resail_pipeline.io import atomic_path
+from resail_pipeline.io import atomic_path, write_parquet
 from resail_pipeline.journal import EpisodeJournal, journal_key
 from resail_pipeline.schemas import VIEW_ORDINARY, VIEW_PRIVILEGED
 
@@ -370,8 +370,7 @@ def evaluate_and_record(
     if results is not None:
         frames = {"eval_results": eval_results, "eval_steps": eval_steps, "experience": experience}
         for name, frame in frames.items():
-            with atomic_path(results / f"{name}.parquet") as tmp:
-                frame.to_parquet(tmp, index=False)
+            write_parquet(frame, results / f"{name}.parquet")
         logger.info("evaluation episodes and Experience written to %s", results)
     record = evaluation_record(
         eval_summary,
