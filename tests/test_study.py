@@ -272,7 +272,7 @@ def test_a_tier_runs_the_experiments_up_to_it_then_the_report(tmp_path, monkeypa
 
     calls = []
 
-    def fake_kedro(args, project, params=None, cycles=None, heartbeat=None):
+    def fake_kedro(args, project, params=None, cycles=None, heartbeat=None, ended=None):
         """A fake of the Kedro call: records what would run."""
         calls.append((args[args.index("--pipelines") + 1], (params or {}).get("run")))
         return 0
@@ -302,7 +302,7 @@ def test_cycle_0_alone_runs_to_the_initial_policys_evaluation(tmp_path, monkeypa
 
     calls = []
 
-    def fake_kedro(args, project, params=None, cycles=None, heartbeat=None):
+    def fake_kedro(args, project, params=None, cycles=None, heartbeat=None, ended=None):
         """A fake of the Kedro call: records what would run."""
         calls.append((list(args), params, cycles))
         return 0
@@ -422,7 +422,7 @@ def test_an_evaluated_experiment_is_passed_over_without_a_time_row(tmp_path, mon
 
     calls = []
 
-    def fake_kedro(args, project, params=None, cycles=None, heartbeat=None):
+    def fake_kedro(args, project, params=None, cycles=None, heartbeat=None, ended=None):
         """A fake of the Kedro call: records the experiments it would run."""
         calls.append((params or {}).get("run", {}).get("experiment"))
         return 0
@@ -479,7 +479,7 @@ def test_a_plan_takes_cycle_0_from_another_folder_once_before_its_runs(tmp_path,
     )
     seen = []
 
-    def fake_kedro(args, project, params=None, cycles=None, heartbeat=None):
+    def fake_kedro(args, project, params=None, cycles=None, heartbeat=None, ended=None):
         """A fake of the Kedro call: records which of cycle 0 the run would find in its folder."""
         cycle_0 = project / "data" / "07_model_output" / "textcraft-b" / "shared" / "cycle_0"
         seen.append(sorted(p.name for p in cycle_0.iterdir()) if cycle_0.is_dir() else [])
@@ -616,6 +616,32 @@ def test_a_running_experiments_row_counts_the_memory_of_its_process_tree(tmp_pat
     code = _run([sys.executable, "-c", child], tmp_path, dict(os.environ), heartbeat, every=0.05)
     assert code == 0 and segment.peak >= 0.25 and rows[-1] >= segment.peak
     assert pd.read_csv(log)["exit_code"].isna().all()  # rows written while it ran
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="reads /proc (Linux)")
+def test_each_experiments_row_counts_its_own_memory_not_an_earlier_ones(tmp_path):
+    """Two experiments in one invocation: the first's command holds this process's resident set
+    plus 256 MiB and ends between two beats, the second's holds almost nothing. The first row
+    counts its peak once it has ended; the second row does not inherit it (the peak of every
+    child so far would)."""
+    from resail_pipeline.study import _run, _Segment
+
+    here = next(  # a forked child starts from this process's resident set
+        int(line.split()[1]) * 2**10
+        for line in Path("/proc/self/status").read_text().splitlines()
+        if line.startswith("VmRSS:")
+    )
+    big = f"block = b'x' * ({here} + 256 * 2**20)"
+    log = tmp_path / "times.csv"
+    first = _Segment(log, Experiment(method="oel", cycles=1))
+    code = _run([sys.executable, "-c", big], tmp_path, dict(os.environ), ended=first.ended)
+    first.record(code)
+    second = _Segment(log, Experiment(method="oel_resail", cycles=1))
+    code = _run([sys.executable, "-c", "pass"], tmp_path, dict(os.environ), ended=second.ended)
+    second.record(code)
+    peaks = pd.read_csv(log)["peak_rss_gib"].tolist()
+    assert peaks[0] >= (here + 256 * 2**20) / 2**30 - 0.01
+    assert peaks[1] < peaks[0] - 0.2
 
 
 def _eval_results(
@@ -807,7 +833,7 @@ def test_a_cell_reruns_with_other_seeds_beside_the_grids_differences(tmp_path, m
     project, data = _cell_project(tmp_path)
     calls = []
 
-    def fake_kedro(args, project, params=None, cycles=None, heartbeat=None):
+    def fake_kedro(args, project, params=None, cycles=None, heartbeat=None, ended=None):
         """A fake of the evaluation runs: OEL + ReSAIL solves half the tasks under other seeds,
         so its lead over OEL shrinks from 75 to 25 points; the others behave as in the grid."""
         nodes = args[args.index("--nodes") + 1].split(",")
@@ -874,7 +900,7 @@ def test_an_ablations_cell_reruns_beside_its_full_method_which_is_evaluated_once
     (models / "policy").mkdir(parents=True)
     calls = []
 
-    def fake_kedro(args, project, params=None, cycles=None, heartbeat=None):
+    def fake_kedro(args, project, params=None, cycles=None, heartbeat=None, ended=None):
         """A fake of the evaluation runs: each cell as in the grid, under the rerun's seeds."""
         nodes = args[args.index("--nodes") + 1].split(",")
         name = params["run"]["experiment"]
@@ -926,7 +952,7 @@ def test_a_cell_trains_again_with_another_training_seed_beside_the_grid(tmp_path
     project, data = _cell_project(tmp_path)
     calls = []
 
-    def fake_kedro(args, project, params=None, cycles=None, heartbeat=None):
+    def fake_kedro(args, project, params=None, cycles=None, heartbeat=None, ended=None):
         """A fake of the cycle runs: OEL solves one task in four at every cycle, OEL + ReSAIL
         half of them (the grid's solves all at cycle 2); the report run does nothing."""
         if "report" in args:

@@ -8,7 +8,6 @@ import datetime
 import json
 import logging
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -47,6 +46,8 @@ logger = logging.getLogger(__name__)
 
 #: how often a running experiment's time row is rewritten, in seconds
 HEARTBEAT_S = 60.0
+#: how often a running command is asked whether it has ended, in seconds
+POLL_S = 0.05
 
 
 def _run(
@@ -55,19 +56,29 @@ def _run(
     env: Mapping[str, str],
     heartbeat: Callable[[int], None] | None = None,
     every: float = HEARTBEAT_S,
+    ended: Callable[[float], None] | None = None,
 ) -> int:
-    """Run ``command`` to its end; call ``heartbeat`` with its process id every ``every`` seconds
-    while it runs."""
+    """Run ``command`` to its end and return its exit status; call ``heartbeat`` with its process
+    id every ``every`` seconds while it runs, and ``ended`` with the largest resident memory (GiB)
+    of the command and the descendants it waited for, once it has ended."""
     # the child dies with this process, however it dies: a killed runner leaves no run holding
     # the experiment's lock (and its trainer dies with it in turn)
     process = subprocess.Popen(
         list(command), cwd=project, env=dict(env), preexec_fn=tied_to_this_process()
     )
+    beat = time.monotonic() + every
     while True:
-        try:
-            return process.wait(timeout=every if heartbeat is not None else None)
-        except subprocess.TimeoutExpired:
+        # wait4 (not Popen.wait) for the child's own resource usage, not every child's so far
+        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+        if pid:
+            process.returncode = os.waitstatus_to_exitcode(status)
+            if ended is not None:
+                ended(usage.ru_maxrss / 2**20)  # KiB on Linux
+            return process.returncode
+        if heartbeat is not None and time.monotonic() >= beat:
             heartbeat(process.pid)
+            beat = time.monotonic() + every
+        time.sleep(min(POLL_S, every))
 
 
 def _kedro(
@@ -76,6 +87,7 @@ def _kedro(
     params: Mapping[str, Any] | None = None,
     cycles: int | None = None,
     heartbeat: Callable[[int], None] | None = None,
+    ended: Callable[[float], None] | None = None,
 ) -> int:
     """``python -m kedro <args>`` in ``project``; ``params`` go through a run configuration file
     (``kedro run --config``), which carries lists and strings as YAML (``--params`` splits its
@@ -91,18 +103,13 @@ def _kedro(
             command += ["--config", str(config)]
             logger.info("parameters: %s", json.dumps(params, sort_keys=True))
         logger.info("%s%s", f"RESAIL_CYCLES={cycles} " if cycles else "", " ".join(command[1:]))
-        return _run(command, project, env, heartbeat)
-
-
-def _peak_rss_gib() -> float:
-    """The largest resident memory of any finished child process so far, in GiB."""
-    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # KiB on Linux
+        return _run(command, project, env, heartbeat, ended=ended)
 
 
 def _tree_peak_rss_gib(pid: int) -> float:
     """The largest peak resident memory (``VmHWM``) of process ``pid`` and its descendants alive
-    now, in GiB: what a running child has used, which :func:`_peak_rss_gib` counts only once it
-    has ended. What ``/proc`` does not tell (not Linux, a process gone meanwhile, a kernel without
+    now, in GiB: what a running child has used, which its resource usage tells only once it has
+    ended. What ``/proc`` does not tell (not Linux, a process gone meanwhile, a kernel without
     ``task/*/children``) counts nothing; it never raises."""
     peak, pending = 0, [pid]
     while pending:
@@ -166,6 +173,11 @@ class _Segment:
         self.peak = max(self.peak, _tree_peak_rss_gib(pid))
         self.record()
 
+    def ended(self, peak_gib: float) -> None:
+        """Count the ended run's largest resident memory (its own and its waited-for children's:
+        a worker that ended between two beats included)."""
+        self.peak = max(self.peak, peak_gib)
+
     def record(self, code: int | str = "") -> None:
         """Write the row as it stands: ``code`` the exit status, empty while it runs."""
         _write_row(
@@ -176,7 +188,7 @@ class _Segment:
                 "cycles": self.experiment.cycles,
                 "started": self.started,
                 "seconds": round(time.monotonic() - self.start, 1),
-                "peak_rss_gib": round(max(self.peak, _peak_rss_gib()), 2),
+                "peak_rss_gib": round(self.peak, 2),
                 "exit_code": code,
                 "finished": time.strftime("%Y-%m-%dT%H:%M:%S") if code != "" else "",
             },
@@ -231,6 +243,7 @@ def run_study(
             params=experiment.run_params(plan.params),
             cycles=experiment.cycles,
             heartbeat=segment.beat,
+            ended=segment.ended,
         )
         segment.record(code)
         if code != 0:
