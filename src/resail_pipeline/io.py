@@ -19,11 +19,10 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
+if TYPE_CHECKING:
+    import pandas as pd
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +64,12 @@ PARQUET_COMPRESSION: dict[str, Any] = {"compression": "zstd", "compression_level
 def write_parquet(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
     """Write ``frame`` (its index left out) to the Parquet file ``path`` atomically, compressed
     as :data:`PARQUET_COMPRESSION` says; returns the path."""
+    # imported here, not with the module: the environments import it too, and their planner
+    # checks fork children whose address space may grow by a fixed amount; heap that these
+    # imports leave free in the parent would give the child room beyond it
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     path = Path(path)
     with atomic_path(path) as tmp:
         pq.write_table(
