@@ -44,7 +44,7 @@ from resail_pipeline.generation.transformers_backend import resolve_dtype
 from resail_pipeline.gui import offline
 from resail_pipeline.gui.config import AitzConfig
 from resail_pipeline.gui.policy import VisionLogits, VisionPolicy
-from resail_pipeline.io import atomic_path, sha256_file
+from resail_pipeline.io import atomic_path, sha256_file, write_parquet
 from resail_pipeline.training.config import EngineConfig
 from resail_pipeline.training.engine import (
     Engine,
@@ -151,9 +151,9 @@ def prepare(
     run_dir = Path(job.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     pool = pool if kept is None else pool.assign(kept=np.asarray(kept, dtype=bool))
-    pool.to_parquet(run_dir / POOL_FILE, index=False)
-    summaries.to_parquet(run_dir / SUMMARIES_FILE, index=False)
-    monitor.to_parquet(run_dir / MONITOR_FILE, index=False)
+    write_parquet(pool, run_dir / POOL_FILE)
+    write_parquet(summaries, run_dir / SUMMARIES_FILE)
+    write_parquet(monitor, run_dir / MONITOR_FILE)
     config_path = job.to_yaml(run_dir / CONFIG_FILE)
     error_file = run_dir / ERROR_FILE
     return Job(
@@ -256,8 +256,8 @@ def train(job: GuiTrainJob) -> CheckpointInfo | None:
     )
     info = None
     if rank == 0:
-        metrics.to_parquet(run_dir / METRICS_FILE, index=False)
-        monitored.to_parquet(run_dir / CURVE_FILE, index=False)
+        write_parquet(metrics, run_dir / METRICS_FILE)
+        write_parquet(monitored, run_dir / CURVE_FILE)
         parent = read_checkpoint_info(job.initial)
         info = student.save(
             job.checkpoint,
