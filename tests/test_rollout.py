@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from unittest.mock import ANY
 
 import pandas as pd
 import pytest
@@ -11,7 +12,12 @@ import pytest
 from resail_pipeline.envs import END_ENV_DONE, END_STEP_LIMIT, END_SUCCESS, Observation, StepResult
 from resail_pipeline.generation import Generation, SamplingParams
 from resail_pipeline.generation.transformers_backend import TransformersGenerator
-from resail_pipeline.journal import EpisodeJournal, episode_from_json, episode_to_json
+from resail_pipeline.journal import (
+    EpisodeJournal,
+    episode_from_json,
+    episode_to_json,
+    finished_journals,
+)
 from resail_pipeline.prompts import Summary
 from resail_pipeline.rollout import (
     EpisodeSpec,
@@ -476,6 +482,40 @@ def test_a_journal_resumes_only_episodes_of_the_same_spec_and_policy(tiny_tokeni
     assert journal.resume(other_summary, "seeded@0") == {}
     assert journal.resume(specs([1, 2], seed=5), "seeded@0") == {}  # another rollout's ids
     assert journal.resume(wanted[:1], "seeded@0") == {played[0].spec.traj_id: played[0]}
+
+
+def test_a_finished_journal_keeps_every_episode_and_a_fresh_token(tiny_tokenizer, tmp_path):
+    """A journal marked finished still resumes every episode (its caller's outputs may not be
+    saved yet), and :func:`finished_journals` finds it by name, with a token each finish renews."""
+    wanted = specs([1, 2])
+    staging = tmp_path / "staging"
+    journal = EpisodeJournal(staging / "oel-evaluate-cycle_1-0123456789ab.episodes", every_s=3600.0)
+    played = run_episodes(
+        EnvFactory(),
+        wanted,
+        SeededGenerator(tiny_tokenizer),
+        PARAMS,
+        progress=False,
+        journal=journal,
+    )
+    unfinished = EpisodeJournal(staging / "oel-collect-cycle_2-0123456789ab.episodes")
+    unfinished.add(played[0])
+    unfinished.flush()
+    assert finished_journals(staging, "oel-", ".episodes") == {}
+    journal.finish()
+    (token,) = finished_journals(staging, "oel-", ".episodes").values()
+    assert len(token) == 32
+    assert EpisodeJournal(journal.folder).resume(wanted, "seeded@0") == {
+        e.spec.traj_id: e for e in played
+    }
+    journal.finish()  # a rerun that resumed it finishes it again: a new token
+    assert finished_journals(staging, "oel-", ".episodes") == {journal.folder: ANY}
+    assert finished_journals(staging, "oel-", ".episodes")[journal.folder] != token
+    assert finished_journals(staging, "oel_resail-", ".episodes") == {}
+    assert finished_journals(staging, "oel-", ".snapshots") == {}
+    assert finished_journals(tmp_path / "absent", "oel-") == {}
+    journal.remove()
+    assert finished_journals(staging, "oel-") == {} and unfinished.folder.is_dir()
 
 
 def test_an_episode_survives_its_journal_entry(tiny_tokenizer):

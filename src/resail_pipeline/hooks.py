@@ -23,6 +23,7 @@ from resail_pipeline.generation.cuda import check_free_memory, check_vllm_cuda, 
 from resail_pipeline.gui.config import AitzConfig
 from resail_pipeline.initial_policy import check_published, requested_policy
 from resail_pipeline.io import LockedError, ProcessLock
+from resail_pipeline.journal import EpisodeJournal
 from resail_pipeline.pipelines.bootstrap.nodes import bootstrap_config
 from resail_pipeline.pipelines.collect.nodes import collect_config, settings_of
 from resail_pipeline.pipelines.common import RunConfig, cycle_namespace, policy_info
@@ -164,6 +165,49 @@ class DeviceMemoryHook:
     @hook_impl
     def after_node_run(self, node: Any) -> None:
         release_device_memory()
+
+
+class JournalHook:
+    """Removes a rollout node's episode journals once the catalog has saved what it returned.
+
+    A rollout node (a collection, an evaluation, the Experience's reference episodes) returns its
+    tables with its journal finished, not removed (:meth:`~resail_pipeline.journal.EpisodeJournal.
+    finish`): Kedro saves a node's outputs after the node returns, and a run killed in between
+    resumes every episode from the journal instead of playing the rollout again. Once the last of
+    the node's outputs is saved, the journals of the run's experiment that were finished while the
+    node ran (their token changed) are removed; a journal an earlier run finished and this one did
+    not touch stays, for the node that will resume it. A failed node removes nothing.
+    """
+
+    def __init__(self) -> None:
+        self._run: RunConfig | None = None
+        #: per running node: the finished journals before it started, and its outputs not yet saved
+        self._nodes: dict[str, tuple[dict[Path, str], set[str]]] = {}
+
+    @hook_impl
+    def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
+        self._run = RunConfig.from_params(dict(catalog.load("parameters")["run"]))
+        self._nodes = {}
+
+    @hook_impl
+    def before_node_run(self, node: Any) -> None:
+        if self._run is not None:
+            self._nodes[node.name] = (self._run.finished_journals(), set(node.outputs))
+
+    @hook_impl
+    def after_dataset_saved(self, dataset_name: str, data: Any, node: Any) -> None:
+        entry = self._nodes.get(node.name)
+        if self._run is None or entry is None:
+            return
+        before, unsaved = entry
+        unsaved.discard(dataset_name)
+        if unsaved:
+            return
+        del self._nodes[node.name]
+        for folder, token in self._run.finished_journals().items():
+            if before.get(folder) != token:
+                EpisodeJournal(folder).remove()
+                logger.info("journal %s removed: its episodes are saved", folder)
 
 
 class TrackingHook:

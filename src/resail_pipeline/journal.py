@@ -17,15 +17,23 @@ as JSON strings in a Parquet column; nothing is pickled.
     episodes = run_episodes(make_env, specs, generator, params, journal=journal)
     ...  # the results are kept
     journal.remove()
+
+A caller that cannot keep the episodes itself (a Kedro node returns them, and the catalog saves
+them after it returns) marks the journal finished instead (:meth:`EpisodeJournal.finish`) and
+leaves its removal to whoever sees them kept: a kill in between costs a rerun nothing, since every
+episode resumes from the journal. Each finish writes a fresh token, so that
+:func:`finished_journals` tells a journal finished just now from one an earlier run finished.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import logging
 import shutil
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,10 +41,10 @@ from typing import Any
 import pandas as pd
 
 from resail_pipeline.episodes import Episode, EpisodeSpec, StepRecord
-from resail_pipeline.io import settings_sha256, write_parquet
+from resail_pipeline.io import atomic_path, settings_sha256, write_parquet
 from resail_pipeline.prompts import Summary
 
-__all__ = ["EpisodeJournal", "journal_key"]
+__all__ = ["EpisodeJournal", "finished_journals", "journal_key"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +53,9 @@ PART_PREFIX = "part-"
 
 #: the columns of a part: one row per finished episode, the seconds of rollout it stands for
 PART_COLUMNS = ("traj_id", "episode", "seconds")
+
+#: the file of a finished journal (:meth:`EpisodeJournal.finish`): a token written anew each time
+FINISHED = "finished"
 
 
 def journal_key(**fields: Any) -> str:
@@ -173,6 +184,28 @@ class EpisodeJournal:
         self._pending = []
         self._since = now
 
+    def finish(self) -> None:
+        """Write what is kept and mark the journal finished (a fresh token in :data:`FINISHED`):
+        it holds every episode of its rollout and waits for whoever keeps them elsewhere to
+        :meth:`remove` it. A rerun before then resumes every episode from it."""
+        self.flush()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with atomic_path(self.folder / FINISHED) as tmp:
+            tmp.write_text(uuid.uuid4().hex)
+
     def remove(self) -> None:
         """Delete the journal: its episodes are kept elsewhere, nothing is left to resume."""
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def finished_journals(folder: str | Path, prefix: str, suffix: str = "") -> dict[Path, str]:
+    """``journal folder -> token`` for the finished journals in ``folder`` whose names start with
+    ``prefix`` and end with ``suffix`` (:meth:`EpisodeJournal.finish`); empty where ``folder``
+    does not exist."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return {}
+    return {
+        marker.parent: marker.read_text()
+        for marker in sorted(folder.glob(f"{glob.escape(prefix)}*{glob.escape(suffix)}/{FINISHED}"))
+    }

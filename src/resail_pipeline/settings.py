@@ -4,6 +4,7 @@ import warnings
 
 from resail_pipeline.hooks import (
     DeviceMemoryHook,
+    JournalHook,
     NodeTimingHook,
     PreflightHook,
     RunConfigLoader,
@@ -15,6 +16,7 @@ from resail_pipeline.hooks import (
 HOOKS = (
     NodeTimingHook(),
     DeviceMemoryHook(),
+    JournalHook(),
     TrackingHook(),
     PreflightHook(),
 )

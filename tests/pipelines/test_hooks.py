@@ -10,6 +10,7 @@ import os
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
+from unittest.mock import ANY
 
 import pandas as pd
 import pytest
@@ -19,6 +20,7 @@ import yaml
 from resail_pipeline import hooks
 from resail_pipeline.hooks import (
     DeviceMemoryHook,
+    JournalHook,
     NodeTimingHook,
     PreflightHook,
     RunConfigLoader,
@@ -35,6 +37,7 @@ def test_every_hook_and_the_run_loader_are_registered():
         TrackingHook,
         NodeTimingHook,
         DeviceMemoryHook,
+        JournalHook,
         PreflightHook,
     }
 
@@ -116,6 +119,60 @@ def test_a_reused_collection_must_match_the_runs_settings(cycle_1):
     # a table that records nothing cannot be trusted either
     with pytest.raises(ValueError, match="records no collection settings"):
         hook.before_pipeline_run({}, pipeline, _catalog(tasks.drop(columns="settings"), policy))
+
+
+def test_a_rollouts_journal_outlives_a_failed_save_and_goes_with_the_last_output(tmp_path):
+    """Kedro saves a node's outputs after the node returns: the journal a rollout node finished
+    stays until the last of them is saved, so a run whose save fails resumes every episode."""
+    from kedro.framework.hooks.manager import _create_hook_manager
+    from kedro.io import AbstractDataset, DataCatalog, MemoryDataset
+    from kedro.pipeline import Pipeline, node
+    from kedro.runner import SequentialRunner
+
+    from resail_pipeline.pipelines.common import RunConfig
+
+    class FailingSaveDataset(AbstractDataset):
+        """A fake dataset for this test: its save fails, as a full disk or a kill would."""
+
+        def _load(self):
+            raise NotImplementedError
+
+        def _save(self, data):
+            raise OSError("disk full")
+
+        def _describe(self):
+            return {}
+
+    run = RunConfig.from_params(RUN)
+    earlier = run.journal("evaluate-cycle_1", policy="a" * 64)  # an earlier run finished it
+    earlier.finish()
+    unfinished = run.journal("evaluate-cycle_2", policy="a" * 64)  # a killed rollout's
+    unfinished.folder.mkdir(parents=True)
+
+    def rollout():
+        run.journal("collect-cycle_2", policy="b" * 64).finish()
+        return 1, 2
+
+    pipeline = Pipeline([node(rollout, None, ["cycle_2.tasks", "cycle_2.steps"], name="collect")])
+    parameters = MemoryDataset({"run": RUN})
+    hook = JournalHook()
+    manager = _create_hook_manager()
+    manager.register(hook)
+    catalog = DataCatalog({"parameters": parameters, "cycle_2.steps": FailingSaveDataset()})
+    hook.before_pipeline_run({}, pipeline, catalog)
+    with pytest.raises(Exception, match="disk full"):
+        SequentialRunner().run(pipeline, catalog, manager)
+    # the first output was saved, the second was not: every journal is still there
+    finished = run.finished_journals()
+    assert [folder.name.split("-")[1] for folder in finished] == ["collect", "evaluate"]
+    assert unfinished.folder.is_dir()
+
+    catalog = DataCatalog({"parameters": parameters})
+    hook.before_pipeline_run({}, pipeline, catalog)
+    SequentialRunner().run(pipeline, catalog, manager)
+    # the node's own journal is gone; the others wait for the nodes that will resume them
+    assert run.finished_journals() == {earlier.folder: ANY}
+    assert unfinished.folder.is_dir()
 
 
 def test_a_node_logs_its_wall_time(caplog):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-CONF = Path("/work/main/conf")
+CONF = Path(__file__).resolve().parents[2] / "conf"
 RUN = {"env": "textcraft", "method": "oel", "experiment": "oel"}
 
 

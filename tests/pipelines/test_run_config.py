@@ -316,6 +316,10 @@ def test_an_evaluation_records_its_machine_and_generation_settings(tiny_checkpoi
     checkpoint = read_checkpoint_info(tiny_checkpoint).to_frame()
     results, summary, steps = evaluate_node(checkpoint, None, evaluate, run)
     assert summary["generation"].tolist() == ["transformers, float32, eager"]
+    # its journal outlives the node, finished: the catalog saves the tables after it returns
+    config = RunConfig.from_params(run)
+    (journal,) = config.finished_journals()
+    assert journal.name.startswith(f"{config.experiment}-evaluate-cycle_0-")
     assert summary["machine"].iloc[0].startswith(processor())
     # and how the policy acted: the shares of its steps' actions that were valid and repeated
     from resail_pipeline.evaluation.stats import action_rates
@@ -345,6 +349,9 @@ def test_a_collection_records_its_machine_and_generation_settings(tiny_checkpoin
     checkpoint = read_checkpoint_info(tiny_checkpoint).to_frame()
     tasks, trajectories, _ = collect_node(checkpoint, collect, train, run)
     assert len(tasks) == len(trajectories) == 2
+    config = RunConfig.from_params(run)
+    (journal,) = config.finished_journals()  # kept for the catalog's save
+    assert journal.name.startswith(f"{config.experiment}-collect-cycle_1-")
     assert tasks["generation"].tolist() == ["transformers, float32, eager"] * 2
     assert tasks["machine"].iloc[0].startswith(processor())
     assert "machine" not in json.loads(tasks["settings"].iloc[0])

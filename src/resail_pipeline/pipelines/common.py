@@ -45,9 +45,11 @@ from resail_pipeline.generation.transformers_backend import (
     resolved_settings,
 )
 from resail_pipeline.io import fresh_staging_path, keyed_staging_path
-from resail_pipeline.journal import EpisodeJournal, journal_key
+from resail_pipeline.journal import EpisodeJournal, finished_journals, journal_key
 from resail_pipeline.training.config import METHODS, REACT
 
+#: The suffix of a rollout's episode journal in the staging folder (:meth:`RunConfig.journal`).
+JOURNAL_SUFFIX = ".episodes"
 #: The input name under which every base pipeline receives the cycle-start policy.
 POLICY = "policy"
 #: The catalog's folder of what every experiment of a data folder shares: cycle 0 (initial
@@ -235,7 +237,12 @@ class RunConfig(Config):
         kept under other settings is removed first."""
         key = journal_key(env=self.env, env_options=self.env_options, **settings)
         prefix = f"{self.experiment}-{label}-"
-        return EpisodeJournal(keyed_staging_path(self.staging_dir, prefix, key, ".episodes"))
+        return EpisodeJournal(keyed_staging_path(self.staging_dir, prefix, key, JOURNAL_SUFFIX))
+
+    def finished_journals(self) -> dict[Path, str]:
+        """``folder -> token`` of this experiment's finished journals
+        (:func:`~resail_pipeline.journal.finished_journals`)."""
+        return finished_journals(self.staging_dir, f"{self.experiment}-", JOURNAL_SUFFIX)
 
     def snapshots_path(self, label: str) -> Path:
         """The folder (not created) where this experiment's training run ``label`` keeps its

@@ -76,7 +76,7 @@ def collect_node(
             settings=settings,
             journal=journal,
         )
-    journal.remove()  # the corpus is returned for the catalog to write
+    journal.finish()  # removed once the catalog has saved the corpus (hooks.JournalHook)
     tasks = tasks.assign(
         generation=run.generation_record(), machine=machine_description(resolve_device("auto"))
     )

@@ -85,7 +85,7 @@ def evaluate_node(
             experience=experience if config.privileged else None,
             journal=journal,
         )
-    journal.remove()  # the results are returned for the catalog to write
+    journal.finish()  # removed once the catalog has saved the results (hooks.JournalHook)
     # how the policy acted, kept beside its success where the per-step table may stay local
     rates = action_rates(results, steps)[["split", "view", "valid", "repeated"]]
     rates = rates.rename(columns={"valid": "valid_actions", "repeated": "repeated_actions"})
@@ -130,7 +130,7 @@ def experience_node(
         outputs = build_experience(
             make_env, generator, config, summarize, decoding_seed=seed, journal=journal
         )
-    journal.remove()  # the episodes are returned for the catalog to write
+    journal.finish()  # removed once the catalog has saved the episodes (hooks.JournalHook)
     return outputs
 
 
