@@ -171,12 +171,13 @@ class JournalHook:
     """Removes a rollout node's episode journals once the catalog has saved what it returned.
 
     A rollout node (a collection, an evaluation, the Experience's reference episodes) returns its
-    tables with its journal finished, not removed (:meth:`~resail_pipeline.journal.EpisodeJournal.
-    finish`): Kedro saves a node's outputs after the node returns, and a run killed in between
-    resumes every episode from the journal instead of playing the rollout again. Once the last of
-    the node's outputs is saved, the journals of the run's experiment that were finished while the
-    node ran (their token changed) are removed; a journal an earlier run finished and this one did
-    not touch stays, for the node that will resume it. A failed node removes nothing.
+    tables with its journal finished, not removed
+    (:meth:`~resail_pipeline.journal.EpisodeJournal.finish`): Kedro saves a node's outputs after
+    the node returns, and a run killed in between resumes every episode from the journal instead
+    of playing the rollout again. Once the last of the node's outputs is saved, the journals of
+    the run's experiment that were finished while the node ran (their token changed) are removed;
+    a journal an earlier run finished and this one did not touch stays, for the node that will
+    resume it. A failed node removes nothing.
     """
 
     def __init__(self) -> None:
