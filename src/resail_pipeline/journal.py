@@ -189,7 +189,6 @@ class EpisodeJournal:
         it holds every episode of its rollout and waits for whoever keeps them elsewhere to
         :meth:`remove` it. A rerun before then resumes every episode from it."""
         self.flush()
-        self.folder.mkdir(parents=True, exist_ok=True)
         with atomic_path(self.folder / FINISHED) as tmp:
             tmp.write_text(uuid.uuid4().hex)
 
