@@ -13,8 +13,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from resail_pipeline.config import flatten
 from resail_pipeline.evaluation.report import PAPER_TABLES
-from resail_pipeline.study import Experiment, apply_rule, load_plan, plan_path
+from resail_pipeline.study import Experiment, Rule, StudyPlan, apply_rule, load_plan, plan_path
 from resail_pipeline.study.plan import nest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -248,6 +249,20 @@ def test_nested_overrides_of_a_plan_and_an_experiment_merge_leaf_by_leaf():
             "experiments: [{method: oel, cycles: 1, name: a}, {method: rft, cycles: 1, name: a}]",
             "listed with two methods",
         ),
+        (  # a name listed again continues its run: with the same params, to more cycles
+            "experiments: [{method: oel, cycles: 1}, "
+            "{method: oel, cycles: 2, params: {train.optimizer.lr: 1.0e-5}}]",
+            "'oel' is listed with two sets of params",
+        ),
+        (
+            "experiments: [{method: oel, cycles: 3}, {method: oel, cycles: 2}]",
+            r"'oel' is listed again with fewer cycles \(2 after 3\)",
+        ),
+        ("experiments: [{method: oel, cycles: 1, name: shared}]", "'shared' is cycle 0's folder"),
+        (  # what pairs the cells is the plan's: its data folder and its evaluation
+            "experiments: [{method: oel, cycles: 1, params: {evaluate: {decoding_seeds: [3]}}}]",
+            r"params\.evaluate\.decoding_seeds: the same for every experiment of a plan",
+        ),
         ("experiment: []", r"unknown key\(s\) \['experiment'\]"),
         ("experiments: [{method: oel, cycles: 1, tier: 0}]", r"experiments\[0\]\.tier"),
         (
@@ -455,6 +470,27 @@ def _conf(project: Path, globals_: dict[str, str]) -> None:
         (project / "conf" / "base" / path.name).symlink_to(path)
 
 
+#: the evaluation settings the cycle 0 of :func:`_cycle_0_project` was played with
+_PLAYED = {
+    "evaluate.splits": ["dev"],
+    "evaluate.views": ["ordinary"],
+    "evaluate.decoding_seeds": [0, 1],
+}
+
+
+def _taking_plan(params: dict | None = None) -> str:
+    """A plan of one OEL experiment taking its cycle 0 from ``-a`` into ``-b``, with ``params``
+    (dotted or nested) in place of the settings cycle 0 was played with that they name."""
+    params = params or {}
+    kept = {key: value for key, value in _PLAYED.items() if key not in flatten(params)}
+    plan = {
+        "cycle_0_from": "-a",
+        "params": {"data_tag": "-b", **kept, **params},
+        "experiments": [{"method": "oel", "cycles": 1}],
+    }
+    return json.dumps(plan)  # JSON is YAML
+
+
 def _cycle_0_project(tmp_path: Path, plan_text: str) -> tuple[Path, Path]:
     """A project whose data folder ``textcraft-a`` has an evaluated cycle 0 (dev split, ordinary
     view, decoding seeds 0-1) in every layer, and a plan taking it into ``textcraft-b``."""
@@ -472,11 +508,7 @@ def _cycle_0_project(tmp_path: Path, plan_text: str) -> tuple[Path, Path]:
 def test_a_plan_takes_cycle_0_from_another_folder_once_before_its_runs(tmp_path, monkeypatch):
     import resail_pipeline.study as study
 
-    project, data = _cycle_0_project(
-        tmp_path,
-        "cycle_0_from: -a\nparams: {data_tag: -b, evaluate.splits: [dev], "
-        "evaluate.decoding_seeds: [1, 0]}\nexperiments: [{method: oel, cycles: 1}]",
-    )
+    project, data = _cycle_0_project(tmp_path, _taking_plan({"evaluate.decoding_seeds": [1, 0]}))
     seen = []
 
     def fake_kedro(args, project, params=None, cycles=None, heartbeat=None, ended=None):
@@ -504,8 +536,7 @@ def test_a_plan_takes_cycle_0_from_another_folder_once_before_its_runs(tmp_path,
 def test_a_copy_of_cycle_0_cut_short_is_completed(tmp_path):
     from resail_pipeline.study import take_cycle_0
 
-    plan_text = "cycle_0_from: -a\nparams: {data_tag: -b}\nexperiments: [{method: oel, cycles: 1}]"
-    project, data = _cycle_0_project(tmp_path, plan_text)
+    project, data = _cycle_0_project(tmp_path, _taking_plan())
     plan = load_plan(project / "plan.yml")
     early = data / "03_primary" / "textcraft-b" / "shared" / "cycle_0" / "part.parquet"
     early.parent.mkdir(parents=True)
@@ -522,23 +553,39 @@ def test_a_copy_of_cycle_0_cut_short_is_completed(tmp_path):
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        ("{data_tag: -b, evaluate.decoding_seeds: [0, 1, 2]}", r"decoding_seed \[0, 1\], the plan"),
         (
-            "{data_tag: -b, evaluate.views: [ordinary, privileged]}",
+            {"evaluate.decoding_seeds": [0, 1, 2]},
+            r"decoding_seed \[0, 1\]; the plan's runs play evaluate\.decoding_seeds \[0, 1, 2\]",
+        ),
+        (
+            {"evaluate": {"views": ["ordinary", "privileged"]}},  # nested as dotted
             r"played with view \['ordinary'\]",
         ),
-        ("{data_tag: -b, evaluate.splits: [test]}", r"played with split \['dev'\]"),
-        ("{data_tag: -b, evaluate.num_tasks: 2}", r"played on \{'dev': 1\} tasks per split"),
+        ({"evaluate.splits": ["test"]}, r"played with split \['dev'\]"),
+        ({"evaluate.num_tasks": 2}, r"played on \{'dev': 1\} tasks per split"),
     ],
 )
 def test_cycle_0_played_with_other_evaluation_settings_is_refused(tmp_path, params, message):
     from resail_pipeline.study import take_cycle_0
 
-    plan_text = f"cycle_0_from: -a\nparams: {params}\nexperiments: [{{method: oel, cycles: 1}}]"
-    project, data = _cycle_0_project(tmp_path, plan_text)
+    project, data = _cycle_0_project(tmp_path, _taking_plan(params))
     with pytest.raises(ValueError, match=message):
         take_cycle_0(load_plan(project / "plan.yml"), "base", project)
     assert not (data / "07_model_output" / "textcraft-b").exists()  # nothing copied
+
+
+def test_cycle_0_is_checked_against_the_environments_settings_the_plan_leaves(tmp_path):
+    """A plan that sets no evaluation settings plays the environment's (conf/base: views
+    ordinary and privileged, decoding seeds 0-2): a cycle 0 played otherwise is not taken."""
+    from resail_pipeline.study import take_cycle_0
+
+    plan_text = "cycle_0_from: -a\nparams: {data_tag: -b}\nexperiments: [{method: oel, cycles: 1}]"
+    project, data = _cycle_0_project(tmp_path, plan_text)
+    with pytest.raises(
+        ValueError, match=r"view \['ordinary'\]; the plan's runs play evaluate\.views"
+    ):
+        take_cycle_0(load_plan(project / "plan.yml"), "base", project)
+    assert not (data / "07_model_output" / "textcraft-b").exists()
 
 
 def test_cycle_0_from_a_folder_without_it_is_refused(tmp_path):
@@ -726,6 +773,49 @@ def test_the_rule_chooses_the_largest_harmless_rate_and_reports_every_candidate(
     assert "the smallest, 1e-05, is harmful" in (tmp_path / "report" / "rule.md").read_text()
 
 
+def test_a_rule_over_nested_params_finds_every_candidate():
+    plan = StudyPlan(
+        rule=Rule(parameter="train.optimizer.lr", method="oel"),
+        experiments=[
+            Experiment(name="a", method="oel", cycles=1, params={"train.optimizer.lr": 1e-5}),
+            Experiment(
+                name="b", method="oel", cycles=1, params={"train": {"optimizer": {"lr": 2e-5}}}
+            ),
+        ],
+    )
+    assert [(e.name, value) for e, value in plan.candidates()] == [("a", 1e-5), ("b", 2e-5)]
+
+
+def test_a_tier_without_the_rules_candidates_leaves_the_rule_for_later(tmp_path, monkeypatch):
+    """The rule is applied once cycle 0 and every candidate are evaluated; a tier that runs
+    none of them ends with the report, and no rule.md, instead of failing on what is missing."""
+    import resail_pipeline.study as study
+
+    monkeypatch.setattr(study.runner, "_kedro", lambda *a, **k: 0)
+    project = tmp_path / "project"
+    _conf(project, {"base": "env: textcraft\nmethod: oel\ndata_tag: ''\n"})
+    (project / "plan.yml").write_text(
+        "rule: {parameter: train.optimizer.lr, method: oel}\nexperiments:\n"
+        "  - {name: first, method: rft, cycles: 1}\n"
+        "  - {name: small, method: oel, cycles: 1, tier: 2, params: {train.optimizer.lr: 1.0e-5}}\n"
+        "  - {name: large, method: oel, cycles: 1, tier: 2, params: {train.optimizer.lr: 4.0e-5}}\n"
+    )
+    plan = load_plan(project / "plan.yml")
+    outputs = project / "data" / "07_model_output" / "textcraft"
+    rule_md = project / "data" / "08_reporting" / "textcraft" / "rule.md"
+    half = [t % 2 == 0 for t in range(40)]
+    _eval_results(outputs / "shared" / "cycle_0", [half, half], cycle=0)
+    study.run_study(plan, "base", project, log=tmp_path / "times.csv", tier=1)
+    assert study.unevaluated(plan, outputs) == [
+        outputs / name / "cycle_1" / "eval_results.parquet" for name in ("small", "large")
+    ]
+    assert not rule_md.exists()
+    for name in ("small", "large"):
+        _eval_results(outputs / name / "cycle_1", [half, half], cycle=1)
+    study.run_study(plan, "base", project, log=tmp_path / "times.csv", tier=2)
+    assert "chosen: train.optimizer.lr = 4e-05" in rule_md.read_text()
+
+
 def test_the_gain_rule_chooses_the_largest_ordinary_gain_else_the_largest_harmless(tmp_path):
     from resail_pipeline.study import write_rule
 
@@ -808,6 +898,9 @@ def _cell_project(tmp_path: Path) -> tuple[Path, Path]:
     _conf(
         project,
         {"base": "env: textcraft\nmethod: oel_resail\ndata_tag: ''\n", "study": "data_tag: -g\n"},
+    )
+    (project / "conf" / "study" / "parameters.yml").write_text(  # as the grid's cycle 0 played
+        "evaluate: {splits: [dev], views: [ordinary], decoding_seeds: [0, 1]}\n"
     )
     data = project / "data"
     tasks = 40
@@ -1075,7 +1168,7 @@ _ONE = "experiments: [{method: oel, cycles: 1}]"
         (
             "experiments: [{method: oel, cycles: 1, params: {data_tag: ../out}}]",
             [],
-            r"experiments\[0\]\.params\.data_tag: must be a folder name",
+            r"experiments\[0\]\.params\.data_tag: the same for every experiment of a plan",
         ),
         # a folder the runs write outside data/, dotted or nested
         (f"params: {{bootstrap.build_dir: /tmp/out}}\n{_ONE}", [], r"params\.bootstrap\.build_dir"),
@@ -1146,6 +1239,7 @@ def test_a_bad_plan_is_refused_in_one_line_before_anything_runs(
             "--seeds goes with --rerun, without --training-seed",
         ),
         (["--cycle-0", "--training-seed", "1"], "--cycle-0 is the plan's own"),
+        (["--cycle-0", "--rerun", "oel", "--cycle", "1", "--seeds", "3"], "--cycle-0 runs"),
         (["--rerun", "oel", "--cycle", "1", "--seeds", "3", "--tier", "1"], "--tier chooses"),
     ],
 )
@@ -1219,6 +1313,11 @@ def test_a_plan_runs_at_the_value_another_plans_rule_chose(tmp_path):
         "value": 2e-5,
     }
     assert with_choice(grid, "base", project) == chosen  # a later sitting: the same choice
+    kept = record.read_text()
+    record.write_text(kept[:20])  # cut short by hand
+    with pytest.raises(ValueError, match=r"chosen_by\.json: not JSON"):
+        with_choice(grid, "base", project)
+    record.write_text(kept)
 
     _eval_results(outputs / "middle" / "cycle_1", [[False] * 40] * 2, cycle=1)  # now harms
     with pytest.raises(ValueError, match=r"records train\.optimizer\.lr = 2e-05, .* now chooses"):

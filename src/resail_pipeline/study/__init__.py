@@ -9,9 +9,9 @@ nothing finished (the initial policy's evaluation and cycle 1's corpus are share
 experiment listed twice with more cycles continues from where the first entry stopped.
 
 Every experiment's wall time goes to ``data/08_reporting/<plan>-<env>.csv``, one row per invocation
-(``started``), with the largest resident memory of any process the study has run so far: those that
-ended (Linux keeps one maximum over all finished children) and, read from ``/proc`` at every
-rewrite, the running experiment's processes. A running experiment's row is rewritten every minute,
+(``started``), with the largest resident memory of any process that invocation ran: read from
+``/proc`` at every rewrite while its processes run, and from the resource usage of the Kedro run
+and the children it waited for once it ends. A running experiment's row is rewritten every minute,
 so a study killed anywhere (``SIGKILL`` included) keeps the time it spent, to the minute: such a row
 has an empty ``exit_code``. The time of a study interrupted and resumed is the sum of its rows. An
 experiment whose last cycle is already evaluated is passed over without starting Kedro, and without
@@ -22,17 +22,20 @@ a row.
     python -m resail_pipeline.study --env study --plan conf/study/budgets.yml
 
 The plan is checked whole before anything runs or is copied: its YAML, its keys, each experiment's
-method, cycles, tier and name, the data tags (``params.data_tag``, ``cycle_0_from``: folder names,
-never a path out of ``data/``), the folders its runs write (``bootstrap.build_dir``: under
-``data/``) and ``--tier`` (one of the plan's tiers). A refusal is one line naming the field, and
-the exit status is 2.
+method, cycles, tier and name (not ``shared``, cycle 0's folder; a name listed again continues its
+run, with the same method and overrides and no fewer cycles), the data tags (``params.data_tag``,
+``cycle_0_from``: folder names, never a path out of ``data/``), the folders its runs write
+(``bootstrap.build_dir``: under ``data/``) and ``--tier`` (one of the plan's tiers). What pairs the
+cells is the plan's alone: an experiment may not set ``data_tag`` or ``evaluate``. A refusal is one
+line naming the field, and the exit status is 2.
 
 A plan may take its cycle 0 from another data folder of the same environment (``cycle_0_from:``,
 that folder's data tag): the initial policy's record, reference episodes, fixed Experience, probe
 set and evaluation depend on the policy and the evaluation settings only, so a plan that changes
 neither (a budget check run again at another budget) copies them instead of playing them again.
 They are copied whole, once, into a folder that has none of cycle 0 yet, after the evaluation
-settings the plan sets are checked against the episodes they describe.
+settings the plan's runs would play (the plan's, else the environment's) are checked against the
+episodes they describe.
 
 A plan may pre-register a rule (``rule:``) that chooses among its candidates once they are
 evaluated, from each one's cycle-1 paired difference from cycle 0 and its 95% interval:
@@ -41,7 +44,9 @@ whose interval has an upper bound >= 0 in every split and view (the first cycle 
 measurable harm); ``largest_gain`` takes the value whose ordinary view gains most (its mean
 difference over the splits) among those whose ordinary-view interval lies above zero in every
 split (the first cycle teaches), else the largest harmless value, reported as a gain not met.
-The table of every candidate and the choice go to ``data/08_reporting/<folder>/rule.md``, with
+The rule is applied after the report once cycle 0 and every candidate are evaluated (a tier
+without them leaves it for later); the table of every candidate and the choice go to
+``data/08_reporting/<folder>/rule.md``, with
 cycle 0's privileged lead and whether the premise holds (the lead's interval above zero in every
 split, and a gain) where cycle 0 was evaluated in both views.
 
@@ -88,7 +93,7 @@ from resail_pipeline.study.plan import (
     with_training_seed,
 )
 from resail_pipeline.study.plan import plan_path as plan_path
-from resail_pipeline.study.rule import RuleOutcome, apply_rule, with_choice
+from resail_pipeline.study.rule import RuleOutcome, apply_rule, unevaluated, with_choice
 from resail_pipeline.study.rule import write_rule as write_rule
 from resail_pipeline.study.runner import _run as _run
 from resail_pipeline.study.runner import _Segment as _Segment
@@ -111,6 +116,7 @@ __all__ = [
     "run_cycle_0",
     "run_study",
     "take_cycle_0",
+    "unevaluated",
     "with_choice",
     "with_training_seed",
     "write_training_seeds",

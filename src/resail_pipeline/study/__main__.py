@@ -66,6 +66,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error("--rerun takes --seeds (evaluate again) or --training-seed (train again)")
     if args.training_seed is not None and args.cycle_0:
         parser.error("--cycle-0 is the plan's own; no training seed changes it")
+    if args.cycle_0 and args.rerun is not None:
+        parser.error("--cycle-0 runs the plan's cycle 0 alone; --rerun names a cell")
     if args.tier is not None and (args.rerun is not None or args.cycle_0):
         parser.error("--tier chooses the plan's experiments; --rerun and --cycle-0 name theirs")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")

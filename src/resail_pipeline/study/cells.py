@@ -13,11 +13,13 @@ import pandas as pd
 
 from resail_pipeline.config import ConfigError
 from resail_pipeline.io import atomic_path
+from resail_pipeline.pipelines.common import SHARED_FOLDER
 from resail_pipeline.study.plan import (
     TRAINING_SEED_SUFFIX,
     Experiment,
     StudyPlan,
     data_folder,
+    resolved_params,
     training_seed_of,
 )
 
@@ -76,7 +78,8 @@ def take_cycle_0(plan: StudyPlan, env: str, project: Path) -> bool:
 
     Raises:
         ConfigError: the source folder has no evaluated cycle 0, or its episodes were played with
-            other splits, views, decoding seeds or numbers of tasks than the plan sets.
+            other splits, views, decoding seeds or numbers of tasks than the plan's runs would
+            play (the plan's settings, else the environment's).
     """
     if plan.cycle_0_from is None:
         return False
@@ -86,23 +89,25 @@ def take_cycle_0(plan: StudyPlan, env: str, project: Path) -> bool:
     if (data / last_layer / f"{run_env}{tag}" / last_part).exists():
         return False
     source = f"{run_env}{plan.cycle_0_from}"
-    results = data / "07_model_output" / source / "shared" / "cycle_0" / "eval_results.parquet"
+    results = data / "07_model_output" / source / SHARED_FOLDER / "cycle_0" / "eval_results.parquet"
     if not results.is_file():
         raise ConfigError(f"cycle_0_from: {results}: missing; that folder has no evaluated cycle 0")
     played = pd.read_parquet(results, columns=[*_EVALUATION_COLUMNS.values(), "task_id"])
+    settings = resolved_params(plan, env, project)  # the plan's, else the environment's
     for key, column in _EVALUATION_COLUMNS.items():
         values = sorted(played[column].unique().tolist())
-        if key in plan.params and values != sorted(plan.params[key]):
+        wanted = settings.get(key)
+        if wanted is not None and values != sorted(wanted):
             raise ConfigError(
-                f"cycle_0_from: {results}: played with {column} {values}, the plan's {key} is "
-                f"{plan.params[key]}"
+                f"cycle_0_from: {results}: played with {column} {values}; the plan's runs "
+                f"play {key} {wanted}"
             )
     tasks = {split: int(n) for split, n in played.groupby("split")["task_id"].nunique().items()}
-    wanted = plan.params.get("evaluate.num_tasks")
+    wanted = settings.get("evaluate.num_tasks")
     if wanted is not None and set(tasks.values()) != {wanted}:
         raise ConfigError(
-            f"cycle_0_from: {results}: played on {tasks} tasks per split, the plan's "
-            f"evaluate.num_tasks is {wanted}"
+            f"cycle_0_from: {results}: played on {tasks} tasks per split; the plan's runs "
+            f"play evaluate.num_tasks {wanted}"
         )
     _copy_missing(data, _CYCLE_0, source, f"{run_env}{tag}")
     logger.info("study: cycle 0 taken from %s", source)
@@ -136,7 +141,7 @@ def _results(paths: Sequence[Path]) -> pd.DataFrame:
 def _cell_results(outputs: Path, names: Sequence[str], cycle: int) -> pd.DataFrame:
     """The ``eval_results`` of the initial policy and of ``names`` at ``cycle`` in ``outputs``,
     with their ``experiment``."""
-    cells = [("shared", 0), *((name, cycle) for name in names)]
+    cells = [(SHARED_FOLDER, 0), *((name, cycle) for name in names)]
     return _results([outputs / n / f"cycle_{c}" / "eval_results.parquet" for n, c in cells])
 
 

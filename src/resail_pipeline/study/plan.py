@@ -20,12 +20,18 @@ from resail_pipeline.config import (
     model_validator,
     one_of,
 )
+from resail_pipeline.pipelines.common import SHARED_FOLDER
 from resail_pipeline.settings import CONFIG_LOADER_ARGS, CONFIG_LOADER_CLASS
 from resail_pipeline.training.config import METHODS, REACT
 
 PLAN_FILE = "study.yml"
 #: the methods an experiment may run: every one but react, which is cycle 0's evaluation
 TRAINED = tuple(m for m in METHODS if m != REACT)
+
+
+#: the parameters (top-level keys) only a plan sets, the same for all its experiments: the data
+#: folder they write and read, and the evaluation that pairs them with cycle 0 and each other
+PLAN_WIDE = ("data_tag", "evaluate")
 
 
 class Experiment(Config):
@@ -40,7 +46,7 @@ class Experiment(Config):
     name."""
     params: dict[str, Any] = Field(default_factory=dict)
     """The experiment's parameter overrides (dotted keys or nested), over the plan's shared ones;
-    not ``run``'s, which the method and name give."""
+    not ``run``'s, which the method and name give, nor those of :data:`PLAN_WIDE`."""
     tier: int = Field(1, ge=1)
     """The plan's tiers run in order; ``--tier N`` runs those up to N (the question first)."""
 
@@ -62,12 +68,19 @@ class Experiment(Config):
             data["name"] = data["method"]
         if data.get("params", {}) is None:
             data["params"] = {}
-        check_overrides(data.get("params", {}), "params")
+        params = data.get("params", {})
+        for key in flatten(params) if isinstance(params, Mapping) else ():
+            if key.split(".")[0] in PLAN_WIDE:
+                raise ConfigError(
+                    f"params.{key}: the same for every experiment of a plan (its data folder, "
+                    "its evaluation, which pairs the cells); set it in the plan's params"
+                )
+        check_overrides(params, "params")
         return data
 
     @model_validator(mode="after")
     def _no_run_keys(self) -> Experiment:
-        for key in self.params:
+        for key in flatten(self.params):
             if key.split(".")[0] == "run":
                 raise ConfigError(f"params: {key!r}; the method and name are given as such")
         return self
@@ -184,13 +197,27 @@ class StudyPlan(Config):
         source = self.cycle_0_from
         if source is not None and source == flatten(self.params).get("data_tag"):
             raise ConfigError(f"cycle_0_from: {source!r} is the plan's own data_tag")
-        methods: dict[str, str] = {}
+        if SHARED_FOLDER in {experiment.name for experiment in self.experiments}:
+            raise ConfigError(f"experiments: {SHARED_FOLDER!r} is cycle 0's folder, not a name")
+        earlier: dict[str, Experiment] = {}
         for experiment in self.experiments:
-            if methods.setdefault(experiment.name, experiment.method) != experiment.method:
+            # an experiment listed again continues the same run further (the last entry: the most
+            # cycles), so that only its number of cycles may grow
+            before = earlier.get(experiment.name, experiment)
+            if before.method != experiment.method:
                 raise ConfigError(f"experiments: {experiment.name!r} is listed with two methods")
+            if flatten(before.params) != flatten(experiment.params):
+                raise ConfigError(
+                    f"experiments: {experiment.name!r} is listed with two sets of params"
+                )
+            if experiment.cycles < before.cycles:
+                raise ConfigError(
+                    f"experiments: {experiment.name!r} is listed again with fewer cycles "
+                    f"({experiment.cycles} after {before.cycles})"
+                )
+            earlier[experiment.name] = experiment
         if self.rule is not None:
-            for experiment, _ in self._candidates():
-                value = experiment.params[self.rule.parameter]
+            for experiment, value in self._candidates():
                 if isinstance(value, bool) or not _is_number(value):
                     raise ConfigError(
                         f"rule: {experiment.name!r} sets {self.rule.parameter} to {value!r}; "
@@ -213,8 +240,9 @@ class StudyPlan(Config):
             return []
         seen: dict[str, tuple[Experiment, Any]] = {}
         for experiment in self.experiments:
-            if experiment.method == self.rule.method and self.rule.parameter in experiment.params:
-                seen[experiment.name] = (experiment, experiment.params[self.rule.parameter])
+            params = flatten(experiment.params)  # the parameter set dotted or nested
+            if experiment.method == self.rule.method and self.rule.parameter in params:
+                seen[experiment.name] = (experiment, params[self.rule.parameter])
         return list(seen.values())
 
     def candidates(self) -> list[tuple[Experiment, float]]:
@@ -329,7 +357,7 @@ def with_training_seed(plan: StudyPlan, env: str, project: Path, seed: int) -> S
 def training_seed_of(plan: StudyPlan, env: str, project: Path) -> int:
     """The training seed the plan's own runs train with: the one value the configuration gives
     every key of :data:`TRAINING_SEED_KEYS`."""
-    flat = flatten(_loader(plan, env, project)["parameters"])
+    flat = resolved_params(plan, env, project)
     missing = [key for key in TRAINING_SEED_KEYS if key not in flat]
     if missing:
         raise ConfigError(f"{env}: the parameters set no {missing}; a training seed sets them")
@@ -349,6 +377,12 @@ def data_folder(plan: StudyPlan, env: str, project: Path) -> tuple[str, str]:
     (:class:`~resail_pipeline.hooks.RunConfigLoader`)."""
     run = _loader(plan, env, project).run_values()
     return run["env"], run["data_tag"]
+
+
+def resolved_params(plan: StudyPlan, env: str, project: Path) -> dict[str, Any]:
+    """The parameters every run of the plan starts from, as dotted keys: the environment's with
+    the plan's shared overrides (an experiment's own come on top of them)."""
+    return flatten(_loader(plan, env, project)["parameters"])
 
 
 def _loader(plan: StudyPlan, env: str, project: Path) -> Any:

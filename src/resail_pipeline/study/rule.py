@@ -13,6 +13,7 @@ import pandas as pd
 
 from resail_pipeline.config import ConfigError, flatten
 from resail_pipeline.io import atomic_path
+from resail_pipeline.pipelines.common import SHARED_FOLDER
 from resail_pipeline.schemas import VIEW_ORDINARY
 from resail_pipeline.study.plan import StudyPlan, data_folder, load_plan
 
@@ -45,6 +46,14 @@ class RuleOutcome:
         return bool((self.lead["low"] > 0).all()) and self.gained
 
 
+def unevaluated(plan: StudyPlan, outputs: Path) -> list[Path]:
+    """The evaluations ``plan``'s rule reads that are not under ``outputs`` (the data folder's
+    model outputs): cycle 0's, then each candidate's cycle 1, in plan order."""
+    needed = [outputs / SHARED_FOLDER / "cycle_0" / "eval_results.parquet"]
+    needed += [outputs / e.name / "cycle_1" / "eval_results.parquet" for e, _ in plan.candidates()]
+    return [path for path in needed if not path.is_file()]
+
+
 def apply_rule(plan: StudyPlan, outputs: Path) -> RuleOutcome:
     """Every candidate's cycle-1 paired difference from cycle 0, and the rule's choice.
 
@@ -62,7 +71,7 @@ def apply_rule(plan: StudyPlan, outputs: Path) -> RuleOutcome:
 
     if plan.rule is None:
         raise ValueError("plan: has no rule")
-    baseline = pd.read_parquet(outputs / "shared" / "cycle_0" / "eval_results.parquet")
+    baseline = pd.read_parquet(outputs / SHARED_FOLDER / "cycle_0" / "eval_results.parquet")
     rows = []
     for experiment, value in plan.candidates():
         results = pd.read_parquet(outputs / experiment.name / "cycle_1" / "eval_results.parquet")
@@ -179,23 +188,24 @@ def with_choice(plan: StudyPlan, env: str, project: Path) -> StudyPlan:
     if any(parameter in params for params in overrides):
         raise ConfigError(f"chosen_by: {name} chooses {parameter}, which the plan also sets")
     outputs = project / "data" / "07_model_output" / "".join(data_folder(chooser, env, project))
-    baseline = outputs / "shared" / "cycle_0" / "eval_results.parquet"
-    if not baseline.is_file():
-        raise ConfigError(f"chosen_by: {baseline}: missing; {name}'s cycle 0 is not evaluated")
-    for experiment, _ in chooser.candidates():
-        results = outputs / experiment.name / "cycle_1" / "eval_results.parquet"
-        if not results.is_file():
-            raise ConfigError(
-                f"chosen_by: {results}: missing; {name}'s candidates are not evaluated"
-            )
-    outcome = apply_rule(chooser, outputs)
+    missing = unevaluated(chooser, outputs)
+    if missing:
+        what = "cycle 0 is" if missing[0].parent.name == "cycle_0" else "candidates are"
+        raise ConfigError(f"chosen_by: {missing[0]}: missing; {name}'s {what} not evaluated")
+    try:
+        outcome = apply_rule(chooser, outputs)
+    except ValueError as error:  # evaluations the rule cannot compare (e.g. not paired)
+        raise ConfigError(f"chosen_by: {name}'s rule: {error}") from None
     if outcome.chosen is None:
         raise ConfigError(f"chosen_by: {name}'s rule chose nothing (no candidate is harmless)")
     choice = {"chosen_by": name, "parameter": parameter, "value": outcome.chosen}
     reporting = project / "data" / "08_reporting" / "".join(data_folder(plan, env, project))
     record = reporting / CHOICE_RECORD
     if record.is_file():
-        kept = json.loads(record.read_text())
+        try:
+            kept = json.loads(record.read_text())
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"chosen_by: {record}: not JSON ({error.msg})") from None
         if kept != choice:
             raise ConfigError(
                 f"chosen_by: {record} records {kept['parameter']} = {kept['value']:g}, which the "
@@ -207,4 +217,4 @@ def with_choice(plan: StudyPlan, env: str, project: Path) -> StudyPlan:
         with atomic_path(record) as tmp:
             Path(tmp).write_text(json.dumps(choice, indent=2) + "\n")
     logger.info("study: %s = %g, chosen by %s's rule", parameter, outcome.chosen, name)
-    return plan.model_copy(update={"params": {**plan.params, parameter: outcome.chosen}})
+    return plan.replace(params={**plan.params, parameter: outcome.chosen})

@@ -40,7 +40,7 @@ from resail_pipeline.study.plan import (
     nest,
     with_training_seed,
 )
-from resail_pipeline.study.rule import write_rule
+from resail_pipeline.study.rule import unevaluated, write_rule
 
 logger = logging.getLogger(__name__)
 
@@ -256,7 +256,13 @@ def run_study(
     if _kedro(report, project, params=nest(plan.params)) != 0:
         raise RuntimeError("study: the report failed")
     if plan.rule is not None:
-        write_rule(plan, outputs, project / "data" / "08_reporting" / outputs.name)
+        missing = unevaluated(plan, outputs)  # a tier without the candidates: nothing to choose
+        if missing:
+            logger.info(
+                "study: the rule waits for %d evaluation(s), e.g. %s", len(missing), missing[0]
+            )
+        else:
+            write_rule(plan, outputs, project / "data" / "08_reporting" / outputs.name)
 
 
 def run_cycle_0(plan: StudyPlan, env: str, project: Path) -> None:
@@ -360,7 +366,7 @@ def retrain_cell(
                 f"--cycle: the plan trains {experiment.name!r} to cycle {experiment.cycles}, "
                 f"got {cycle}"
             )
-    cell = [e.model_copy(update={"cycles": cycle, "tier": 1}) for e in experiments]
+    cell = [e.replace(cycles=cycle, tier=1) for e in experiments]
     run_study(
         StudyPlan(experiments=cell, params=seeded.params, cycle_0_from=seeded.cycle_0_from),
         env,
