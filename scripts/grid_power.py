@@ -16,6 +16,8 @@ from statistics import NormalDist
 
 import pandas as pd
 
+from resail_pipeline.evaluation.stats import paired_per_task
+
 #: each parent and its ReSAIL version
 PAIRS = (("oel", "oel_resail"), ("sdpo", "sdpo_resail"))
 
@@ -42,9 +44,13 @@ def contrasts(grid: Path, level: float = 0.95, power: float = 0.8) -> pd.DataFra
     z = normal.inv_cdf(1 - (1 - level) / 2) + normal.inv_cdf(power)
     rows = []
     for parent, resail, cycle, split, view, group, paired in paired_cells(grid):
-        x = group.groupby("task_id")["success"].mean()
-        y = paired.groupby("task_id")["success"].mean()
-        d = (y - x.reindex(y.index)).dropna()
+        cell = f"{grid}: {resail} - {parent}, cycle {cycle}, {split}, {view}"
+        try:
+            d = paired_per_task(paired, group)  # the same games and decoding seeds, or refused
+        except ValueError as error:
+            raise SystemExit(f"{cell}: {error}") from None
+        if len(d) < 2:
+            raise SystemExit(f"{cell}: {len(d)} game(s); a standard error needs two")
         se = float(d.std(ddof=1) / math.sqrt(len(d)))
         rows.append(
             {

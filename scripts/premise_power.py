@@ -33,15 +33,25 @@ from resail_pipeline.io import atomic_path
 
 def prior_ratios(grid: Path, view: str = "ordinary") -> pd.DataFrame:
     """Every pair's variance ratio in ``grid`` (a data folder's model outputs), per cycle and
-    split, in ``view``."""
+    split, in ``view``; ``None`` where neither arm varies over games (no ratio to learn from)."""
     rows = [
-        {"parent": parent, "cycle": cycle, "split": split, "ratio": variance_ratio(a, b)}
+        {"parent": parent, "cycle": cycle, "split": split, "ratio": _ratio(a, b)}
         for parent, _, cycle, split, cell_view, a, b in paired_cells(grid)
         if cell_view == view
     ]
-    if not rows:
+    if not any(row["ratio"] is not None for row in rows):
         raise SystemExit(f"{grid}: no pair of {[list(p) for p in PAIRS]} evaluated in {view}")
     return pd.DataFrame(rows)
+
+
+def _ratio(a: pd.DataFrame, b: pd.DataFrame) -> float | None:
+    """:func:`variance_ratio` of ``a`` and ``b``, ``None`` where no game varies in either."""
+    try:
+        return variance_ratio(a, b)
+    except ValueError as error:
+        if "no task varies" not in str(error):
+            raise
+        return None
 
 
 def main() -> None:
@@ -58,7 +68,7 @@ def main() -> None:
         raise SystemExit(f"--baseline: {args.baseline} is no file")
 
     ratios = prior_ratios(args.grid)
-    ratio = float(np.quantile(ratios["ratio"], args.quantile))
+    ratio = float(np.quantile(ratios["ratio"].dropna(), args.quantile))
     results = pd.read_parquet(args.baseline)
     figures = {}
     for view, group in results[results["split"] == args.split].groupby("view", sort=True):
@@ -76,7 +86,10 @@ def main() -> None:
         raise SystemExit(f"--baseline: no {args.split!r} episodes in {args.baseline}")
     report = {
         "grid": str(args.grid),
-        "prior_ratios": ratios.round(4).to_dict(orient="records"),
+        "prior_ratios": [
+            {**row, "ratio": None if pd.isna(row["ratio"]) else round(row["ratio"], 4)}
+            for row in ratios.to_dict(orient="records")
+        ],
         "quantile": args.quantile,
         "ratio": round(ratio, 4),
         "baseline": str(args.baseline),
@@ -90,7 +103,7 @@ def main() -> None:
         with atomic_path(args.out) as tmp:
             Path(tmp).write_text(text + "\n")
     print(
-        f"ratio {ratio:.3f} (quantile {args.quantile} of {len(ratios)} pairs); "
+        f"ratio {ratio:.3f} (quantile {args.quantile} of {ratios['ratio'].count()} pairs); "
         + "; ".join(
             f"{view}: success {f['success']}%, MDE {f['mde_points']} points at {args.tasks} "
             f"games, {f['games_for_effect']} games for {args.effect:g}"

@@ -112,6 +112,8 @@ def test_paired_difference_is_the_mean_task_difference_with_a_bootstrap_interval
     assert (same["difference"], same["low"], same["high"]) == (0.0, 0.0, 0.0)
     with pytest.raises(ValueError, match="not paired"):
         paired_difference(better, base.iloc[1:], resamples=10)
+    with pytest.raises(ValueError, match="resamples: at least 1, got 0"):
+        paired_difference(better, base, resamples=0)
 
 
 def test_a_replicated_difference_averages_each_tasks_difference_over_the_replicates():
@@ -224,6 +226,25 @@ def test_minimum_detectable_effect_and_the_tasks_it_takes():
         minimum_detectable_effect(baseline, ratio=0.0)
     with pytest.raises(ValueError, match="effect"):
         tasks_for_effect(baseline, 4.0, ratio=0.25)  # a fraction, not points
+
+
+def test_power_takes_every_variance_ratio_and_refuses_a_baseline_that_does_not_vary():
+    """A ratio above 1 (policies succeeding on different tasks: pairing widens the difference) is
+    a ratio :func:`variance_ratio` gives, up to 2; a baseline without variance over its tasks
+    sizes nothing, and says so rather than giving an effect of 0 (or NaN for one task)."""
+    from resail_pipeline.evaluation.stats import minimum_detectable_effect, tasks_for_effect
+
+    baseline = _tasks([t % 2 for t in range(100)])
+    unrelated = minimum_detectable_effect(baseline, ratio=1.0)
+    assert minimum_detectable_effect(baseline, ratio=2.0) == pytest.approx(unrelated * 2**0.5)
+    assert tasks_for_effect(baseline, 0.2, ratio=1.5) > tasks_for_effect(baseline, 0.2, ratio=1.0)
+    with pytest.raises(ValueError, match=r"ratio: must be in \(0, 2\]"):
+        minimum_detectable_effect(baseline, ratio=2.5)
+    for flat in (_tasks([0] * 100), _tasks([1])):  # every task fails; one task
+        with pytest.raises(ValueError, match="baseline: no variance over its"):
+            minimum_detectable_effect(flat, ratio=0.5, tasks=100)
+        with pytest.raises(ValueError, match="baseline: no variance over its"):
+            tasks_for_effect(flat, 0.04, ratio=0.5)
 
 
 def _steps(traj_id: str, actions: list[tuple[str | None, bool]]) -> list[dict]:

@@ -136,7 +136,7 @@ def paired_difference(
     Both are ``eval_results`` of one split and view, run on the same tasks with the same decoding
     seeds. Each task's success is averaged over its seeds; the difference is the mean over tasks
     of (task success in ``results`` - in ``baseline``), which equals the difference of the two
-    mean success rates. The interval is the percentile bootstrap over tasks (tasks resampled with
+    mean success rates where every task has the same decoding seeds. The interval is the percentile bootstrap over tasks (tasks resampled with
     replacement, the seeds of a task kept together), seeded for reproducibility.
 
     Returns:
@@ -167,7 +167,7 @@ def replicated_difference(
     """
     if not pairs:
         raise ValueError("pairs: no replicate to average")
-    per_task = [_paired_per_task(results, baseline) for results, baseline in pairs]
+    per_task = [paired_per_task(results, baseline) for results, baseline in pairs]
     for k, other in enumerate(per_task[1:], start=1):
         if not other.index.equals(per_task[0].index):
             raise ValueError(
@@ -179,9 +179,15 @@ def replicated_difference(
     return _over_tasks(mean, resamples=resamples, level=level, seed=seed)
 
 
-def _paired_per_task(results: pd.DataFrame, baseline: pd.DataFrame) -> pd.Series:
+def paired_per_task(results: pd.DataFrame, baseline: pd.DataFrame) -> pd.Series:
     """Each task's difference in success of ``results`` over ``baseline``, paired by decoding seed
-    and averaged over them (a series by ``task_id``, sorted)."""
+    and averaged over them (a series by ``task_id``, sorted): what :func:`paired_difference`
+    resamples.
+
+    Raises:
+        ValueError: a frame without episodes or with an episode twice, or the two not holding the
+            same ``(task_id, decoding_seed)`` episodes.
+    """
     for frame, name in ((results, "results"), (baseline, "baseline")):
         check_columns(frame, "eval_results", source=name)
         if frame.empty:
@@ -258,6 +264,8 @@ def _over_tasks(
     interval at ``level`` (tasks resampled with replacement, seeded)."""
     if not 0 < level < 1:
         raise ValueError(f"level: must be in (0, 1), got {level}")
+    if resamples < 1:
+        raise ValueError(f"resamples: at least 1, got {resamples}")
     rng = np.random.default_rng(seed)
     draws = rng.integers(0, per_task.size, size=(resamples, per_task.size))
     means = per_task[draws].mean(axis=1)  # (resamples,)
@@ -286,9 +294,9 @@ def variance_ratio(results: pd.DataFrame, other: pd.DataFrame) -> float:
 
     ``Var(x_t - y_t) / (Var(x_t) + Var(y_t))`` over tasks ``t``, with ``x_t`` and ``y_t`` each
     task's mean success in ``results`` and ``other`` (``eval_results`` of one split and view on the
-    same tasks): 1 for unrelated policies, 0 for policies that succeed on the same tasks. It is
-    ``1 - r`` where both have the same variance and ``r`` is the correlation of their tasks'
-    successes.
+    same tasks): 1 for unrelated policies, 0 for policies that succeed on the same tasks, up to 2
+    for policies that succeed on opposite ones. It is ``1 - r`` where both have the same variance
+    and ``r`` is the correlation of their tasks' successes.
 
     Raises:
         ValueError: other tasks, or no variance in either.
@@ -323,13 +331,11 @@ def minimum_detectable_effect(
     >>> round(100 * minimum_detectable_effect(frame, ratio=0.5), 1)
     14.1
     """
-    per_task = _per_task(baseline, "baseline")
-    tasks = per_task.size if tasks is None else tasks
-    if not 0 < ratio <= 1:
-        raise ValueError(f"ratio: must be in (0, 1], got {ratio}")
+    variance = _task_variance(baseline, ratio)
+    tasks = _per_task(baseline, "baseline").size if tasks is None else tasks
     if tasks < 2:
         raise ValueError(f"tasks: at least 2, got {tasks}")
-    return _z(level, power) * math.sqrt(ratio * 2 * per_task.var(ddof=1) / tasks)
+    return _z(level, power) * math.sqrt(ratio * 2 * variance / tasks)
 
 
 def tasks_for_effect(
@@ -344,11 +350,25 @@ def tasks_for_effect(
     fraction), under the same assumptions."""
     if not 0 < effect < 1:
         raise ValueError(f"effect: must be in (0, 1), got {effect}")
-    per_task = _per_task(baseline, "baseline")
-    if not 0 < ratio <= 1:
-        raise ValueError(f"ratio: must be in (0, 1], got {ratio}")
-    needed = ratio * 2 * per_task.var(ddof=1) * (_z(level, power) / effect) ** 2
+    needed = ratio * 2 * _task_variance(baseline, ratio) * (_z(level, power) / effect) ** 2
     return max(2, math.ceil(needed))
+
+
+def _task_variance(baseline: pd.DataFrame, ratio: float) -> float:
+    """The variance over tasks of ``baseline``'s success (each task's mean over its episodes), for
+    the power of a difference whose variance pairing scales by ``ratio`` (:func:`variance_ratio`:
+    in (0, 2]). A baseline that does not vary (every task alike, or one task) has no power to
+    give: a detectable effect of 0 would be wrong, not small."""
+    if not 0 < ratio <= 2:
+        raise ValueError(f"ratio: must be in (0, 2] (a variance ratio), got {ratio}")
+    per_task = _per_task(baseline, "baseline")
+    variance = float(per_task.var(ddof=1))
+    if not variance > 0:  # NaN for one task
+        raise ValueError(
+            f"baseline: no variance over its {per_task.size} task(s) (every task succeeds "
+            "alike); it cannot size a difference"
+        )
+    return variance
 
 
 def _z(level: float, power: float) -> float:

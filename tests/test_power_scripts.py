@@ -1,0 +1,76 @@
+"""scripts/grid_power.py and scripts/premise_power.py on tiny grids, run as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _results(folder: Path, successes: dict[int, list[bool]], split: str = "test") -> None:
+    """``folder/eval_results.parquet``: task ``t`` with one episode per decoding seed, ordinary
+    view, ``successes[t][seed]``."""
+    cycle, method = int(folder.name.removeprefix("cycle_") or 0), folder.parent.name
+    rows = [
+        {
+            **{"policy_id": f"{method}@{cycle}", "cycle": cycle, "method": method},
+            **{"env": "alfworld", "split": split, "view": "ordinary", "num_steps": 3},
+            **{"task_id": t, "decoding_seed": s, "success": won},
+        }
+        for t, per_seed in successes.items()
+        for s, won in enumerate(per_seed)
+    ]
+    folder.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_parquet(folder / "eval_results.parquet", index=False)
+
+
+def _run(script: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / script), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_grid_power_gives_each_contrasts_standard_error_over_its_paired_games(tmp_path):
+    parent = {t: [t % 2 == 0, t % 2 == 0] for t in range(8)}  # half the games, both seeds
+    resail = {t: [t % 4 != 3, t % 2 == 0] for t in range(8)}  # games 1 and 5 gain on seed 0
+    _results(tmp_path / "oel" / "cycle_1", parent)
+    _results(tmp_path / "oel_resail" / "cycle_1", resail)
+    done = _run("grid_power.py", "--grid", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    row = done.stdout.splitlines()[1].split()
+    # per-game differences 0.5 on two of eight games: mean 12.5 points, SD 0.2315, SE 0.0818
+    assert row[-4:] == ["8", "12.5", "8.18", "22.9"]
+    # a ReSAIL evaluation cut short is refused, naming its cell, not paired on what is left
+    _results(tmp_path / "oel_resail" / "cycle_1", {t: resail[t] for t in range(5)})
+    done = _run("grid_power.py", "--grid", str(tmp_path))
+    assert done.returncode == 1
+    assert "oel_resail - oel, cycle 1, test, ordinary: results, baseline: not paired" in done.stderr
+
+
+def test_premise_power_leaves_out_a_pair_that_does_not_vary(tmp_path):
+    grid = tmp_path / "grid"
+    # cycle 1 varies (a ratio to learn from); cycle 2 fails every game in both arms (none)
+    _results(grid / "oel" / "cycle_1", {t: [t % 2 == 0] for t in range(8)}, split="id")
+    _results(grid / "oel_resail" / "cycle_1", {t: [t % 4 == 0] for t in range(8)}, split="id")
+    for name in ("oel", "oel_resail"):
+        _results(grid / name / "cycle_2", {t: [False] for t in range(8)}, split="id")
+    baseline = tmp_path / "shared" / "cycle_0"
+    _results(baseline, {t: [t % 2 == 0, t % 3 == 0] for t in range(16)}, split="dev")
+    out = tmp_path / "power.json"
+    done = _run(
+        "premise_power.py",
+        *("--grid", str(grid), "--baseline", str(baseline / "eval_results.parquet")),
+        *("--out", str(out)),
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert [row["ratio"] for row in report["prior_ratios"]] == [0.4286, None]
+    assert report["ratio"] == 0.4286 and "of 1 pairs" in done.stdout
