@@ -515,6 +515,12 @@ def test_paired_differences_compare_each_variant_with_its_parent_or_full_method(
     low, high = (float(x) for x in table["95% CI (pp)"].iloc[-3].strip("[]").split(", "))
     assert 0.0 <= low < 37.5 < high <= 100.0
     assert paired_differences_table(results.iloc[:0]).empty
+    # an evaluation cut short is refused, naming the comparison that cannot be paired
+    cut = results.drop(results.index[(results["experiment"] == "oel") & (results["task_id"] == 3)])
+    with pytest.raises(
+        ValueError, match=r"^eval_results: OEL - ReAct, TextCraft, ordinary, 1: .*not paired"
+    ):
+        paired_differences_table(cut)
 
 
 def test_training_seeds_put_each_seeds_difference_beside_their_mean_and_spread():

@@ -165,7 +165,10 @@ def paired_differences_table(
         return pd.DataFrame(columns=columns)
     rows = []
     for keys, ours, theirs in _compared(eval_results, source):
-        d = paired_difference(ours, theirs)
+        try:
+            d = paired_difference(ours, theirs)
+        except ValueError as error:  # e.g. an evaluation cut short: name the cell
+            raise ValueError(f"{source}: {', '.join(map(str, keys))}: {error}") from None
         rows.append(
             dict(zip(_DIFFERENCE_KEYS, keys, strict=True))
             | {
