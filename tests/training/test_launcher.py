@@ -72,8 +72,8 @@ def test_a_crash_fails_with_the_trainers_last_lines_and_publishes_nothing(
     # the recorded traceback first, whole, then the log's last lines
     first, _, tail = message.partition("; last lines of")
     assert "error.json" in first and "Traceback (most recent call last)" in first
-    assert "FloatingPointError: update 0: the loss is not finite" in first
-    assert "FloatingPointError: update 0: the loss is not finite" in tail
+    assert "FloatingPointError: update 1: the loss is not finite" in first
+    assert "FloatingPointError: update 1: the loss is not finite" in tail
     assert len(tail.splitlines()) <= 16
     checkpoint = Path(config.run.checkpoint)
     assert not checkpoint.exists() and not list(checkpoint.parent.glob(".policy*"))

@@ -59,11 +59,15 @@ def test_a_killed_run_continues_from_its_last_snapshot_to_the_same_model(make_co
 
     folder = tmp_path / "snapshots"
     config = make_config(name="killed", run={"snapshots": str(folder)}, **SECTIONS)
+    leftover = folder / ".update-000001.k9x2.tmp"  # an earlier write killed midway
+    leftover.mkdir(parents=True)
+    (leftover / "state.safetensors").write_bytes(b"cut short")
     killed = TrainingRun(config)
     kill_after(killed, 2)
     with pytest.raises(Killed):
         killed.run()
-    assert [p.name for p in folder.iterdir()] == ["update-000002"]  # the first one replaced
+    # the first one replaced, and what the killed write left removed with it
+    assert [p.name for p in folder.iterdir()] == ["update-000002"]
     assert not Path(config.run.checkpoint).exists()
 
     rerun = TrainingRun(config)
@@ -124,6 +128,10 @@ def test_the_key_holds_settings_world_and_inputs_not_paths(make_config, tmp_path
     assert run_key(config, 1, {**inputs, "steps": "3" * 64}) != key
     other_lr = config.replace(optimizer=config.optimizer.replace(lr=1e-5))
     assert run_key(other_lr, 1, inputs) != key
+    # how the processes are launched is not what they compute: another allocation continues
+    relaunched = config.engine.replace(rdzv_endpoint="node7:29400", launcher=("srun", "-N2"))
+    assert run_key(config.replace(engine=relaunched), 1, inputs) == key
+    assert run_key(config.replace(engine=config.engine.replace(zero_stage=3)), 1, inputs) != key
 
 
 def test_inputs_written_again_have_the_same_sha256(

@@ -225,7 +225,7 @@ def test_selection_weights_match_eqs_5_and_7():
 
 def test_a_non_finite_loss_stops_the_run_and_publishes_nothing(make_config, nan_manifest):
     config = make_config(method="sdpo", run={"manifest": str(nan_manifest)})
-    with pytest.raises(FloatingPointError, match="update 0: the loss is not finite"):
+    with pytest.raises(FloatingPointError, match="update 1: the loss is not finite"):
         TrainingRun(config).run()
     checkpoint = Path(config.run.checkpoint)
     assert not checkpoint.exists()

@@ -62,7 +62,12 @@ from resail_pipeline.training.launcher import (
     run_job,
 )
 from resail_pipeline.training.run import resolve_engine, resolve_engine_for_process
-from resail_pipeline.training.snapshots import Snapshots, keeps_snapshots, settings_key
+from resail_pipeline.training.snapshots import (
+    Snapshots,
+    computed_engine,
+    keeps_snapshots,
+    settings_key,
+)
 
 __all__ = [
     "CONFIG_FILE",
@@ -300,12 +305,15 @@ def _snapshots(
 
 def job_key(job: GuiTrainJob, world_size: int, inputs: dict[str, str]) -> str:
     """What a snapshot of ``job`` must have been taken under to be continued
-    (:func:`~resail_pipeline.training.snapshots.settings_key`): the job without its paths and
-    the snapshot frequency, the world size, and the inputs' sha256."""
+    (:func:`~resail_pipeline.training.snapshots.settings_key`): the job without its paths, the
+    snapshot frequency and how its processes are launched, the world size, and the inputs'
+    sha256."""
     settings = to_data(job)
     for name in ("run_dir", "checkpoint", "snapshots"):
         settings.pop(name)
     settings["aitz"]["offline"].pop("snapshot_every")
+    offline = settings["aitz"]["offline"]
+    offline["engine"] = computed_engine(offline["engine"])
     return settings_key(settings, world_size, inputs)
 
 

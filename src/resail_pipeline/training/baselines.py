@@ -102,7 +102,7 @@ class _OrdinaryLikelihood(UpdateLoop):
 
     def _check_finite(self, u: int, loss: float) -> None:
         if not math.isfinite(loss):
-            raise FloatingPointError(f"update {u}: the loss is not finite ({loss})")
+            raise FloatingPointError(f"update {u + 1}: the loss is not finite ({loss})")
 
 
 class CrossEntropyTrainer(_OrdinaryLikelihood):

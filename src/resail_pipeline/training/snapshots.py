@@ -16,7 +16,7 @@ rank 0 writes the run's state to ``run.snapshots``:
 Each snapshot is written into a temporary folder and renamed into place (``update-000012``,
 ``io.atomic_path``), then the others are removed, so a kill at any moment leaves at least one
 complete snapshot. A rerun loads the latest one only if its key matches: a hash of the resolved
-configuration (output paths aside), the world size and the sha256 of every input, so that a
+configuration (output paths and how the processes are launched aside), the world size and the sha256 of every input, so that a
 snapshot is never continued with other data, another method or other settings; one that does
 not match is left unused, saying why, and replaced by the run's first snapshot. Nothing else of
 the run is stateful across updates: every random draw of update ``u`` is seeded from
@@ -50,6 +50,7 @@ __all__ = [
     "TENSORS_FILE",
     "KeptRows",
     "Snapshots",
+    "computed_engine",
     "keeps_snapshots",
     "run_key",
     "settings_key",
@@ -94,9 +95,20 @@ def settings_key(settings: dict[str, Any], world_size: int, inputs: dict[str, st
     )
 
 
+#: the engine's settings that say how its processes are started, not what they compute: a rerun
+#: on another allocation (another head node for the rendezvous, another launcher) continues the run
+LAUNCH_ONLY = ("rdzv_endpoint", "launcher")
+
+
+def computed_engine(engine: dict[str, Any]) -> dict[str, Any]:
+    """An engine's settings (:class:`~resail_pipeline.training.config.EngineConfig` as data)
+    without :data:`LAUNCH_ONLY`: what a snapshot's key holds of them."""
+    return {k: v for k, v in engine.items() if k not in LAUNCH_ONLY}
+
+
 def run_key(config: TrainConfig, world_size: int, inputs: dict[str, str]) -> str:
-    """:func:`settings_key` of a text training run: its configuration without its output paths
-    and the snapshot frequency."""
+    """:func:`settings_key` of a text training run: its configuration without its output paths,
+    the snapshot frequency and how its processes are launched (:func:`computed_engine`)."""
     settings = config.to_dict()
     settings.pop("snapshot_every", None)
     settings["run"] = {
@@ -104,6 +116,7 @@ def run_key(config: TrainConfig, world_size: int, inputs: dict[str, str]) -> str
         for k, v in settings["run"].items()
         if k not in ("manifest", "checkpoint", "run_dir", "snapshots")
     }
+    settings["engine"] = computed_engine(settings["engine"])
     return settings_key(settings, world_size, inputs)
 
 
@@ -228,7 +241,9 @@ class Snapshots:
         }
 
     def _keep_only(self, target: Path) -> None:
-        for other in self.folder.glob(f"{_PREFIX}*"):  # older ones, and another run's
+        """Remove every snapshot but ``target`` (older ones, another run's) and what a write
+        killed midway left (``.update-*``: staging folders, which nothing continues)."""
+        for other in [*self.folder.glob(f"{_PREFIX}*"), *self.folder.glob(f".{_PREFIX}*")]:
             if other != target:
                 shutil.rmtree(other, ignore_errors=True)
 
