@@ -1,11 +1,14 @@
-"""The one way settings become a key (io.settings_sha256), held to the keys already in use."""
+"""The one way settings become a key (io.settings_sha256), held to the keys already in use; JSON
+files read naming the file."""
 
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
 
-from resail_pipeline.io import settings_sha256
+import pytest
+
+from resail_pipeline.io import read_json, settings_sha256
 
 
 def test_settings_hash_to_their_sorted_json_whatever_the_order():
@@ -31,3 +34,15 @@ def test_the_keys_in_use_are_unchanged():
             ).hexdigest()[:12]
         )
     )
+
+
+def test_a_file_that_is_not_json_is_named_in_the_error(tmp_path):
+    path = tmp_path / "games.json"
+    path.write_text('{"settings": {"seed": 0}}')
+    assert read_json(path) == {"settings": {"seed": 0}}
+    path.write_text('{"settings": {"se')  # cut short
+    with pytest.raises(ValueError, match=r"games\.json: not a JSON file \(Unterminated string"):
+        read_json(path)
+    path.write_bytes(b"\xff\xfe")
+    with pytest.raises(ValueError, match=r"games\.json: not a JSON file"):
+        read_json(path)

@@ -1315,7 +1315,7 @@ def test_a_plan_runs_at_the_value_another_plans_rule_chose(tmp_path):
     assert with_choice(grid, "base", project) == chosen  # a later sitting: the same choice
     kept = record.read_text()
     record.write_text(kept[:20])  # cut short by hand
-    with pytest.raises(ValueError, match=r"chosen_by\.json: not JSON"):
+    with pytest.raises(ValueError, match=r"chosen_by\.json: not a JSON file"):
         with_choice(grid, "base", project)
     record.write_text(kept)
 

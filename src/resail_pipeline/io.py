@@ -61,6 +61,19 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 PARQUET_COMPRESSION: dict[str, Any] = {"compression": "zstd", "compression_level": 9}
 
 
+def read_json(path: str | os.PathLike) -> Any:
+    """The JSON document in the file at ``path``.
+
+    Raises:
+        ValueError: the file is not JSON (cut short, or another format), naming it.
+    """
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path}: not a JSON file ({error})") from None
+
+
 def write_parquet(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
     """Write ``frame`` (its index left out) to the Parquet file ``path`` atomically, compressed
     as :data:`PARQUET_COMPRESSION` says; returns the path."""

@@ -333,6 +333,28 @@ def test_the_expert_replans_after_a_wrong_move_and_its_plan_wins(task_id):
     assert result.end_reason == END_SUCCESS and expert.expert_plan == ()
 
 
+class _FakeEngineState(dict):
+    """A fake of the state TextWorld's engine returns (a mapping with ``feedback``), in a unit
+    test of :class:`GameEngine`'s reading of it."""
+
+    feedback = "You arrive at shelf 1."
+
+
+def test_a_failed_replan_is_an_error_naming_the_game_not_a_win():
+    """TextWorld answers a planner search that failed with no commands, which a game that is won
+    also has: read as a plan, it would end an expert's episode as if won."""
+    engine = GameEngine.__new__(GameEngine)  # its reading of a state only, no game loaded
+    engine.expert, engine.game_file = True, Path("g/game.tw-pddl")
+    won = engine._state(
+        _FakeEngineState(won=True, admissible_commands=[], policy_commands=[]), None
+    )
+    assert won.won and won.expert_plan == ()
+    state = _FakeEngineState(won=False, admissible_commands=["look"], policy_commands=["look"])
+    assert engine._state(state, None).expert_plan == ("look",)
+    with pytest.raises(AlfWorldGameError, match=r"g/game\.tw-pddl: the planner found no plan"):
+        engine._state(_FakeEngineState(won=False, admissible_commands=[], policy_commands=[]), None)
+
+
 @pytest.mark.parametrize("expert", [False, True])
 def test_text_the_game_does_not_accept_is_answered_as_the_engine_answers_it(env, expert):
     engine = GameEngine(expert=expert)

@@ -54,6 +54,15 @@ def test_the_opening_is_read_through_the_engine():
     assert words("Put a Mug in shelf 12.") == {"put", "a", "mug", "in", "shelf", "12"}
 
 
+def test_a_file_that_is_no_game_is_named(tmp_path):
+    from resail_pipeline.envs.alfworld_overlap import declared_classes
+
+    other = tmp_path / "game.tw-pddl"
+    other.write_text(json.dumps({"walkthrough": []}))
+    with pytest.raises(ValueError, match=r"game\.tw-pddl: no pddl_problem"):
+        declared_classes(other)
+
+
 def test_a_split_against_itself_shares_everything():
     openings = read_openings(FIXTURE_DATA, ["train", "id"], workers=1)
     same = compare("train", openings["train"], openings["train"])

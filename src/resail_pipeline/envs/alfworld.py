@@ -391,6 +391,10 @@ class GameEngine:
         expert_plan = None
         if self.expert:
             expert_plan = () if won else tuple(state["policy_commands"] or ())
+            if not won and not expert_plan:  # the planner's search failed: no plan, not a win
+                raise AlfWorldGameError(
+                    f"{self.game_file}: the planner found no plan from the state the game is in"
+                )
         return EngineState(
             feedback=state.feedback,
             admissible_commands=tuple(state["admissible_commands"]),

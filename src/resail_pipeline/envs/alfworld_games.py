@@ -14,8 +14,10 @@ sees no game of the other splits. ``--n`` writes that many games to every split 
 runs, tests), ``--train``, ``--id``, ... that many of one split. Game ``i`` of a split has task
 type ``i mod 6`` (the six ALFWorld task types). A game is built from one room of
 ``alfworld/gen/layouts`` (its receptacles with their positions, and the object classes present):
-``valid_unseen`` rooms come from ALFRED's test scenes and every other split's from its training
-scenes, as in the official split, and each task type only uses the room kinds ALFRED allows it
+``valid_unseen`` rooms come from the scenes the wheel's ALFRED generator sets apart for testing
+(``constants.TEST_SCENE_NUMBERS``: 6 of the 30 of each room kind) and every other split's from its
+training scenes, so that no ``valid_unseen`` room is seen in any other split, as the official
+split holds its unseen rooms out (not necessarily the same rooms), and each task type only uses the room kinds ALFRED allows it
 (``constants.GOALS_VALID``). The game keeps every receptacle of the room, as ALFWorld's own games
 keep every receptacle of the scene (the ones the task needs first, then the others in the room's
 order, no draw), or, where ``max_receptacles`` is an integer, the ones the task needs and a draw
@@ -78,7 +80,7 @@ from resail_pipeline.envs.alfworld import (
     split_dir,
     split_games,
 )
-from resail_pipeline.io import ProcessLock, atomic_path, settings_sha256, sha256_file
+from resail_pipeline.io import ProcessLock, atomic_path, read_json, settings_sha256, sha256_file
 
 logger = logging.getLogger(__name__)
 
@@ -651,7 +653,7 @@ def ensure_games(
     root = default_root(config) if root is None else Path(root)
     manifest = root / MANIFEST
     if manifest.is_file():
-        there = json.loads(manifest.read_text())
+        there = read_json(manifest)
         if there.get("settings") == config.model_dump():
             return root
     started = time.perf_counter()
@@ -732,7 +734,7 @@ def _check_existing(out: Path, config: GameGenConfig) -> None:
     """Refuse a folder whose games were drawn with other settings or outnumber the asked ones."""
     settings = out / SETTINGS_FILE
     if settings.is_file():
-        there = json.loads(settings.read_text())
+        there = read_json(settings)
         differ = sorted(k for k, v in config.drawing().items() if there.get(k) != v)
         if differ:
             raise ConfigError(

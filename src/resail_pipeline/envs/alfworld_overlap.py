@@ -23,7 +23,6 @@ does not have (``dev`` and ``clone`` in ALFWorld's own data) are left out. Games
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import re
@@ -38,6 +37,7 @@ from tqdm import tqdm
 
 from resail_pipeline.config import check_int
 from resail_pipeline.envs.alfworld import GameEngine, split_dir, split_games, task_of
+from resail_pipeline.io import read_json
 
 #: The splits compared with ``train``, in this order.
 COMPARED_SPLITS = ("id", "ood", "dev", "clone")
@@ -91,7 +91,10 @@ def receptacle_list(text: str) -> str:
 
 def declared_classes(game_file: Path) -> tuple[frozenset[str], frozenset[str]]:
     """The receptacle classes and the object classes ``game_file``'s PDDL problem declares."""
-    problem = json.loads(Path(game_file).read_text())["pddl_problem"]
+    game = read_json(game_file)
+    if not isinstance(game, dict) or "pddl_problem" not in game:
+        raise ValueError(f"{game_file}: no pddl_problem (not an ALFWorld game file)")
+    problem = game["pddl_problem"]
     found: dict[str, set[str]] = {"receptacleType": set(), "objectType": set()}
     for kind, cls in _DECLARED.findall(problem):
         found[kind].add(cls)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from resail_pipeline.config import ConfigError, flatten
-from resail_pipeline.io import atomic_path
+from resail_pipeline.io import atomic_path, read_json
 from resail_pipeline.pipelines.common import SHARED_FOLDER
 from resail_pipeline.schemas import VIEW_ORDINARY
 from resail_pipeline.study.plan import StudyPlan, data_folder, load_plan
@@ -203,9 +203,9 @@ def with_choice(plan: StudyPlan, env: str, project: Path) -> StudyPlan:
     record = reporting / CHOICE_RECORD
     if record.is_file():
         try:
-            kept = json.loads(record.read_text())
-        except json.JSONDecodeError as error:
-            raise ConfigError(f"chosen_by: {record}: not JSON ({error.msg})") from None
+            kept = read_json(record)
+        except ValueError as error:
+            raise ConfigError(f"chosen_by: {error}") from None
         if kept != choice:
             raise ConfigError(
                 f"chosen_by: {record} records {kept['parameter']} = {kept['value']:g}, which the "
