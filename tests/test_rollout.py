@@ -531,3 +531,17 @@ def test_an_episode_survives_its_journal_entry(tiny_tokenizer):
         assert episode_from_json(episode_to_json(episode)) == episode
     with pytest.raises(ValueError, match="every_s"):
         EpisodeJournal("unused", every_s=-1.0)
+
+
+@pytest.mark.parametrize("kind", ["evaluate", "collect"])
+def test_the_cap_on_live_episodes_does_not_key_a_rollout(kind):
+    """A rerun with another ``max_live`` (lowered after running out of memory) plays the same
+    episodes, so its journal and records are keyed without it; every other setting keys them."""
+    from resail_pipeline.collection import CollectConfig
+    from resail_pipeline.evaluation.evaluate import EvalConfig
+
+    make = EvalConfig if kind == "evaluate" else CollectConfig
+    capped, other_cap = make(max_live=64), make(max_live=8)
+    assert capped.deciding() == other_cap.deciding() == make().deciding()
+    assert "max_live" not in capped.deciding() and "temperature" in capped.deciding()
+    assert make(temperature=0.7).deciding() != capped.deciding()

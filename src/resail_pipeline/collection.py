@@ -130,13 +130,13 @@ def collection_settings(
 ) -> dict[str, Any]:
     """Everything that decides what a collection gathers: the acting policy, the environment and
     its options, the seed, the decoding settings and the generation backend's options (the cap on
-    live episodes is left out: trajectories are the same under any cap)."""
+    live episodes is left out: trajectories are the same under any cap, up to rounding)."""
     return {
         "policy_id": policy_id,
         "env": env,
         "env_options": dict(env_options),
         "seed": seed,
-        "collect": {k: v for k, v in config.model_dump().items() if k != "max_live"},
+        "collect": config.deciding(),
         "generation": dict(generation),
     }
 

@@ -10,9 +10,10 @@ of the next turn::
 
 The response at step ``t`` of an episode is sampled with seed ``derive_seed(decoding_seed, t)``,
 and the generator keys its randomness per prompt, so an episode's trajectory depends on its
-``decoding_seed``, not on which other episodes run beside it. That also makes ``max_live`` (how
-many episodes, and so environments, are alive at once; the next starts when one ends) a matter of
-memory and speed only: the episodes are the same under any cap.
+``decoding_seed``, not on which other episodes run beside it (up to the rounding of batched
+kernels, which can differ with a batch's make-up and tip a sampled token). That also makes
+``max_live`` (how many episodes, and so environments, are alive at once; the next starts when one
+ends) a matter of memory and speed only: the episodes are the same under any cap, to that rounding.
 """
 
 from __future__ import annotations
@@ -74,6 +75,12 @@ class RolloutSettings(Config):
     def _samples(self) -> RolloutSettings:
         self.sampling()  # top_k as every sampler checks it
         return self
+
+    def deciding(self) -> dict[str, Any]:
+        """These settings as data, but for what does not change the episodes: ``max_live`` (the
+        same episodes under any cap, see the module notes). What keys a rollout's records and
+        its journal, so that a rerun with another cap (after running out of memory) resumes."""
+        return self.model_dump(exclude={"max_live"})
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(
@@ -181,7 +188,7 @@ def run_episodes(
             ``params.n`` must be 1.
         max_live: at most this many episodes run at once, started in order as others end;
             ``None``: the environment's own limit (its ``live_limit``, read from the first
-            environment built), all of them where it has none. The results do not depend on it.
+            environment built), all of them where it has none. The results do not depend on it (up to rounding).
         progress: show a progress bar over finished episodes, with the turn and the episodes
             live (most episodes end together near the step limit, so the count alone stalls).
         journal: where finished episodes are kept as they end, and where those of an earlier,

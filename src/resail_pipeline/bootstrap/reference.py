@@ -353,7 +353,7 @@ def evaluate_and_record(
             policy=sha256,
             env=env,
             env_data=str(data),
-            config=config.model_dump(),
+            config=config.deciding(),
             reference_seed=reference_seed,
             generation=generation,
         )

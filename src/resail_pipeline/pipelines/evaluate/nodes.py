@@ -72,7 +72,7 @@ def evaluate_node(
     journal = run.journal(
         f"evaluate-cycle_{info.cycle}",
         policy=info.sha256,
-        config=config.model_dump(),
+        config=config.deciding(),
         generation=run.generation_record(),
     )
     with run.generator(info) as generator:
@@ -122,7 +122,7 @@ def experience_node(
     journal = run.journal(
         "reference",
         policy=info.sha256,
-        config=config.model_dump(),
+        config=config.deciding(),
         reference_seed=seed,
         generation=run.generation_record(),
     )
