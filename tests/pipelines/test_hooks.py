@@ -211,6 +211,11 @@ def test_every_parameter_is_checked_before_the_first_node(cycle_1):
     evaluate = {**params["evaluate"], "temperature": -1.0}  # once failed after a whole cycle
     with pytest.raises(ValueError, match=r"evaluate\.temperature"):
         hook.before_pipeline_run({}, nothing, _catalog(None, policy, evaluate=evaluate))
+    evaluate = {**params["evaluate"], "decoding_seeds": [0, 1000], "reference_seed": 1000}
+    with pytest.raises(
+        ValueError, match=r"evaluate\.reference_seed: 1000 is one of decoding_seeds"
+    ):
+        hook.before_pipeline_run({}, nothing, _catalog(None, policy, evaluate=evaluate))
     with pytest.raises(ValueError, match=r"data_tag: must be a folder name"):
         hook.before_pipeline_run({}, nothing, _catalog(None, policy, data_tag="/../x"))
 

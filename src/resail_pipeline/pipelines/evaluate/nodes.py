@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 
 from resail_pipeline.checkpoints import resolve_device
-from resail_pipeline.config import Field, build
+from resail_pipeline.config import ConfigError, Field, build, model_validator
 from resail_pipeline.devices import machine_description, off_process
 from resail_pipeline.envs import evaluation_splits
 from resail_pipeline.evaluation.evaluate import EvalConfig, build_experience, evaluate_policy
@@ -30,7 +30,19 @@ class EvaluateParams(EvalConfig):
 
     reference_seed: int = Field(1000, ge=0)
     """Decoding seed of the initial policy's reference episodes, one per evaluation task, whose
-    summaries make the fixed Experience of the privileged view."""
+    summaries make the fixed Experience of the privileged view; none of ``decoding_seeds``."""
+
+    @model_validator(mode="after")
+    def _reference_apart(self) -> EvaluateParams:
+        """The initial policy's ordinary episodes at a decoding seed equal to ``reference_seed``
+        would be its reference episodes again: the privileged view would be paired with the very
+        episodes its summaries describe."""
+        if self.reference_seed in self.decoding_seeds:
+            raise ConfigError(
+                f"reference_seed: {self.reference_seed} is one of decoding_seeds "
+                f"{list(self.decoding_seeds)}; the reference episodes must be other episodes"
+            )
+        return self
 
 
 def evaluate_section(params: dict[str, Any], env: str) -> EvaluateParams:
