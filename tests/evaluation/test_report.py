@@ -512,6 +512,9 @@ def test_paired_differences_compare_each_variant_with_its_parent_or_full_method(
         [50.0, 12.5, 50.0, 50.0, 12.5, 12.5, 37.5, 0.0, -37.5]
     )
     assert table["95% CI (pp)"].iloc[-2] == "[0.0, 0.0]" and (table["Tasks"] == 4).all()
+    # OEL + ReSAIL - OEL at cycle 1 (ordinary): tasks 0 and 2 gained, none lost
+    assert table["Gained / lost"].iloc[-3] == "2 / 0" and table["Sign test p"].iloc[-3] == 0.5
+    assert table["Gained / lost"].iloc[-2] == "0 / 0" and table["Sign test p"].iloc[-2] == 1.0
     low, high = (float(x) for x in table["95% CI (pp)"].iloc[-3].strip("[]").split(", "))
     assert 0.0 <= low < 37.5 < high <= 100.0
     assert paired_differences_table(results.iloc[:0]).empty

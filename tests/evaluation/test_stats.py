@@ -114,6 +114,33 @@ def test_paired_difference_is_the_mean_task_difference_with_a_bootstrap_interval
         paired_difference(better, base.iloc[1:], resamples=10)
     with pytest.raises(ValueError, match="resamples: at least 1, got 0"):
         paired_difference(better, base, resamples=0)
+    # tasks 0 and 2 gained, none lost: a sign test over two tasks cannot tell (p = 0.5)
+    assert (out["gained"], out["lost"], out["sign_p"]) == (2, 0, 0.5)
+
+
+def test_an_interval_resting_on_few_tasks_comes_with_its_sign_test():
+    """Four of 256 tasks gain, none loses: every resample that draws one of them lifts the mean,
+    and only about 1.8% draw none, so the 95% percentile interval lies above zero; the exact sign
+    test over the four tasks that differ says p = 0.125."""
+    from resail_pipeline.evaluation.stats import paired_difference, sign_test
+
+    tasks = range(256)
+    base = pd.DataFrame({"task_id": tasks, "decoding_seed": 0, "success": False})
+    better = base.assign(success=[t < 4 for t in tasks])
+    for frame in (base, better):
+        frame["policy_id"], frame["cycle"], frame["method"] = "p@0", 0, "react"
+        frame["env"], frame["split"], frame["view"], frame["num_steps"] = (
+            "alfworld",
+            "id",
+            "ordinary",
+            3,
+        )
+    out = paired_difference(better, base)
+    assert out["low"] > 0 and (out["gained"], out["lost"]) == (4, 0)
+    assert out["sign_p"] == pytest.approx(0.125)
+    assert sign_test(16, 2) == pytest.approx(0.0013, abs=5e-5) and sign_test(3, 3) == 1.0
+    with pytest.raises(ValueError, match="gained, lost: counts >= 0"):
+        sign_test(-1, 2)
 
 
 def test_a_replicated_difference_averages_each_tasks_difference_over_the_replicates():

@@ -165,6 +165,8 @@ def compare_cells(grid: pd.DataFrame, rerun: pd.DataFrame) -> pd.DataFrame:
                 columns={
                     "Difference (pp)": f"{side}: seeds {seeds} (pp)",
                     "95% CI (pp)": f"{side}: 95% CI (pp)",
+                    "Gained / lost": f"{side}: gained / lost",
+                    "Sign test p": f"{side}: sign test p",
                 }
             )
         )

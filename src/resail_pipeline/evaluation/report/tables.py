@@ -158,9 +158,18 @@ def paired_differences_table(
 
     Returns:
         Columns ``Comparison``, ``Benchmark``, ``View``, ``Cycle``, ``Difference (pp)``,
-        ``95% CI (pp)``, ``Tasks``; no rows where no pair was evaluated.
+        ``95% CI (pp)``, ``Tasks``, ``Gained / lost`` (the tasks whose success rose and fell) and
+        ``Sign test p`` (exact, two-sided, over those: the check on an interval that rests on few
+        tasks); no rows where no pair was evaluated.
     """
-    columns = [*_DIFFERENCE_KEYS, "Difference (pp)", "95% CI (pp)", "Tasks"]
+    columns = [
+        *_DIFFERENCE_KEYS,
+        "Difference (pp)",
+        "95% CI (pp)",
+        "Tasks",
+        "Gained / lost",
+        "Sign test p",
+    ]
     if eval_results.empty:
         return pd.DataFrame(columns=columns)
     rows = []
@@ -175,6 +184,8 @@ def paired_differences_table(
                 "Difference (pp)": 100 * d["difference"],
                 "95% CI (pp)": _interval(d),
                 "Tasks": d["tasks"],
+                "Gained / lost": f"{d['gained']} / {d['lost']}",
+                "Sign test p": round(d["sign_p"], 3),
             }
         )
     return pd.DataFrame(rows, columns=columns)
