@@ -188,7 +188,8 @@ def run_episodes(
             ``params.n`` must be 1.
         max_live: at most this many episodes run at once, started in order as others end;
             ``None``: the environment's own limit (its ``live_limit``, read from the first
-            environment built), all of them where it has none. The results do not depend on it (up to rounding).
+            environment built), all of them where it has none. The results do not depend on it
+            (up to rounding).
         progress: show a progress bar over finished episodes, with the turn and the episodes
             live (most episodes end together near the step limit, so the count alone stalls).
         journal: where finished episodes are kept as they end, and where those of an earlier,

@@ -17,15 +17,16 @@ type ``i mod 6`` (the six ALFWorld task types). A game is built from one room of
 ``valid_unseen`` rooms come from the scenes the wheel's ALFRED generator sets apart for testing
 (``constants.TEST_SCENE_NUMBERS``: 6 of the 30 of each room kind) and every other split's from its
 training scenes, so that no ``valid_unseen`` room is seen in any other split, as the official
-split holds its unseen rooms out (not necessarily the same rooms), and each task type only uses the room kinds ALFRED allows it
-(``constants.GOALS_VALID``). The game keeps every receptacle of the room, as ALFWorld's own games
-keep every receptacle of the scene (the ones the task needs first, then the others in the room's
-order, no draw), or, where ``max_receptacles`` is an integer, the ones the task needs and a draw
-of the others up to that many (with 8, the set ``reference/alfworld-initial`` was built on, file
-for file). It places the task's object(s) away from the target receptacle type and adds a few
-other objects, each only where ALFRED allows it (``constants.VAL_RECEPTACLE_OBJECTS``; desk lamps
-stand on a desk, dresser or side table). Goals and task sentences come from ALFWorld's goal
-library; the domain and text grammar are the wheel's ``alfred.pddl`` and ``alfred.twl2``.
+split holds its unseen rooms out (not necessarily the same rooms), and each task type only uses
+the room kinds ALFRED allows it (``constants.GOALS_VALID``). The game keeps every receptacle of the
+room, as ALFWorld's own games keep every receptacle of the scene (the ones the task needs first,
+then the others in the room's order, no draw), or, where ``max_receptacles`` is an integer, the ones
+the task needs and a draw of the others up to that many (with 8, the set
+``reference/alfworld-initial`` was built on, file for file). It places the task's object(s) away
+from the target receptacle type and adds a few other objects, each only where ALFRED allows it
+(``constants.VAL_RECEPTACLE_OBJECTS``; desk lamps stand on a desk, dresser or side table). Goals and
+task sentences come from ALFWorld's goal library; the domain and text grammar are the wheel's
+``alfred.pddl`` and ``alfred.twl2``.
 
 A candidate is kept only if the real engine loads it, its goal does not already hold at the start,
 the planner finds a plan of at most ``max_plan_length`` steps within :data:`PLANNER_MEMORY` of

@@ -136,8 +136,9 @@ def paired_difference(
     Both are ``eval_results`` of one split and view, run on the same tasks with the same decoding
     seeds. Each task's success is averaged over its seeds; the difference is the mean over tasks
     of (task success in ``results`` - in ``baseline``), which equals the difference of the two
-    mean success rates where every task has the same decoding seeds. The interval is the percentile bootstrap over tasks (tasks resampled with
-    replacement, the seeds of a task kept together), seeded for reproducibility.
+    mean success rates where every task has the same decoding seeds. The interval is the
+    percentile bootstrap over tasks (tasks resampled with replacement, the seeds of a task kept
+    together), seeded for reproducibility.
 
     Returns:
         ``difference``, ``low``, ``high`` (fractions), ``tasks`` (the number of tasks), and
@@ -354,8 +355,8 @@ def minimum_detectable_effect(
     >>> round(100 * minimum_detectable_effect(frame, ratio=0.5), 1)
     14.1
     """
-    variance = _task_variance(baseline, ratio)
-    tasks = _per_task(baseline, "baseline").size if tasks is None else tasks
+    variance, size = _task_variance(baseline, ratio)
+    tasks = size if tasks is None else tasks
     if tasks < 2:
         raise ValueError(f"tasks: at least 2, got {tasks}")
     return _z(level, power) * math.sqrt(ratio * 2 * variance / tasks)
@@ -373,15 +374,16 @@ def tasks_for_effect(
     fraction), under the same assumptions."""
     if not 0 < effect < 1:
         raise ValueError(f"effect: must be in (0, 1), got {effect}")
-    needed = ratio * 2 * _task_variance(baseline, ratio) * (_z(level, power) / effect) ** 2
+    variance, _ = _task_variance(baseline, ratio)
+    needed = ratio * 2 * variance * (_z(level, power) / effect) ** 2
     return max(2, math.ceil(needed))
 
 
-def _task_variance(baseline: pd.DataFrame, ratio: float) -> float:
-    """The variance over tasks of ``baseline``'s success (each task's mean over its episodes), for
-    the power of a difference whose variance pairing scales by ``ratio`` (:func:`variance_ratio`:
-    in (0, 2]). A baseline that does not vary (every task alike, or one task) has no power to
-    give: a detectable effect of 0 would be wrong, not small."""
+def _task_variance(baseline: pd.DataFrame, ratio: float) -> tuple[float, int]:
+    """The variance over tasks of ``baseline``'s success (each task's mean over its episodes) and
+    its number of tasks, for the power of a difference whose variance pairing scales by ``ratio``
+    (:func:`variance_ratio`: in (0, 2]). A baseline that does not vary (every task alike, or one
+    task) has no power to give: a detectable effect of 0 would be wrong, not small."""
     if not 0 < ratio <= 2:
         raise ValueError(f"ratio: must be in (0, 2] (a variance ratio), got {ratio}")
     per_task = _per_task(baseline, "baseline")
@@ -391,7 +393,7 @@ def _task_variance(baseline: pd.DataFrame, ratio: float) -> float:
             f"baseline: no variance over its {per_task.size} task(s) (every task succeeds "
             "alike); it cannot size a difference"
         )
-    return variance
+    return variance, int(per_task.size)
 
 
 def _z(level: float, power: float) -> float:

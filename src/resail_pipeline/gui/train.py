@@ -311,8 +311,8 @@ def job_key(job: GuiTrainJob, world_size: int, inputs: dict[str, str]) -> str:
     settings = to_data(job)
     for name in ("run_dir", "checkpoint", "snapshots"):
         settings.pop(name)
-    settings["aitz"]["offline"].pop("snapshot_every")
     offline = settings["aitz"]["offline"]
+    offline.pop("snapshot_every")
     offline["engine"] = computed_engine(offline["engine"])
     return settings_key(settings, world_size, inputs)
 

@@ -46,9 +46,9 @@ difference over the splits) among those whose ordinary-view interval lies above 
 split (the first cycle teaches), else the largest harmless value, reported as a gain not met.
 The rule is applied after the report once cycle 0 and every candidate are evaluated (a tier
 without them leaves it for later); the table of every candidate and the choice go to
-``data/08_reporting/<folder>/rule.md``, with
-cycle 0's privileged lead and whether the premise holds (the lead's interval above zero in every
-split, and a gain) where cycle 0 was evaluated in both views.
+``data/08_reporting/<folder>/rule.md``, with cycle 0's privileged lead and whether the premise
+holds (the lead's interval above zero in every split, and a gain) where cycle 0 was evaluated in
+both views.
 
 A plan may take the value of a parameter from another plan's rule (``chosen_by:``, a plan file
 beside it): before anything runs, that plan's rule is applied to its candidates' evaluations in

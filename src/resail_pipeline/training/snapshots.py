@@ -16,9 +16,10 @@ rank 0 writes the run's state to ``run.snapshots``:
 Each snapshot is written into a temporary folder and renamed into place (``update-000012``,
 ``io.atomic_path``), then the others are removed, so a kill at any moment leaves at least one
 complete snapshot. A rerun loads the latest one only if its key matches: a hash of the resolved
-configuration (output paths and how the processes are launched aside), the world size and the sha256 of every input, so that a
-snapshot is never continued with other data, another method or other settings; one that does
-not match is left unused, saying why, and replaced by the run's first snapshot. Nothing else of
+configuration (output paths and how the processes are launched aside), the world size and the
+sha256 of every input, so that a snapshot is never continued with other data, another method or
+other settings; one that does not match is left unused, saying why, and replaced by the run's
+first snapshot. Nothing else of
 the run is stateful across updates: every random draw of update ``u`` is seeded from
 ``(schedule.seed, u)``, so a continued run takes the same batches, responses and selections as an
 uninterrupted one, and ends with the same weights to the rounding of the processor.

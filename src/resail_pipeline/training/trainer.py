@@ -335,7 +335,8 @@ class Trainer(UpdateLoop):
             loss = loss_sel + self.objective.lam * loss_ret
             if not math.isfinite(loss):
                 raise FloatingPointError(
-                    f"update {u + 1}: the loss is not finite ({loss}); L_sel {loss_sel}, L_ret {loss_ret}"
+                    f"update {u + 1}: the loss is not finite ({loss}); L_sel {loss_sel}, "
+                    f"L_ret {loss_ret}"
                 )
             grad_norm = self._step()
 
