@@ -1,5 +1,6 @@
 """The one way settings become a key (io.settings_sha256), held to the keys already in use; JSON
-files read naming the file."""
+files read naming the file; atomic writes of files and folders, flushed before and after the
+rename."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from resail_pipeline.io import read_json, settings_sha256
+from resail_pipeline import io
+from resail_pipeline.io import atomic_path, read_json, settings_sha256
 
 
 def test_settings_hash_to_their_sorted_json_whatever_the_order():
@@ -46,3 +48,50 @@ def test_a_file_that_is_not_json_is_named_in_the_error(tmp_path):
     path.write_bytes(b"\xff\xfe")
     with pytest.raises(ValueError, match=r"games\.json: not a JSON file"):
         read_json(path)
+
+
+def test_an_atomic_write_replaces_a_file_or_a_folder_whole(tmp_path):
+    target = tmp_path / "out" / "table.txt"
+    with atomic_path(target) as tmp:
+        tmp.write_text("first")
+    with atomic_path(target) as tmp:
+        tmp.write_text("second")
+    assert target.read_text() == "second"
+    folder = tmp_path / "checkpoint"
+    for weights in ("old", "new"):
+        with atomic_path(folder) as tmp:
+            (tmp / "sub").mkdir(parents=True)
+            (tmp / "sub" / f"{weights}.safetensors").write_text(weights)
+    assert [p.name for p in folder.rglob("*.safetensors")] == ["new.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint", "out"]  # nothing left
+
+
+def test_a_failed_atomic_write_leaves_the_old_contents(tmp_path):
+    target = tmp_path / "table.txt"
+    target.write_text("old")
+    with pytest.raises(RuntimeError, match="cut short"), atomic_path(target) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("cut short")
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["table.txt"]
+
+
+def test_an_atomic_write_is_on_disk_before_its_rename_and_the_rename_after(tmp_path, monkeypatch):
+    synced: list[str] = []
+    real_open = io.os.open
+    names: dict[int, str] = {}
+
+    def open_and_name(path, flags, *args):
+        descriptor = real_open(path, flags, *args)
+        names[descriptor] = Path(path).name
+        return descriptor
+
+    monkeypatch.setattr(io.os, "open", open_and_name)
+    monkeypatch.setattr(io.os, "fsync", lambda descriptor: synced.append(names[descriptor]))
+    with atomic_path(tmp_path / "ckpt") as tmp:
+        (tmp / "shard").mkdir(parents=True)
+        (tmp / "shard" / "model.safetensors").write_text("weights")
+    # the file, its folder, the written folder (as its temporary name), then the parent
+    assert synced[:2] == ["model.safetensors", "shard"]
+    assert synced[2].startswith(".ckpt.") and synced[2].endswith(".tmp")
+    assert synced[3:] == [tmp_path.name]

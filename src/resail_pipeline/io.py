@@ -32,7 +32,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds.
 
     Works for files and directories alike. An existing directory at ``path`` is replaced whole;
-    on error the temporary is removed and ``path`` is left as it was.
+    on error the temporary is removed and ``path`` is left as it was. What the block wrote is on
+    disk before the rename and the rename before the return (:func:`_sync`), so a crash of the
+    machine leaves the old ``path`` or the whole new one, never a renamed but empty file.
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -40,6 +42,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp.rmdir()  # the caller creates a file or a directory here
     try:
         yield tmp
+        _sync(tmp)
         if target.is_dir() and tmp.is_dir():
             old = target.with_name(f".{target.name}.old")
             shutil.rmtree(old, ignore_errors=True)
@@ -48,11 +51,32 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, target)
+        _sync_entry(target.parent)
     finally:
         if tmp.is_dir():
             shutil.rmtree(tmp, ignore_errors=True)
         elif tmp.exists():
             tmp.unlink()
+
+
+def _sync(path: Path) -> None:
+    """Flush ``path`` to disk: a file's contents, or every file and folder under a folder."""
+    if not path.is_dir():
+        _sync_entry(path)
+        return
+    for folder, _, files in os.walk(path, topdown=False):
+        for name in files:
+            _sync_entry(Path(folder) / name)
+        _sync_entry(Path(folder))
+
+
+def _sync_entry(path: Path) -> None:
+    """``fsync`` one file or folder (a folder's entries: the names renamed into it)."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 #: how every Parquet table of the project is written: zstd finds the episode history that each
