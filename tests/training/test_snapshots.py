@@ -166,23 +166,86 @@ def test_snapshot_settings_are_checked():
         Snapshots("unused", "key", every=1, updates=3, engine=FakeDeepSpeedEngine())
 
 
+class FakeTwoRankEngine:
+    """Stands for rank 0 of two with one flat training state; ``other_sees_it`` says whether rank
+    1 chose the same snapshot (its row of the gathered choices) or none."""
+
+    resumable = True
+    collective_state = False
+    rank, world_size = 0, 2
+
+    def __init__(self, other_sees_it: bool) -> None:
+        self.other_sees_it = other_sees_it
+        self.loaded = False
+
+    def training_state(self):
+        return {"model.w": torch.arange(3.0)}, {"lr": 1e-5}
+
+    def load_training_state(self, tensors, groups):
+        self.loaded = True
+
+    def sum_over_ranks(self, local):
+        gathered = local.clone()  # rank 0's row; rank 1 adds its own (zeros where it chose none)
+        if self.other_sees_it:
+            gathered[1] = local[0]
+        return gathered
+
+
+@pytest.mark.parametrize("other_sees_it", [True, False])
+def test_ranks_that_chose_different_snapshots_do_not_go_on(tmp_path, other_sees_it):
+    folder = tmp_path / "snapshots"
+    engine = FakeTwoRankEngine(other_sees_it)
+    kept = Snapshots(folder, "key", every=1, updates=3, engine=engine, read_record=dict)
+    kept.after_update(2, [{"loss": 0.5}, {"loss": 0.4}])
+    if other_sees_it:
+        assert kept.restore() == (2, [{"loss": 0.5}, {"loss": 0.4}]) and engine.loaded
+        return
+    message = r"from different snapshots \(updates done, by rank: \[2, 0\]\)"
+    with pytest.raises(RuntimeError, match=message):
+        kept.restore()
+    assert not engine.loaded  # refused before anything was loaded
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (children, theirs, ...), read from Linux's ``/proc``."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:  # ended meanwhile
+                continue
+            parents[int(entry.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+    found, frontier = [], [pid]
+    while frontier:
+        children = [child for child, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
+
+
 @pytest.mark.slow
-def test_a_killed_deepspeed_run_continues_from_its_last_snapshot(make_config, tmp_path):
-    """Two ZeRO-2 ranks over gloo write DeepSpeed's own checkpoint of their partitions after
-    every update; SIGKILL of the whole run after its second snapshot, then a rerun: it continues
-    after update 2 and ends with the uninterrupted run's losses and weights."""
-    pytest.importorskip("deepspeed")
+@pytest.mark.parametrize(
+    "engine",
+    [{"kind": "ddp", "world_size": 2}, {"kind": "deepspeed", "world_size": 2, "zero_stage": 2}],
+    ids=["ddp", "deepspeed"],
+)
+def test_a_killed_two_rank_run_continues_from_its_last_snapshot(engine, make_config, tmp_path):
+    """Two ranks over gloo snapshot after every update (DDP: rank 0 the flat state; ZeRO-2:
+    DeepSpeed's own checkpoint, each rank its partition); SIGKILL of the whole run after its
+    second snapshot, then a rerun: both ranks agree on the snapshot, continue after update 2 and
+    end with the uninterrupted run's losses and weights."""
+    if engine["kind"] == "deepspeed":
+        pytest.importorskip("deepspeed")
     import contextlib
+    import os
     import signal
     import subprocess
     import time
 
-    import psutil
-
     from resail_pipeline.training import launch
     from resail_pipeline.training.launcher import prepare
 
-    engine = {"kind": "deepspeed", "world_size": 2, "zero_stage": 2}
     sections = {**SECTIONS, "schedule": {"updates": 5}, "probe": {"enabled": False}}
     whole = launch(make_config(name="whole", engine=engine, **sections))
 
@@ -200,9 +263,9 @@ def test_a_killed_deepspeed_run_continues_from_its_last_snapshot(make_config, tm
             assert time.monotonic() < deadline, "no second snapshot in 15 minutes"
             time.sleep(0.02)
         # the agent and its ranks (torchrun starts them in sessions of their own)
-        for victim in [*psutil.Process(process.pid).children(recursive=True), process]:
-            with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
-                victim.send_signal(signal.SIGKILL)
+        for victim in [*descendants(process.pid), process.pid]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGKILL)
         process.wait()
     assert not Path(config.run.checkpoint).exists()
     kept = sorted(p.name for p in folder.glob("update-*"))

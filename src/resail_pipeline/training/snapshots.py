@@ -16,13 +16,14 @@ rank 0 writes the run's state to ``run.snapshots``:
 Each snapshot is written into a temporary folder and renamed into place (``update-000012``,
 ``io.atomic_path``), then the others are removed, so a kill at any moment leaves at least one
 complete snapshot. A rerun loads the latest one only if its key matches: a hash of the resolved
-configuration (output paths and how the processes are launched aside), the world size and the
-sha256 of every input, so that a snapshot is never continued with other data, another method or
-other settings; one that does not match is left unused, saying why, and replaced by the run's
-first snapshot. Nothing else of
-the run is stateful across updates: every random draw of update ``u`` is seeded from
-``(schedule.seed, u)``, so a continued run takes the same batches, responses and selections as an
-uninterrupted one, and ends with the same weights to the rounding of the processor.
+configuration (output paths and how the processes are launched aside), the world size and the sha256
+of every input, so that a snapshot is never continued with other data, another method or other
+settings; one that does not match is left unused, saying why, and replaced by the run's first
+snapshot. The ranks compare the snapshot each chose before any of them loads it, and refuse to go on
+where they differ. Nothing else of the run is stateful across updates: every random draw of update
+``u`` is seeded from ``(schedule.seed, u)``, so a continued run takes the same batches, responses
+and selections as an uninterrupted one, and ends with the same weights to the rounding of the
+processor.
 
 The text trainer (:mod:`resail_pipeline.training.run`) and the GUI trainer
 (:mod:`resail_pipeline.gui.train`) both keep their runs' snapshots here.
@@ -39,9 +40,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+import torch
 from safetensors.torch import load_file, save_file
 
-from resail_pipeline.io import atomic_path, settings_sha256
+from resail_pipeline.io import atomic_path, settings_sha256, sha256_file
 from resail_pipeline.training.config import TrainConfig
 from resail_pipeline.training.engine import Engine
 from resail_pipeline.training.records import UpdateRecord
@@ -168,17 +170,19 @@ class Snapshots:
 
     def restore(self) -> tuple[int, list[Any]]:
         """Load the latest matching snapshot into the engine and the probe; return the updates it
-        had done and their records (``0, []``: none to continue from). Every rank calls it."""
+        had done and their records (``0, []``: none to continue from). Every rank calls it, and
+        every rank must choose the same snapshot (:meth:`_check_every_rank_agrees`)."""
         latest = self.latest()
-        if latest is None:
-            return 0, []
-        state = json.loads((latest / STATE_FILE).read_text())
-        if state["key"] != self.key:
+        state = None if latest is None else json.loads((latest / STATE_FILE).read_text())
+        if state is not None and state["key"] != self.key:
             logger.warning(
                 "snapshots: %s was taken by a run with other settings or inputs; the run starts "
                 "from its first update (its first snapshot replaces that one)",
                 latest,
             )
+            state = None
+        self._check_every_rank_agrees(None if state is None else latest, state)
+        if state is None:
             return 0, []
         if self.engine.collective_state:
             self.engine.load_state(latest)
@@ -194,6 +198,24 @@ class Snapshots:
             latest,
         )
         return state["updates"], records
+
+    def _check_every_rank_agrees(self, chosen: Path | None, state: dict[str, Any] | None) -> None:
+        """Refuse to go on where the ranks would continue from different snapshots (a folder that
+        not every node sees, or one written to while they read it): each would load other
+        weights, or wait in a collective the others never call. A collective, before any load."""
+        if self.engine.world_size == 1:
+            return
+        mine = torch.zeros(self.engine.world_size, 2, dtype=torch.int64)
+        if state is not None and chosen is not None:
+            digest = int(sha256_file(chosen / STATE_FILE)[:15], 16)  # fits an int64
+            mine[self.engine.rank] = torch.tensor([state["updates"], digest])
+        every = self.engine.sum_over_ranks(mine).tolist()
+        if any(row != every[0] for row in every):
+            raise RuntimeError(
+                f"snapshots: the ranks would continue {self.folder} from different snapshots "
+                f"(updates done, by rank: {[row[0] for row in every]}); every rank must see the "
+                "same folder (a file system shared by every node)"
+            )
 
     def after_update(self, done: int, records: Sequence[Any]) -> None:
         """Take a snapshot if ``done`` updates call for one (rank 0 writes; the others pass)."""
