@@ -46,9 +46,20 @@ def prior_ratios(grid: Path, view: str = "ordinary") -> pd.DataFrame:
 
 def _ratio(a: pd.DataFrame, b: pd.DataFrame) -> float | None:
     """:func:`variance_ratio` of ``a`` and ``b``, ``None`` where no game varies in either."""
-    if not any(frame.groupby("task_id")["success"].mean().var(ddof=1) > 0 for frame in (a, b)):
+    try:
+        return variance_ratio(a, b)
+    except ValueError:
+        if not all(_flat(frame) for frame in (a, b)):
+            raise  # another fault of the pair (other games, no episodes): named by the error
         return None
-    return variance_ratio(a, b)
+
+
+def _flat(frame: pd.DataFrame) -> bool:
+    """Whether every game of ``frame`` (episodes with ``task_id`` and ``success``) has the same
+    mean success."""
+    if frame.empty or not {"task_id", "success"} <= set(frame.columns):
+        return False
+    return frame.groupby("task_id")["success"].mean().nunique() == 1
 
 
 def main() -> None:

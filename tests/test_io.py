@@ -5,11 +5,12 @@ rename."""
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
 
-from resail_pipeline import io
+from resail_pipeline import io as project_io
 from resail_pipeline.io import atomic_path, read_json, settings_sha256
 
 
@@ -77,8 +78,8 @@ def test_a_failed_atomic_write_leaves_the_old_contents(tmp_path):
 
 
 def test_an_atomic_write_is_on_disk_before_its_rename_and_the_rename_after(tmp_path, monkeypatch):
-    synced: list[str] = []
-    real_open = io.os.open
+    events: list[str] = []
+    real_open, real_replace = project_io.os.open, project_io.os.replace
     names: dict[int, str] = {}
 
     def open_and_name(path, flags, *args):
@@ -86,12 +87,19 @@ def test_an_atomic_write_is_on_disk_before_its_rename_and_the_rename_after(tmp_p
         names[descriptor] = Path(path).name
         return descriptor
 
-    monkeypatch.setattr(io.os, "open", open_and_name)
-    monkeypatch.setattr(io.os, "fsync", lambda descriptor: synced.append(names[descriptor]))
+    def replace(source, target):
+        events.append(f"rename to {Path(target).name}")
+        real_replace(source, target)
+
+    monkeypatch.setattr(project_io.os, "open", open_and_name)
+    monkeypatch.setattr(project_io.os, "fsync", lambda descriptor: events.append(names[descriptor]))
+    monkeypatch.setattr(project_io.os, "replace", replace)
     with atomic_path(tmp_path / "ckpt") as tmp:
         (tmp / "shard").mkdir(parents=True)
         (tmp / "shard" / "model.safetensors").write_text("weights")
-    # the file, its folder, the written folder (as its temporary name), then the parent
-    assert synced[:2] == ["model.safetensors", "shard"]
-    assert synced[2].startswith(".ckpt.") and synced[2].endswith(".tmp")
-    assert synced[3:] == [tmp_path.name]
+        (tmp / "shard" / "latest").symlink_to("gone")  # a broken link: nothing of its own
+        os.mkfifo(tmp / "shard" / "pipe")  # opening it to flush would wait for a writer
+    # the file, its folder, the written folder (as its temporary name), the rename, the parent
+    assert events[:2] == ["model.safetensors", "shard"]
+    assert events[2].startswith(".ckpt.") and events[2].endswith(".tmp")
+    assert events[3:] == ["rename to ckpt", tmp_path.name]

@@ -5,6 +5,7 @@ folder."""
 from __future__ import annotations
 
 import ctypes
+import errno
 import fcntl
 import hashlib
 import json
@@ -13,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 import uuid
@@ -34,7 +36,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     Works for files and directories alike. An existing directory at ``path`` is replaced whole;
     on error the temporary is removed and ``path`` is left as it was. What the block wrote is on
     disk before the rename and the rename before the return (:func:`_sync`), so a crash of the
-    machine leaves the old ``path`` or the whole new one, never a renamed but empty file.
+    machine leaves the old ``path`` or the whole new one, never a renamed but empty file; only a
+    crash between the two renames that replace a directory leaves no ``path`` (the old one lies
+    beside it as ``.NAME.old``), which a rerun reads as not yet written.
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -60,21 +64,29 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 
 def _sync(path: Path) -> None:
-    """Flush ``path`` to disk: a file's contents, or every file and folder under a folder."""
+    """Flush ``path`` to disk: a file's contents, or every regular file and folder under a
+    folder (links, pipes and sockets have no contents of their own to flush)."""
     if not path.is_dir():
         _sync_entry(path)
         return
     for folder, _, files in os.walk(path, topdown=False):
         for name in files:
-            _sync_entry(Path(folder) / name)
+            file = Path(folder) / name
+            if stat.S_ISREG(file.lstat().st_mode):
+                _sync_entry(file)
         _sync_entry(Path(folder))
 
 
 def _sync_entry(path: Path) -> None:
-    """``fsync`` one file or folder (a folder's entries: the names renamed into it)."""
+    """``fsync`` one file or folder (a folder's entries: the names renamed into it); a file
+    system that cannot flush a folder (some network and FUSE ones refuse) is left to its own
+    guarantees."""
     descriptor = os.open(path, os.O_RDONLY)
     try:
         os.fsync(descriptor)
+    except OSError as error:
+        if not (path.is_dir() and error.errno in (errno.EINVAL, errno.ENOTSUP)):
+            raise
     finally:
         os.close(descriptor)
 

@@ -167,15 +167,16 @@ def test_snapshot_settings_are_checked():
 
 
 class FakeTwoRankEngine:
-    """Stands for rank 0 of two with one flat training state; ``other_sees_it`` says whether rank
-    1 chose the same snapshot (its row of the gathered choices) or none."""
+    """Stands for rank 0 of two with one flat training state; ``other`` says what rank 1 chose:
+    the same snapshot, none, or another one with as many updates (its row of the gathered
+    choices)."""
 
     resumable = True
     collective_state = False
     rank, world_size = 0, 2
 
-    def __init__(self, other_sees_it: bool) -> None:
-        self.other_sees_it = other_sees_it
+    def __init__(self, other: str) -> None:
+        self.other = other
         self.loaded = False
 
     def training_state(self):
@@ -186,22 +187,28 @@ class FakeTwoRankEngine:
 
     def sum_over_ranks(self, local):
         gathered = local.clone()  # rank 0's row; rank 1 adds its own (zeros where it chose none)
-        if self.other_sees_it:
-            gathered[1] = local[0]
+        if self.other != "none":
+            gathered[1] = local[0] + torch.tensor([0, 0 if self.other == "same" else 1])
         return gathered
 
 
-@pytest.mark.parametrize("other_sees_it", [True, False])
-def test_ranks_that_chose_different_snapshots_do_not_go_on(tmp_path, other_sees_it):
+@pytest.mark.parametrize(
+    ("other", "refusal"),
+    [
+        ("same", None),
+        ("none", r"\(updates done, by rank: \[2, 0\]\)"),
+        ("another", r"\(updates done, by rank: \[2, 2\], their state.json differing\)"),
+    ],
+)
+def test_ranks_that_chose_different_snapshots_do_not_go_on(tmp_path, other, refusal):
     folder = tmp_path / "snapshots"
-    engine = FakeTwoRankEngine(other_sees_it)
+    engine = FakeTwoRankEngine(other)
     kept = Snapshots(folder, "key", every=1, updates=3, engine=engine, read_record=dict)
     kept.after_update(2, [{"loss": 0.5}, {"loss": 0.4}])
-    if other_sees_it:
+    if refusal is None:
         assert kept.restore() == (2, [{"loss": 0.5}, {"loss": 0.4}]) and engine.loaded
         return
-    message = r"from different snapshots \(updates done, by rank: \[2, 0\]\)"
-    with pytest.raises(RuntimeError, match=message):
+    with pytest.raises(RuntimeError, match=f"from different snapshots {refusal}"):
         kept.restore()
     assert not engine.loaded  # refused before anything was loaded
 

@@ -32,6 +32,7 @@ The text trainer (:mod:`resail_pipeline.training.run`) and the GUI trainer
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -43,7 +44,7 @@ from typing import Any, Protocol
 import torch
 from safetensors.torch import load_file, save_file
 
-from resail_pipeline.io import atomic_path, settings_sha256, sha256_file
+from resail_pipeline.io import atomic_path, settings_sha256
 from resail_pipeline.training.config import TrainConfig
 from resail_pipeline.training.engine import Engine
 from resail_pipeline.training.records import UpdateRecord
@@ -173,7 +174,8 @@ class Snapshots:
         had done and their records (``0, []``: none to continue from). Every rank calls it, and
         every rank must choose the same snapshot (:meth:`_check_every_rank_agrees`)."""
         latest = self.latest()
-        state = None if latest is None else json.loads((latest / STATE_FILE).read_text())
+        raw = None if latest is None else (latest / STATE_FILE).read_bytes()
+        state = None if raw is None else json.loads(raw)
         if state is not None and state["key"] != self.key:
             logger.warning(
                 "snapshots: %s was taken by a run with other settings or inputs; the run starts "
@@ -181,7 +183,7 @@ class Snapshots:
                 latest,
             )
             state = None
-        self._check_every_rank_agrees(None if state is None else latest, state)
+        self._check_every_rank_agrees(None if state is None else (state["updates"], raw))
         if state is None:
             return 0, []
         if self.engine.collective_state:
@@ -199,22 +201,27 @@ class Snapshots:
         )
         return state["updates"], records
 
-    def _check_every_rank_agrees(self, chosen: Path | None, state: dict[str, Any] | None) -> None:
+    def _check_every_rank_agrees(self, chosen: tuple[int, bytes] | None) -> None:
         """Refuse to go on where the ranks would continue from different snapshots (a folder that
         not every node sees, or one written to while they read it): each would load other
-        weights, or wait in a collective the others never call. A collective, before any load."""
+        weights, or wait in a collective the others never call. ``chosen``: this rank's choice,
+        the updates it had done and its ``state.json`` as read (``None``: none). A collective,
+        before any load."""
         if self.engine.world_size == 1:
             return
         mine = torch.zeros(self.engine.world_size, 2, dtype=torch.int64)
-        if state is not None and chosen is not None:
-            digest = int(sha256_file(chosen / STATE_FILE)[:15], 16)  # fits an int64
-            mine[self.engine.rank] = torch.tensor([state["updates"], digest])
+        if chosen is not None:
+            updates, state = chosen
+            digest = int(hashlib.sha256(state).hexdigest()[:15], 16)  # 60 bits: fits an int64
+            mine[self.engine.rank] = torch.tensor([updates, digest])
         every = self.engine.sum_over_ranks(mine).tolist()
         if any(row != every[0] for row in every):
+            done = [row[0] for row in every]
+            differ = "" if len(set(done)) > 1 else ", their state.json differing"
             raise RuntimeError(
                 f"snapshots: the ranks would continue {self.folder} from different snapshots "
-                f"(updates done, by rank: {[row[0] for row in every]}); every rank must see the "
-                "same folder (a file system shared by every node)"
+                f"(updates done, by rank: {done}{differ}); every rank must see the same folder "
+                "(a file system shared by every node)"
             )
 
     def after_update(self, done: int, records: Sequence[Any]) -> None:
