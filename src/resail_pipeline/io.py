@@ -37,8 +37,8 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     on error the temporary is removed and ``path`` is left as it was. What the block wrote is on
     disk before the rename and the rename before the return (:func:`_sync`), so a crash of the
     machine leaves the old ``path`` or the whole new one, never a renamed but empty file; only a
-    crash between the two renames that replace a directory leaves no ``path`` (the old one lies
-    beside it as ``.NAME.old``), which a rerun reads as not yet written.
+    crash between the two renames that replace a directory (:func:`replace_directory`) leaves no
+    ``path``, which a rerun reads as not yet written.
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -46,21 +46,33 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp.rmdir()  # the caller creates a file or a directory here
     try:
         yield tmp
-        _sync(tmp)
-        if target.is_dir() and tmp.is_dir():
-            old = target.with_name(f".{target.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            target.rename(old)
-            tmp.rename(target)
-            shutil.rmtree(old, ignore_errors=True)
+        if tmp.is_dir():
+            replace_directory(tmp, target)
         else:
+            _sync(tmp)
             os.replace(tmp, target)
-        _sync_entry(target.parent)
+            _sync_entry(target.parent)
     finally:
         if tmp.is_dir():
             shutil.rmtree(tmp, ignore_errors=True)
         elif tmp.exists():
             tmp.unlink()
+
+
+def replace_directory(source: str | os.PathLike, target: str | os.PathLike) -> None:
+    """Move the directory ``source`` to ``target`` (on the same file system), flushed to disk
+    before the move and the move after it; what is at ``target`` is replaced, and removed only
+    once the new directory is in place. A crash between the two renames leaves no ``target`` (the
+    old one lies beside it as ``.NAME.old``, and the next call removes it)."""
+    source, target = Path(source), Path(target)
+    _sync(source)
+    old = target.with_name(f".{target.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if target.exists():
+        os.replace(target, old)
+    os.replace(source, target)
+    _sync_entry(target.parent)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _sync(path: Path) -> None:

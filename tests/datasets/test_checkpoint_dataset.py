@@ -223,3 +223,48 @@ def test_a_rebuilt_row_is_verified_like_any_other(published):
     with pytest.raises(DatasetError) as error:
         dataset.load()
     assert "changed since they were published" in str(error.value.__cause__)
+
+
+def test_a_publish_killed_after_the_model_moved_leaves_no_row(
+    published, tiny_checkpoint, monkeypatch
+):
+    """Killed between the new model's move and its row: the earlier row named a model no longer
+    there and its node was skipped; no row is left now, so the node runs again."""
+    from resail_pipeline.datasets import checkpoint
+
+    dataset, folder = published
+    again = _staged(tiny_checkpoint, dataset._staging, "rerun")
+    move = checkpoint.replace_directory
+
+    def move_then_die(source, target):
+        move(source, target)
+        raise KeyboardInterrupt("killed")
+
+    monkeypatch.setattr(checkpoint, "replace_directory", move_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        dataset.save(CheckpointInfo(**{**again.to_row(), "cycle": 2}).to_frame())
+    assert not dataset.exists()
+    assert sorted(p.name for p in folder.iterdir()) == ["policy"]  # the new model, whole
+
+
+def test_a_missing_published_model_is_refused_naming_the_row(published):
+    dataset, folder = published
+    shutil.rmtree(folder / "policy")
+    with pytest.raises(DatasetError) as error:
+        dataset.load()
+    message = str(error.value.__cause__)
+    assert message.startswith(f"{folder / 'checkpoint.parquet'}: checkpoint ")
+    assert "no such directory" in message and "remove the outputs of cycle 2" in message
+
+
+def test_a_published_model_whose_manifest_names_no_policy_is_refused(published):
+    import json
+
+    from resail_pipeline.checkpoints import MANIFEST_NAME, write_manifest
+
+    dataset, folder = published
+    manifest = json.loads((folder / "policy" / MANIFEST_NAME).read_text())
+    write_manifest(folder / "policy", {k: v for k, v in manifest.items() if k != "policy_id"})
+    with pytest.raises(DatasetError) as error:
+        dataset.load()
+    assert "is unnamed (its manifest records no policy_id)" in str(error.value.__cause__)

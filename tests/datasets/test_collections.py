@@ -35,6 +35,15 @@ def test_collection_without_parts_is_empty_with_the_contract_columns(tmp_path):
     assert not dataset.exists()
 
 
+def test_an_unreadable_part_is_named(tmp_path):
+    _write(tmp_path / "oel" / "m.parquet", pd.DataFrame({"x": [1]}))
+    broken = tmp_path / "shared" / "m.parquet"
+    broken.parent.mkdir()
+    broken.write_bytes(b"PAR1 cut short")
+    with pytest.raises(DatasetError, match=rf"^{broken}: unreadable Parquet file"):
+        ParquetCollectionDataset(str(tmp_path), "m.parquet", ["experiment"]).load()
+
+
 def test_collection_checks_depth_and_contract(tmp_path):
     _write(tmp_path / "a" / "m.parquet", pd.DataFrame({"x": [1]}))
     with pytest.raises(DatasetError, match="expected 2 folder level"):

@@ -1,13 +1,14 @@
 """A policy checkpoint in the catalog: its one-row manifest, with the model directory beside it.
 
 A node that trains or builds a policy writes the Hugging Face directory into a staging area and
-returns its manifest row (schema ``checkpoints``). Saving moves the directory from staging to
-``<manifest folder>/policy`` (one rename: the directory appears complete or not at all) and then
-writes the manifest Parquet, so a manifest never names a missing or partial model and the
-catalog alone decides where checkpoints live. A published model's ``path`` is recorded as
-``policy``, relative to the manifest's folder, so that a data folder can be moved; a manifest
-whose ``path`` lies outside the staging area (a checkpoint given by path, the shipped reference
-policy) is recorded as it is.
+returns its manifest row (schema ``checkpoints``). Saving removes the earlier row, moves the
+directory from staging to ``<manifest folder>/policy`` (one rename: the directory appears complete
+or not at all; :func:`~resail_pipeline.io.replace_directory`) and then writes the manifest Parquet,
+so a manifest never names a missing, partial or replaced model (a kill in between leaves no row,
+and the node runs again) and the catalog alone decides where checkpoints live. A published model's
+``path`` is recorded as ``policy``, relative to the manifest's folder, so that a data folder can be
+moved; a manifest whose ``path`` lies outside the staging area (a checkpoint given by path, the
+shipped reference policy) is recorded as it is.
 
 Loading verifies the checkpoint against its manifest row before any node acts with it (a flipped
 byte or an edited row would otherwise collect with other weights under the old ``policy_id``, or
@@ -33,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,7 @@ from resail_pipeline.checkpoints import (
     weights_sha256,
 )
 from resail_pipeline.datasets.parquet import AtomicParquetDataset
+from resail_pipeline.io import replace_directory
 
 logger = logging.getLogger(__name__)
 
@@ -163,9 +164,9 @@ class CheckpointDataset(AtomicParquetDataset):
     def _verify(self, row: pd.Series, own: Path) -> None:
         """Raise :class:`CheckpointError` where the checkpoint is not what ``row`` says."""
         where = f"{self._filepath}"
-        path = check_checkpoint(row["path"]).resolve()
-        published = own.is_dir() and path == own.resolve()  # written with its manifest
-        try:  # a checkpoint given by path may have none (the shipped one: check_published)
+        try:  # a checkpoint given by path may have no manifest (the shipped one: check_published)
+            path = check_checkpoint(row["path"]).resolve()
+            published = own.is_dir() and path == own.resolve()  # written with its manifest
             verify_files(path, foreign=not published)
         except CheckpointError as error:
             raise CheckpointError(f"{where}: {error}; {self._remedy()}") from None
@@ -188,9 +189,10 @@ class CheckpointDataset(AtomicParquetDataset):
             )
         manifest = read_manifest(path)
         recorded = manifest.get("policy_id") if manifest is not None else None
-        if recorded is not None and recorded != row["policy_id"]:
+        if (published or recorded is not None) and recorded != row["policy_id"]:
             raise CheckpointError(
-                f"{where}: records policy {row['policy_id']}, the model in {path} is {recorded}"
+                f"{where}: records policy {row['policy_id']}, the model in {path} is "
+                f"{recorded or 'unnamed (its manifest records no policy_id)'}; {self._remedy()}"
             )
 
     def _save(self, data: pd.DataFrame) -> None:
@@ -201,12 +203,10 @@ class CheckpointDataset(AtomicParquetDataset):
         if source.is_relative_to(self._staging):
             target = self._filepath.parent / POLICY_DIR
             target.parent.mkdir(parents=True, exist_ok=True)
-            old = target.with_name(f".{POLICY_DIR}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            if target.exists():  # a rerun replaces the earlier model only once the new one is in
-                target.rename(old)
-            source.rename(target)
-            shutil.rmtree(old, ignore_errors=True)
+            # the row goes first: a kill before the new one is written leaves no row, and the node
+            # runs again, rather than the old row naming a model no longer there (its node skipped)
+            self._filepath.unlink(missing_ok=True)
+            replace_directory(source, target)  # the earlier model removed once the new one is in
             if source.parent != self._staging:  # the node's own work folder, now empty
                 with contextlib.suppress(OSError):
                     source.parent.rmdir()

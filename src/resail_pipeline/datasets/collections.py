@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 from kedro.io import AbstractDataset, DatasetError
 from kedro.io.core import get_filepath_str
@@ -66,7 +67,10 @@ class ParquetCollectionDataset(AbstractDataset[pd.DataFrame, pd.DataFrame]):
                     f"{part}: expected {len(self._columns)} folder level(s) "
                     f"{self._columns} below {self._path}, found {list(folders)}"
                 )
-            frame = pq.read_table(part).to_pandas()
+            try:
+                frame = pq.read_table(part).to_pandas()
+            except (OSError, pa.ArrowException) as error:  # truncated, or not Parquet
+                raise DatasetError(f"{part}: unreadable Parquet file ({error})") from None
             if self._schema is not None:
                 check_columns(frame, self._schema, source=str(part))
             parts.append(frame.assign(**dict(zip(self._columns, folders, strict=True))))

@@ -44,7 +44,7 @@ from typing import Any, Protocol
 import torch
 from safetensors.torch import load_file, save_file
 
-from resail_pipeline.io import atomic_path, settings_sha256
+from resail_pipeline.io import atomic_path, replace_directory, settings_sha256
 from resail_pipeline.training.config import TrainConfig
 from resail_pipeline.training.engine import Engine
 from resail_pipeline.training.records import UpdateRecord
@@ -254,8 +254,7 @@ class Snapshots:
         self.engine.barrier()
         if self.engine.rank == 0:
             (staging / STATE_FILE).write_text(json.dumps(self._state(done, records, None)))
-            shutil.rmtree(target, ignore_errors=True)
-            staging.rename(target)
+            replace_directory(staging, target)
             self._keep_only(target)
         self.engine.barrier()
 
