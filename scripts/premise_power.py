@@ -24,6 +24,7 @@ import pandas as pd
 from grid_power import PAIRS, paired_cells
 
 from resail_pipeline.evaluation.stats import (
+    FlatTasksError,
     minimum_detectable_effect,
     tasks_for_effect,
     variance_ratio,
@@ -48,18 +49,8 @@ def _ratio(a: pd.DataFrame, b: pd.DataFrame) -> float | None:
     """:func:`variance_ratio` of ``a`` and ``b``, ``None`` where no game varies in either."""
     try:
         return variance_ratio(a, b)
-    except ValueError:
-        if not all(_flat(frame) for frame in (a, b)):
-            raise  # another fault of the pair (other games, no episodes): named by the error
+    except FlatTasksError:
         return None
-
-
-def _flat(frame: pd.DataFrame) -> bool:
-    """Whether every game of ``frame`` (episodes with ``task_id`` and ``success``) has the same
-    mean success."""
-    if frame.empty or not {"task_id", "success"} <= set(frame.columns):
-        return False
-    return frame.groupby("task_id")["success"].mean().nunique() == 1
 
 
 def main() -> None:

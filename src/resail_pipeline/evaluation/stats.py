@@ -313,6 +313,11 @@ def _per_task(frame: pd.DataFrame, name: str) -> pd.Series:
     return frame.groupby("task_id")["success"].mean().astype(float).sort_index()
 
 
+class FlatTasksError(ValueError):
+    """No task varies in success in either of two evaluations: their variance ratio is
+    undefined (:func:`variance_ratio`)."""
+
+
 def variance_ratio(results: pd.DataFrame, other: pd.DataFrame) -> float:
     """How much pairing shrinks the variance of a difference between two policies on one task set.
 
@@ -323,14 +328,14 @@ def variance_ratio(results: pd.DataFrame, other: pd.DataFrame) -> float:
     and ``r`` is the correlation of their tasks' successes.
 
     Raises:
-        ValueError: other tasks, or no variance in either.
+        ValueError: other tasks; :class:`FlatTasksError`: no variance in either.
     """
     a, b = _per_task(results, "results"), _per_task(other, "other")
     if not a.index.equals(b.index):
         raise ValueError(f"results, other: not the same tasks ({len(a)} vs {len(b)})")
     total = a.var(ddof=1) + b.var(ddof=1)
     if not total > 0:
-        raise ValueError("results, other: no task varies in success; the ratio is undefined")
+        raise FlatTasksError("results, other: no task varies in success; the ratio is undefined")
     return float((a - b).var(ddof=1) / total)
 
 
