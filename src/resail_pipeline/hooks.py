@@ -26,7 +26,12 @@ from resail_pipeline.io import LockedError, ProcessLock
 from resail_pipeline.journal import EpisodeJournal
 from resail_pipeline.pipelines.bootstrap.nodes import bootstrap_config
 from resail_pipeline.pipelines.collect.nodes import collect_config, settings_of
-from resail_pipeline.pipelines.common import RunConfig, cycle_namespace, policy_info
+from resail_pipeline.pipelines.common import (
+    SHARED_FOLDER,
+    RunConfig,
+    cycle_namespace,
+    policy_info,
+)
 from resail_pipeline.pipelines.parameters import (
     check_budgets,
     check_context_length,
@@ -309,14 +314,27 @@ class PreflightHook:
        fails here, naming each setting, instead of training on a corpus it did not ask for.
     6. A pipeline that writes a cycle stages its models where the catalog publishes them from,
        and holds its experiment's lock in the data folder's staging area until it ends (a second
-       run of the same experiment is refused; the kernel drops the lock of a killed run).
+       run of the same experiment is refused; the kernel drops the lock of a killed run). One that
+       would write what every experiment shares (cycle 0, the cycle-1 corpus: a ``shared``
+       folder) holds ``shared.lock`` there too, so that two experiments started together on a
+       new data folder cannot both publish cycle 0, one replacing the model the other collects
+       with; a run that finds them all written, with ``--only-missing-outputs``, takes no such
+       lock, and experiments run side by side from then on.
     """
 
     def __init__(self) -> None:
-        self._lock: ProcessLock | None = None
+        self._locks: list[ProcessLock] = []
 
     @hook_impl
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
+        self._release()  # a hook that outlived an earlier run in this process
+        try:
+            self._check(run_params, pipeline, catalog)
+        except BaseException:
+            self._release()  # Kedro calls no other hook of a run whose first hook failed
+            raise
+
+    def _check(self, run_params: dict[str, Any], pipeline: Any, catalog: Any) -> None:
         params = catalog.load("parameters")
         check_parameters(params)
         run = RunConfig.from_params(params["run"])
@@ -343,6 +361,15 @@ class PreflightHook:
         if any(name.startswith("cycle_") for name in writes):
             checkpoints = {n for n in names if n.endswith(".checkpoint")}
             self._take_lock("run", run.staging_dir, run.experiment, checkpoints, catalog)
+            shared = [n for n in writes if SHARED_FOLDER in Path(_filepath(catalog, n)).parts]
+            rewrites = not run_params.get("only_missing_outputs")
+            if shared and (rewrites or not all(catalog.exists(n) for n in shared)):
+                self._hold(
+                    Path(run.staging_dir).resolve() / f"{SHARED_FOLDER}.lock",
+                    "another run is writing the outputs every experiment of this data folder "
+                    "shares, cycle 0 and the cycle-1 corpus",
+                    "wait for it, then rerun with --only-missing-outputs",
+                )
         if any(name.startswith(AITZ_PREFIX) for name in writes):
             aitz = build(AitzConfig, dict(params["aitz"]), "aitz")
             checkpoints = {n for n in names if n.startswith(AITZ_PREFIX) and "checkpoint" in n}
@@ -408,22 +435,26 @@ class PreflightHook:
                     f"publishes checkpoints from ({published_from}); leave {section}.staging_dir "
                     "at its default"
                 )
-        self._release()
-        lock = ProcessLock(staging / f"{experiment}.lock")
+        field = "run.experiment" if section == "run" else "data_tag"
+        self._hold(
+            staging / f"{experiment}.lock",
+            f"{field}: another run of {experiment!r} is writing this data folder",
+            f"wait for it, or give this run another --params {field}",
+        )
+
+    def _hold(self, path: Path, what: str, remedy: str) -> None:
+        """Hold the lock at ``path`` until the run ends; where another process holds it, say in
+        one line ``what`` (and which process) and the ``remedy``."""
+        lock = ProcessLock(path)
         try:
             lock.acquire()
         except LockedError as error:
-            field = "run.experiment" if section == "run" else "data_tag"
-            raise ConfigError(
-                f"{field}: another run of {experiment!r} is writing this data folder ({error}); "
-                f"wait for it, or give this run another --params {field}"
-            ) from None
-        self._lock = lock
+            raise ConfigError(f"{what} ({error}); {remedy}") from None
+        self._locks.append(lock)
 
     def _release(self) -> None:
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
+        while self._locks:
+            self._locks.pop().release()
 
     @hook_impl
     def after_pipeline_run(self) -> None:

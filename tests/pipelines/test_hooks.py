@@ -631,6 +631,44 @@ def test_a_second_run_of_an_experiment_is_refused_while_the_first_holds_its_lock
     second.after_pipeline_run()
 
 
+def test_two_experiments_cannot_write_what_they_share_at_once(cycle_1, tmp_path):
+    """Cycle 0 and the cycle-1 corpus live in ``shared/``: a second experiment of the data folder
+    is refused while the first would write them, and runs beside it once they are written (with
+    ``--only-missing-outputs``; a run without it rewrites them, and takes the lock)."""
+    from kedro.pipeline import Pipeline, node
+
+    from resail_pipeline.config import ConfigError
+    from resail_pipeline.datasets.parquet import AtomicParquetDataset
+    from resail_pipeline.io import ProcessLock
+
+    policy, _ = cycle_1
+    shared = tmp_path / "data" / "textcraft" / "shared" / "cycle_0" / "eval_results.parquet"
+    writer = Pipeline([node(lambda x: x, "params:run", "cycle_0.eval_results", name="writer")])
+    run = {**RUN, "staging_dir": str(tmp_path / "staging")}
+
+    def catalog(experiment):
+        catalog = _catalog(None, policy, run={**run, "experiment": experiment})
+        catalog["cycle_0.eval_results"] = AtomicParquetDataset(str(shared))
+        return catalog
+
+    first, second = PreflightHook(), PreflightHook()
+    missing = {"only_missing_outputs": True}
+    first.before_pipeline_run(missing, writer, catalog("oel"))
+    assert (tmp_path / "staging" / "shared.lock").read_text() == str(os.getpid())
+    with pytest.raises(ConfigError, match=r"^another run is writing the outputs every experiment"):
+        second.before_pipeline_run(missing, writer, catalog("oel_resail"))
+    lock = ProcessLock(tmp_path / "staging" / "oel_resail.lock")  # the refused run holds none
+    lock.acquire()
+    lock.release()
+    catalog("oel").save("cycle_0.eval_results", pd.DataFrame({"x": [1]}))
+    second.before_pipeline_run(missing, writer, catalog("oel_resail"))  # nothing left to write
+    with pytest.raises(ConfigError, match=r"^another run is writing the outputs every experiment"):
+        PreflightHook().before_pipeline_run({}, writer, catalog("rft"))  # would rewrite them
+    first.after_pipeline_run()
+    second.before_pipeline_run({}, writer, catalog("oel_resail"))
+    second.after_pipeline_run()
+
+
 def test_two_aitz_runs_of_one_tag_are_locked_apart_and_stage_where_the_catalog_publishes(
     cycle_1, tmp_path
 ):
