@@ -72,3 +72,12 @@ def test_text_and_figure_outputs(tmp_path):
         png.save("not a figure")
     with pytest.raises(DatasetError, match=r"f\.pdf: figures are written as \.png"):
         FigureDataset(str(tmp_path / "r" / "f.pdf"))
+
+
+def test_a_misspelt_schema_is_refused_naming_the_dataset(tmp_path):
+    from resail_pipeline.datasets import AtomicParquetDataset
+
+    with pytest.raises(DatasetError, match=r"/runs: unknown schema 'eval_sumary'; known: \["):
+        ParquetCollectionDataset(str(tmp_path / "runs"), "x.parquet", schema="eval_sumary")
+    with pytest.raises(DatasetError, match=r"/t\.parquet: unknown schema 'taks'; known: \["):
+        AtomicParquetDataset(str(tmp_path / "t.parquet"), schema="taks")

@@ -22,6 +22,7 @@ from kedro_datasets import text
 from kedro_datasets.matplotlib import MatplotlibDataset
 from matplotlib.figure import Figure
 
+from resail_pipeline.datasets.parquet import known_schema
 from resail_pipeline.io import atomic_path
 from resail_pipeline.schemas import SCHEMAS, check_columns
 
@@ -50,12 +51,10 @@ class ParquetCollectionDataset(AbstractDataset[pd.DataFrame, pd.DataFrame]):
         schema: str | None = None,
         metadata: dict | None = None,
     ):
-        if schema is not None and schema not in SCHEMAS:
-            raise DatasetError(f"{path}: unknown schema {schema!r}; known: {sorted(SCHEMAS)}")
         self._path = Path(path)
         self._file = file
         self._columns = list(partition_columns or [])
-        self._schema = schema
+        self._schema = known_schema(schema, path)
         self.metadata = metadata
 
     def _load(self) -> pd.DataFrame:

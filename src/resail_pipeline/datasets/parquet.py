@@ -22,6 +22,14 @@ from resail_pipeline.schemas import SCHEMAS, check_columns
 logger = logging.getLogger(__name__)
 
 
+def known_schema(schema: str | None, source: str) -> str | None:
+    """``schema`` where it is ``None`` or names a table of :data:`~resail_pipeline.schemas.SCHEMAS`;
+    else an error naming the dataset's ``source`` and the known names."""
+    if schema is not None and schema not in SCHEMAS:
+        raise DatasetError(f"{source}: unknown schema {schema!r}; known: {sorted(SCHEMAS)}")
+    return schema
+
+
 class AtomicParquetDataset(AbstractDataset[pd.DataFrame, pd.DataFrame]):
     """``pandas.DataFrame`` <-> one Parquet file (pyarrow), written through temp + rename.
 
@@ -32,10 +40,8 @@ class AtomicParquetDataset(AbstractDataset[pd.DataFrame, pd.DataFrame]):
     """
 
     def __init__(self, filepath: str, schema: str | None = None, metadata: dict | None = None):
-        if schema is not None and schema not in SCHEMAS:
-            raise DatasetError(f"{filepath}: unknown schema {schema!r}; known: {sorted(SCHEMAS)}")
         self._filepath = Path(filepath)
-        self._schema = schema
+        self._schema = known_schema(schema, filepath)
         self.metadata = metadata
 
     def _load(self) -> pd.DataFrame:
