@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import faulthandler
 import hashlib
 import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -176,6 +178,58 @@ def test_writing_resumes_extends_and_refuses_another_draw(tmp_path, monkeypatch)
     assert drawn == [("train", 1)]
 
 
+def test_an_extension_cut_short_leaves_no_manifest_vouching_for_the_set(
+    one_per_split, tmp_path, monkeypatch
+):
+    """A set extended in place (the default folder, when counts grow) loses its manifest before
+    its first new game lands: a run killed mid-way leaves a folder no smaller set accepts as its
+    own (the adapter plays every game of a split folder). A split folder left empty resumes."""
+    from resail_pipeline.envs import alfworld_games
+
+    out = tmp_path / "games"
+    shutil.copytree(one_per_split[0], out)
+    real = alfworld_games.place_game
+
+    def killed_after_one(*args):  # fake: a run killed once its first new game is in place
+        real(*args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(alfworld_games, "place_game", killed_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        write_games(out, tiny(train=3, seed=0), workers=1)
+    assert not (out / MANIFEST).exists()
+    split_games.cache_clear()
+    with pytest.raises(ConfigError, match=r"^train: .* holds 2 train games, more than the 1"):
+        ensure_games(out, tiny(seed=0))
+    monkeypatch.setattr(alfworld_games, "place_game", real)
+    for task in (out / "json_2.1.1" / SPLIT_DIRS["dev"]).iterdir():  # a split folder emptied
+        shutil.rmtree(task)
+    drawn = _count_drawn_games(monkeypatch)
+    games = write_games(out, tiny(train=3, seed=0), workers=1)
+    assert drawn == [("train", 2), ("dev", 0)] and len(games) == 7
+    assert json.loads((out / MANIFEST).read_text())["games"]["train"] == 3
+
+
+def test_the_last_game_of_a_pools_set_is_drawn_by_a_pool(one_per_split, tmp_path, monkeypatch):
+    """A set asked of two workers with one game missing draws it in a worker process, as the
+    whole set was drawn, not in the writing process."""
+    from resail_pipeline.envs import alfworld_games
+
+    out, games = tmp_path / "games", one_per_split[1]
+    shutil.copytree(one_per_split[0], out)
+    shutil.rmtree(out / games[0].parent.relative_to(one_per_split[0]).parent)  # train's game
+    (out / MANIFEST).unlink()
+
+    def not_here(*args, **kwargs):  # fake: an engine started in the writing process
+        raise AssertionError("drawn in the writing process")
+
+    monkeypatch.setattr(alfworld_games, "GameEngine", not_here)
+    split_games.cache_clear()
+    written = write_games(out, tiny(seed=0), workers=2)
+    assert [g.relative_to(out) for g in written] == [g.relative_to(one_per_split[0]) for g in games]
+    assert written[0].read_bytes() == games[0].read_bytes()
+
+
 def test_the_set_is_the_same_whatever_the_number_of_workers(one_per_split, tmp_path):
     """Two worker processes write, file for file, the set one process writes in-process (the
     module's set, written with one worker per core: compared here with a single worker's)."""
@@ -284,25 +338,12 @@ def test_unsolvable_and_already_won_candidates_are_rejected(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("field", "value"),
-    [
-        ("train", 0),
-        ("dev", 0),
-        ("clone", 0),
-        ("max_receptacles", 2),
-        ("distractors", -1),
-        ("max_plan_length", 31),
-    ],
-)
-def test_config_ranges(field, value):
-    with pytest.raises(ValueError, match=f"{field}: must be"):
-        GameGenConfig(**{field: value})
-
-
-@pytest.mark.parametrize(
     ("field", "value", "message"),
     [
+        ("train", 0, "must be a positive integer"),
         ("id", 0, "must be a positive integer"),
+        ("clone", 0, "must be a positive integer"),
+        ("distractors", -1, "must be a non-negative integer"),
         ("ood", 1.5, "must be a positive integer"),
         ("dev", -1, "must be a positive integer"),
         ("clone", 2.5, "must be a positive integer"),
@@ -354,17 +395,24 @@ def test_a_second_writer_waits_for_the_first_then_draws_nothing_again(
         raise AssertionError("drawn again")
 
     monkeypatch.setattr(alfworld_games, "place_game", no_drawing)
+    checking = alfworld_games._check_existing
+
+    def noting(*args):  # the real check, noted: the second writer got past the lock
+        events.append("entered")
+        return checking(*args)
+
+    monkeypatch.setattr(alfworld_games, "_check_existing", noting)
     first = ProcessLock(out / LOCK_FILE)  # the first writer (another open file: flock conflicts)
     first.acquire()
     second = threading.Thread(
         target=lambda: events.append(len(write_games(out, tiny(seed=0), workers=1)))
     )
     second.start()
-    second.join(timeout=1.0)
+    second.join(timeout=0.5)  # time to get past the lock, were it not held
     events.append("released")
     first.release()
     second.join()
-    assert events == ["released", len(SPLITS)] and not (out / STAGING).exists()
+    assert events == ["released", "entered", len(SPLITS)] and not (out / STAGING).exists()
 
 
 def test_the_default_set_adds_dev_and_clone_of_training_scenes():
@@ -561,6 +609,18 @@ def test_a_check_that_needs_more_memory_than_allowed_rejects_the_candidate(tmp_p
     monkeypatch.setattr(alfworld_games, "solve", broken)
     with pytest.raises(RuntimeError, match="checking the candidate failed"):
         check_candidate(engine, path, max_plan_length=20)
+    # the search aborting at the limit rejects; a kill (the kernel out of memory) stops the set
+
+    def aborted(*args):  # fake: the search aborting in the child, without pytest's traceback
+        faulthandler.disable()
+        os.abort()
+
+    monkeypatch.setattr(alfworld_games, "solve", aborted)
+    assert check_candidate(engine, path, max_plan_length=20) is None
+    killed = lambda *args: os.kill(os.getpid(), signal.SIGKILL)  # noqa: E731 (fake: the child)
+    monkeypatch.setattr(alfworld_games, "solve", killed)
+    with pytest.raises(RuntimeError, match=r"candidate was killed \(signal 9\)"):
+        check_candidate(engine, path, max_plan_length=20)
 
 
 def test_the_default_set_lives_in_a_folder_named_by_its_drawing_settings(tmp_path, monkeypatch):
@@ -590,7 +650,7 @@ def test_the_default_set_lives_in_a_folder_named_by_its_drawing_settings(tmp_pat
     assert ensure_games(config=older) == default_root(older)
 
 
-def test_the_command_draws_full_rooms_unless_given_a_number(tmp_path, monkeypatch):
+def test_the_command_draws_full_rooms_unless_given_a_number(tmp_path, monkeypatch, capsys):
     from resail_pipeline.envs import alfworld_games
 
     asked = []
@@ -606,5 +666,6 @@ def test_the_command_draws_full_rooms_unless_given_a_number(tmp_path, monkeypatc
     assert asked[3] == GameGenConfig(id=128, ood=128, max_receptacles=8)
     with pytest.raises(SystemExit):
         main(["--out", str(tmp_path), "--n", "2", "--dev", "3"])
+    assert "--n and --dev: give the games of every split or of each" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="max_receptacles: must be an integer >= 3"):
         main(["--out", str(tmp_path), "--max-receptacles", "2"])

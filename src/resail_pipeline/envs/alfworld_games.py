@@ -57,6 +57,7 @@ import os
 import random
 import resource
 import shutil
+import signal
 import time
 import traceback
 from collections.abc import Mapping, Sequence
@@ -81,7 +82,14 @@ from resail_pipeline.envs.alfworld import (
     split_dir,
     split_games,
 )
-from resail_pipeline.io import ProcessLock, atomic_path, read_json, settings_sha256, sha256_file
+from resail_pipeline.io import (
+    ProcessLock,
+    atomic_path,
+    read_json,
+    replace_directory,
+    settings_sha256,
+    sha256_file,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -550,7 +558,12 @@ def check_candidate(engine: GameEngine, game_file: Path, max_plan_length: int) -
     code = os.waitstatus_to_exitcode(status)
     if code == 1:
         raise RuntimeError(f"{game_file}: checking the candidate failed (its traceback above)")
-    if code != 0:  # 2: MemoryError; a signal (negative): the search aborted
+    if code in (-signal.SIGKILL, -signal.SIGTERM):  # not the limit: the machine, or a person
+        raise RuntimeError(
+            f"{game_file}: the check of the candidate was killed (signal {-code}), perhaps by the "
+            "kernel out of memory; rejecting it would change the set; rerun, and the set resumes"
+        )
+    if code != 0:  # 2: MemoryError; another signal (negative): the search aborted at the limit
         logger.debug(
             "rejected %s: its check exceeded its memory (exit code %d)", game_file.parent.name, code
         )
@@ -590,11 +603,18 @@ def _write_games(out: Path, config: GameGenConfig, workers: int | None) -> list[
     """:func:`write_games` under its lock."""
     _check_existing(out, config)
     shutil.rmtree(out / STAGING, ignore_errors=True)  # what a killed run was writing
+    if _complete(out, config):  # written while this call waited for the lock
+        return [out / name for name in read_json(out / MANIFEST)["files"]]
     jobs = [(split, i) for split in SPLITS for i in range(config.games(split))]
-    missing = [(split, i) for split, i in jobs if _written(out, split, i, config) is None]
+    written = {split: _written(out, split) for split in SPLITS}
+    missing = [(split, i) for split, i in jobs if _trial(config, i) not in written[split]]
     started = time.perf_counter()
     if missing:
-        workers = min(workers or len(os.sched_getaffinity(0)), len(missing))
+        # a manifest left in place would vouch for the set while games land, and after a kill
+        (out / MANIFEST).unlink(missing_ok=True)
+        requested = workers or len(os.sched_getaffinity(0))
+        # in this process only where asked for: the last game of a pool's set is a pool's too
+        in_process, workers = requested == 1, min(requested, len(missing))
         logger.info(
             "alfworld games: %d of %d to write under %s (%d there), %d worker(s)",
             len(missing),
@@ -605,7 +625,7 @@ def _write_games(out: Path, config: GameGenConfig, workers: int | None) -> list[
         )
         _write_settings(out, config)
         progress = tqdm(total=len(missing), desc="alfworld games", unit="game")
-        if workers == 1:
+        if in_process:
             engine = GameEngine(plan=True)
             for split, index in missing:
                 place_game(out, split, index, config, engine)
@@ -652,11 +672,8 @@ def ensure_games(
     splits gains them, its games kept)."""
     config = config or GameGenConfig()
     root = default_root(config) if root is None else Path(root)
-    manifest = root / MANIFEST
-    if manifest.is_file():
-        there = read_json(manifest)
-        if there.get("settings") == config.model_dump():
-            return root
+    if _complete(root, config):
+        return root
     started = time.perf_counter()
     write_games(root, config, workers)
     logger.info("alfworld games: the set under %s took %.0f s", root, time.perf_counter() - started)
@@ -726,9 +743,16 @@ def _trial(config: GameGenConfig, index: int) -> str:
     return f"trial_s{config.seed}_{index:05d}"
 
 
-def _written(root: Path, split: str, index: int, config: GameGenConfig) -> Path | None:
-    """Game ``index`` of ``split`` where a previous call left it whole, else ``None``."""
-    return next(split_dir(root, split).glob(f"*/{_trial(config, index)}/{GAME_FILE}"), None)
+def _complete(root: Path, config: GameGenConfig) -> bool:
+    """Whether ``root``'s manifest says it holds ``config``'s games: written whole (a writer
+    removes the manifest before it adds a game, and writes it again once the set is complete)."""
+    manifest = root / MANIFEST
+    return manifest.is_file() and read_json(manifest).get("settings") == config.model_dump()
+
+
+def _written(root: Path, split: str) -> set[str]:
+    """The trials (``trial_s<seed>_<index>``) of ``split`` a previous call left whole."""
+    return {game.parent.name for game in split_dir(root, split).glob(f"*/*/{GAME_FILE}")}
 
 
 def _check_existing(out: Path, config: GameGenConfig) -> None:
@@ -747,12 +771,11 @@ def _check_existing(out: Path, config: GameGenConfig) -> None:
             f"{out}: holds ALFWorld games this generator did not write ({SETTINGS_FILE} is "
             "missing); write to a new folder"
         )
-    split_games.cache_clear()
     for split in SPLITS:
-        extra = split_games(out, split) if split_dir(out, split).is_dir() else ()
-        if len(extra) > config.games(split):
+        there = len(_written(out, split))
+        if there > config.games(split):
             raise ConfigError(
-                f"{split}: {out} holds {len(extra)} {split} games, more than the "
+                f"{split}: {out} holds {there} {split} games, more than the "
                 f"{config.games(split)} asked for; ask for at least as many, or a new folder"
             )
 
@@ -784,7 +807,7 @@ def place_game(
     folder = written.parent  # staging/json_2.1.1/<split>/<task>/<trial>
     place = out / folder.relative_to(staging)
     place.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(folder, place)
+    replace_directory(folder, place)  # flushed: a game in place is a whole game after a crash
     shutil.rmtree(staging, ignore_errors=True)
     return place / GAME_FILE
 
