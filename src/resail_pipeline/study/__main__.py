@@ -17,7 +17,13 @@ from resail_pipeline.study.plan import (
     with_training_seed,
 )
 from resail_pipeline.study.rule import with_choice
-from resail_pipeline.study.runner import rerun_cell, retrain_cell, run_cycle_0, run_study
+from resail_pipeline.study.runner import (
+    check_options,
+    rerun_cell,
+    retrain_cell,
+    run_cycle_0,
+    run_study,
+)
 
 #: the package this command runs (imported before it, as every parent is): its docstring is the help
 _PACKAGE = sys.modules[__spec__.parent]
@@ -77,6 +83,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.cycle_0:
             run_cycle_0(plan, args.env, args.project)
             return
+        check_options(plan, tier=args.tier, rerun=args.rerun, cycle=args.cycle)
         plan = with_choice(plan, args.env, args.project)  # cycle 0 trains nothing: not before
         if args.rerun is not None and args.seeds is not None:
             rerun_cell(

@@ -31,11 +31,17 @@ logger = logging.getLogger(__name__)
 EVALUATION_FILES = ("eval_results.parquet", "eval_summary.parquet", "eval_steps.parquet")
 
 
-def finished(experiment: Experiment, outputs: Path) -> bool:
-    """Whether every evaluation file of ``experiment``'s last cycle is under ``outputs`` (the data
-    folder of ``07_model_output``): its run would have nothing left to do."""
-    cycle = outputs / experiment.name / f"cycle_{experiment.cycles}"
+def evaluated(cycle: Path) -> bool:
+    """Whether a cycle's folder of model outputs (``<data folder>/<experiment>/cycle_<k>``) holds
+    every evaluation file: the evaluation node saves ``eval_results`` first, so that file alone
+    may be what a run killed mid-save left."""
     return all((cycle / name).is_file() for name in EVALUATION_FILES)
+
+
+def finished(experiment: Experiment, outputs: Path) -> bool:
+    """Whether ``experiment``'s last cycle is :func:`evaluated` under ``outputs`` (the data folder
+    of ``07_model_output``): its run would have nothing left to do."""
+    return evaluated(outputs / experiment.name / f"cycle_{experiment.cycles}")
 
 
 #: what a cell's evaluation reads besides its checkpoints: the initial policy and the fixed
@@ -89,9 +95,10 @@ def take_cycle_0(plan: StudyPlan, env: str, project: Path) -> bool:
     if (data / last_layer / f"{run_env}{tag}" / last_part).exists():
         return False
     source = f"{run_env}{plan.cycle_0_from}"
-    results = data / "07_model_output" / source / SHARED_FOLDER / "cycle_0" / "eval_results.parquet"
-    if not results.is_file():
-        raise ConfigError(f"cycle_0_from: {results}: missing; that folder has no evaluated cycle 0")
+    cycle_0 = data / "07_model_output" / source / SHARED_FOLDER / "cycle_0"
+    if not evaluated(cycle_0):
+        raise ConfigError(f"cycle_0_from: {cycle_0}: no evaluation there; nothing to take")
+    results = cycle_0 / "eval_results.parquet"
     played = pd.read_parquet(results, columns=[*_EVALUATION_COLUMNS.values(), "task_id"])
     settings = resolved_params(plan, env, project)  # the plan's, else the environment's
     for key, column in _EVALUATION_COLUMNS.items():

@@ -3,6 +3,7 @@ checked whole before anything runs; where it lives and which data folder its run
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,8 @@ class Experiment(Config):
 
 
 def nest(dotted: Mapping[str, Any]) -> dict[str, Any]:
-    """``{"a.b": 1, "c": 2}`` -> ``{"a": {"b": 1}, "c": 2}``."""
+    """``{"a.b": 1, "c": 2}`` -> ``{"a": {"b": 1}, "c": 2}``, in new dicts: a later dotted key
+    below a nested value (``{"a": {"b": 1}, "a.c": 2}``) never writes into the caller's."""
     out: dict[str, Any] = {}
     for key, value in dotted.items():
         *parents, leaf = key.split(".")
@@ -102,7 +104,7 @@ def nest(dotted: Mapping[str, Any]) -> dict[str, Any]:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"params: {key!r} sets a key below a value")
-        node[leaf] = value
+        node[leaf] = copy.deepcopy(value)
     return out
 
 

@@ -15,6 +15,7 @@ from resail_pipeline.config import ConfigError, flatten
 from resail_pipeline.io import atomic_path, read_json
 from resail_pipeline.pipelines.common import SHARED_FOLDER
 from resail_pipeline.schemas import VIEW_ORDINARY
+from resail_pipeline.study.cells import evaluated
 from resail_pipeline.study.plan import StudyPlan, data_folder, load_plan
 
 logger = logging.getLogger(__name__)
@@ -47,11 +48,12 @@ class RuleOutcome:
 
 
 def unevaluated(plan: StudyPlan, outputs: Path) -> list[Path]:
-    """The evaluations ``plan``'s rule reads that are not under ``outputs`` (the data folder's
-    model outputs): cycle 0's, then each candidate's cycle 1, in plan order."""
-    needed = [outputs / SHARED_FOLDER / "cycle_0" / "eval_results.parquet"]
-    needed += [outputs / e.name / "cycle_1" / "eval_results.parquet" for e, _ in plan.candidates()]
-    return [path for path in needed if not path.is_file()]
+    """The cycles' folders under ``outputs`` (the data folder's model outputs) whose evaluations
+    ``plan``'s rule reads and which are not :func:`~resail_pipeline.study.cells.evaluated`:
+    cycle 0's, then each candidate's cycle 1, in plan order."""
+    needed = [outputs / SHARED_FOLDER / "cycle_0"]
+    needed += [outputs / e.name / "cycle_1" for e, _ in plan.candidates()]
+    return [folder for folder in needed if not evaluated(folder)]
 
 
 def apply_rule(plan: StudyPlan, outputs: Path) -> RuleOutcome:
@@ -190,8 +192,10 @@ def with_choice(plan: StudyPlan, env: str, project: Path) -> StudyPlan:
     outputs = project / "data" / "07_model_output" / "".join(data_folder(chooser, env, project))
     missing = unevaluated(chooser, outputs)
     if missing:
-        what = "cycle 0 is" if missing[0].parent.name == "cycle_0" else "candidates are"
-        raise ConfigError(f"chosen_by: {missing[0]}: missing; {name}'s {what} not evaluated")
+        what = "cycle 0 is" if missing[0].name == "cycle_0" else "candidates are"
+        raise ConfigError(
+            f"chosen_by: {missing[0]}: no evaluation there; {name}'s {what} not evaluated"
+        )
     try:
         outcome = apply_rule(chooser, outputs)
     except ValueError as error:  # evaluations the rule cannot compare (e.g. not paired)

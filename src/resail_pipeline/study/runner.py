@@ -21,7 +21,8 @@ import pandas as pd
 import yaml
 
 from resail_pipeline.config import ConfigError, check_int
-from resail_pipeline.io import atomic_path, tied_to_this_process
+from resail_pipeline.io import ProcessLock, atomic_path, tied_to_this_process
+from resail_pipeline.pipelines.common import SHARED_FOLDER
 from resail_pipeline.study.cells import (
     _SHARED_INPUTS,
     _cell_names,
@@ -29,6 +30,7 @@ from resail_pipeline.study.cells import (
     _copy_missing,
     _write_comparison,
     compare_cells,
+    evaluated,
     finished,
     take_cycle_0,
     write_training_seeds,
@@ -60,25 +62,40 @@ def _run(
 ) -> int:
     """Run ``command`` to its end and return its exit status; call ``heartbeat`` with its process
     id every ``every`` seconds while it runs, and ``ended`` with the largest resident memory (GiB)
-    of the command and the descendants it waited for, once it has ended."""
+    of the command and the descendants it waited for, once it has ended.
+
+    A heartbeat that cannot write its row (a full disk, a time log edited by hand) is logged and
+    the command goes on: the bookkeeping never costs the run. Anything else that stops this call
+    (an interrupt) stops the command first."""
     # the child dies with this process, however it dies: a killed runner leaves no run holding
     # the experiment's lock (and its trainer dies with it in turn)
     process = subprocess.Popen(
         list(command), cwd=project, env=dict(env), preexec_fn=tied_to_this_process()
     )
     beat = time.monotonic() + every
-    while True:
-        # wait4 (not Popen.wait) for the child's own resource usage, not every child's so far
-        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
-        if pid:
-            process.returncode = os.waitstatus_to_exitcode(status)
-            if ended is not None:
-                ended(usage.ru_maxrss / 2**20)  # KiB on Linux
-            return process.returncode
-        if heartbeat is not None and time.monotonic() >= beat:
-            heartbeat(process.pid)
-            beat = time.monotonic() + every
-        time.sleep(min(POLL_S, every))
+    try:
+        while True:
+            # wait4 (not Popen.wait) for the child's own resource usage, not every child's so far
+            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+            if pid:
+                process.returncode = os.waitstatus_to_exitcode(status)
+                if ended is not None:
+                    ended(usage.ru_maxrss / 2**20)  # KiB on Linux
+                return process.returncode
+            if heartbeat is not None and time.monotonic() >= beat:
+                try:
+                    heartbeat(process.pid)
+                except (OSError, ValueError, csv.Error) as error:
+                    logger.warning(
+                        "study: the time row was not written (%s); the run goes on", error
+                    )
+                beat = time.monotonic() + every
+            time.sleep(min(POLL_S, every))
+    except BaseException:
+        if process.returncode is None:  # a caller in this process (a notebook) outlives it
+            process.terminate()
+            process.wait()
+        raise
 
 
 def _kedro(
@@ -138,7 +155,18 @@ def _write_row(
     path: Path, row: Mapping[str, Any], key: Sequence[str] = ("experiment", "started")
 ) -> None:
     """Put ``row`` in the CSV at ``path`` (header on creation), in place of the row with the same
-    ``key`` values if there is one, else at the end; the file is rewritten atomically."""
+    ``key`` values if there is one, else at the end; the file is rewritten atomically, by one
+    writer at a time (two cells retrained with one training seed share a log)."""
+    lock = ProcessLock(path.with_name(f".{path.name}.lock"))
+    lock.acquire(wait=True)
+    try:
+        _replace_row(path, row, key)
+    finally:
+        lock.release()
+
+
+def _replace_row(path: Path, row: Mapping[str, Any], key: Sequence[str]) -> None:
+    """:func:`_write_row` under its lock."""
     rows = []
     if path.is_file():
         with path.open(newline="") as handle:
@@ -195,6 +223,19 @@ class _Segment:
         )
 
 
+def check_options(
+    plan: StudyPlan, *, tier: int | None = None, rerun: str | None = None, cycle: int | None = None
+) -> None:
+    """Refuse a ``tier`` that is none of ``plan``'s tiers, and a cell to ``rerun`` that it lacks
+    (an experiment not in the plan, or the one it is compared with missing) or a ``cycle`` below
+    1: what the command line checks before it writes anything, a pre-registered choice included."""
+    if tier is not None and tier not in plan.tiers:
+        raise ConfigError(f"--tier: the plan's tiers are {plan.tiers}, got {tier}")
+    if rerun is not None:
+        check_int("--cycle", cycle, low=1)
+        _cell_names(plan, rerun)
+
+
 def run_study(
     plan: StudyPlan, env: str, project: Path, *, log: Path, tier: int | None = None
 ) -> None:
@@ -204,8 +245,7 @@ def run_study(
     Raises:
         ConfigError: ``tier`` is none of the plan's tiers (before anything runs).
     """
-    if tier is not None and tier not in plan.tiers:
-        raise ConfigError(f"--tier: the plan's tiers are {plan.tiers}, got {tier}")
+    check_options(plan, tier=tier)
     experiments = [e for e in plan.experiments if tier is None or e.tier <= tier]
     if len(experiments) < len(plan.experiments):
         logger.info(
@@ -307,19 +347,24 @@ def rerun_cell(
     check_int("--cycle", cycle, low=1)
     if not seeds or any(not isinstance(s, int) or s < 0 for s in seeds):
         raise ConfigError(f"--seeds: one or more decoding seeds >= 0, got {list(seeds)}")
+    if len(set(seeds)) < len(seeds):
+        raise ConfigError(f"--seeds: each decoding seed once, got {list(seeds)}")
     experiments = _cell_names(plan, name)
     names = [e.name for e in experiments]
     run_env, tag = data_folder(plan, env, project)
     rerun_tag = f"{tag}-seeds{'-'.join(str(s) for s in seeds)}"
     data = project / "data"
     inputs = [*_SHARED_INPUTS, *(("06_models", f"{n}/cycle_{cycle}") for n in names)]
-    results = [("07_model_output", f"{n}/cycle_{cycle}/eval_results.parquet") for n in names]
-    for layer, part in (*inputs, *results):  # before anything is copied or run
-        if not (data / layer / f"{run_env}{tag}" / part).exists():
-            raise ConfigError(
-                f"{data / layer / f'{run_env}{tag}' / part}: missing; the grid has not finished "
-                f"cycle {cycle} of {names}"
-            )
+    grid = data / "07_model_output" / f"{run_env}{tag}"
+    cells = [grid / SHARED_FOLDER / "cycle_0", *(grid / n / f"cycle_{cycle}" for n in names)]
+    missing = [data / layer / f"{run_env}{tag}" / part for layer, part in inputs]
+    missing = [path for path in missing if not path.exists()]
+    missing += [folder for folder in cells if not evaluated(folder)]
+    if missing:  # before anything is copied or run
+        raise ConfigError(
+            f"{missing[0]}: missing or not evaluated; the grid has not finished cycle {cycle} "
+            f"of {names}"
+        )
     _copy_missing(data, inputs, f"{run_env}{tag}", f"{run_env}{rerun_tag}")
     shared = {**plan.params, "data_tag": rerun_tag, "evaluate.decoding_seeds": list(seeds)}
     for k, experiment in enumerate(experiments):
