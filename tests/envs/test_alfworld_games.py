@@ -230,6 +230,23 @@ def test_the_last_game_of_a_pools_set_is_drawn_by_a_pool(one_per_split, tmp_path
     assert written[0].read_bytes() == games[0].read_bytes()
 
 
+@pytest.mark.parametrize("folder", ["removable/games", "games/Sliced"])
+def test_a_folder_alfworld_would_find_no_games_in_is_refused_before_drawing(
+    tmp_path, monkeypatch, folder
+):
+    """ALFWorld's collector skips every path holding "movable" or "Sliced": a set written under
+    ``/mnt/removable`` was drawn in full, then found empty."""
+    from resail_pipeline.envs import alfworld_games
+
+    monkeypatch.setattr(alfworld_games, "place_game", lambda *a: pytest.fail("drawn"))
+    word = "movable" if "movable" in folder else "Sliced"
+    with pytest.raises(
+        ConfigError, match=rf"ALFWorld skips every game whose path contains '{word}'"
+    ):
+        write_games(tmp_path / folder, tiny(seed=0), workers=1)
+    assert not (tmp_path / folder).exists()
+
+
 def test_the_set_is_the_same_whatever_the_number_of_workers(one_per_split, tmp_path):
     """Two worker processes write, file for file, the set one process writes in-process (the
     module's set, written with one worker per core: compared here with a single worker's)."""

@@ -189,6 +189,25 @@ def _no_games(root: Path, split: str) -> FileNotFoundError:
     )
 
 
+#: what ALFWorld's game collector skips wherever it occurs in a game's folder path
+#: (``AlfredTWEnv.collect_game_files``): a data root below such a folder holds no games for it
+SKIPPED_IN_PATH = ("movable", "Sliced")
+
+
+def check_data_folder(root: str | os.PathLike) -> Path:
+    """``root``, made absolute, where ALFWorld would find games under it; a path that holds one of
+    :data:`SKIPPED_IN_PATH` (``/mnt/removable``, say) is refused, naming it, before a set is
+    written there or a model loaded."""
+    path = Path(root).resolve()
+    skipped = [word for word in SKIPPED_IN_PATH if word in str(path)]
+    if skipped:
+        raise ConfigError(
+            f"{path}: ALFWorld skips every game whose path contains {skipped[0]!r}; use a folder "
+            "whose path does not"
+        )
+    return path
+
+
 def check_alfworld_data(
     data_path: str | os.PathLike | None = None, splits: Iterable[str] = OFFICIAL_SPLITS
 ) -> Path:
@@ -199,9 +218,11 @@ def check_alfworld_data(
     Raises:
         FileNotFoundError: the root is unset or missing, or a split has no game; the message names
             ``ALFWORLD_DATA``, the folder, and how to get games (``alfworld-download``).
-        ValueError: an unknown split name.
+        ValueError: an unknown split name, or a root ALFWorld would find no games under
+            (:func:`check_data_folder`).
     """
     root = resolve_data_root(data_path)
+    check_data_folder(root)
     for split in splits:
         if next(split_dir(root, split).rglob(GAME_FILE), None) is None:
             raise _no_games(root, split)

@@ -79,6 +79,7 @@ from resail_pipeline.envs.alfworld import (
     SPLITS,
     AlfWorldGameError,
     GameEngine,
+    check_data_folder,
     split_dir,
     split_games,
 )
@@ -583,10 +584,13 @@ def write_games(out: Path, config: GameGenConfig, workers: int | None = None) ->
 
     Raises:
         ConfigError: ``out`` holds games drawn with other settings, or more games in a split than
-            ``config`` asks for (the adapter plays every game of a split folder).
+            ``config`` asks for (the adapter plays every game of a split folder), or its path is
+            one where ALFWorld finds no games
+            (:func:`~resail_pipeline.envs.alfworld.check_data_folder`).
         RuntimeError: two of the games are the same game (:func:`game_identity`).
     """
     out = Path(out)
+    check_data_folder(out)  # before minutes of drawing that ALFWorld would not find
     if workers is not None:
         check_int("workers", workers, low=1)
     # one writer at a time: a second one removed the first's staging under its workers; it now
