@@ -1257,6 +1257,20 @@ _ONE = "experiments: [{method: oel, cycles: 1}]"
             r"plan\.yml: rule: 'oel_resail' sets train\.resail\.retention to 'none'",
         ),
         (_ONE, ["--tier", "0"], r"--tier: the plan's tiers are \[1\], got 0"),
+        # what the second experiment's run would refuse, before the first runs: a rate YAML reads
+        # as a string (no dot), a misspelt section
+        (
+            "experiments: [{method: oel, cycles: 1},\n"
+            "  {name: b, method: oel, cycles: 1, params: {train.optimizer.lr: 4e-5}}]",
+            [],
+            r"^error: experiments: 'b': train\.optimizer\.lr: must be a finite number, got '4e-5'",
+        ),
+        (
+            "experiments: [{method: oel, cycles: 1},\n"
+            "  {name: b, method: oel, cycles: 1, params: {trian.epochs: 2}}]",
+            [],
+            r"^error: experiments: 'b': parameters: unknown top-level key\(s\) \['trian'\]",
+        ),
         (_ONE, ["--tier", "2"], r"--tier: the plan's tiers are \[1\], got 2"),
         # a training seed that is the folder's own, negative, or a plan that sets its keys
         (_ONE, ["--training-seed", "0"], r"--training-seed: 0 is the seed the plan's own folder"),

@@ -4,7 +4,7 @@ checked whole before anything runs; where it lives and which data folder its run
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -387,12 +387,31 @@ def resolved_params(plan: StudyPlan, env: str, project: Path) -> dict[str, Any]:
     return flatten(_loader(plan, env, project)["parameters"])
 
 
-def _loader(plan: StudyPlan, env: str, project: Path) -> Any:
-    """The project's configuration loader for ``env`` with the plan's overrides, as ``kedro run
-    --env <env> --params <the plan's overrides>`` builds it."""
+def check_experiments(
+    plan: StudyPlan, experiments: Sequence[Experiment], env: str, project: Path
+) -> None:
+    """Refuse, naming the experiment and the field, any of ``experiments`` whose run the run's
+    own first check would refuse (:func:`~resail_pipeline.pipelines.parameters.check_parameters`
+    of the environment's parameters with the plan's and the experiment's overrides): before the
+    plan's first run, not hours into it (a misspelt key, a rate YAML read as a string)."""
+    from resail_pipeline.pipelines.parameters import check_parameters
+
+    for experiment in experiments:
+        loader = _loader(plan, env, project, experiment.run_params(plan.params))
+        try:
+            check_parameters(loader["parameters"])
+        except ConfigError as error:
+            raise ConfigError(f"experiments: {experiment.name!r}: {error}") from None
+
+
+def _loader(
+    plan: StudyPlan, env: str, project: Path, params: Mapping[str, Any] | None = None
+) -> Any:
+    """The project's configuration loader for ``env`` with ``params`` (default: the plan's
+    overrides), as ``kedro run --env <env> --params <them>`` builds it."""
     return CONFIG_LOADER_CLASS(
         str(project / "conf"),
         env=env,
-        runtime_params=nest(flatten(plan.params)),
+        runtime_params=nest(flatten(plan.params if params is None else params)),
         **CONFIG_LOADER_ARGS,
     )

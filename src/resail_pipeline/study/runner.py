@@ -38,6 +38,7 @@ from resail_pipeline.study.cells import (
 from resail_pipeline.study.plan import (
     Experiment,
     StudyPlan,
+    check_experiments,
     data_folder,
     nest,
     with_training_seed,
@@ -243,7 +244,9 @@ def run_study(
     then the report; raise on the first failure.
 
     Raises:
-        ConfigError: ``tier`` is none of the plan's tiers (before anything runs).
+        ConfigError: ``tier`` is none of the plan's tiers, or an experiment still to run has a
+            parameter its run would refuse (:func:`~resail_pipeline.study.plan.check_experiments`),
+            before anything runs.
     """
     check_options(plan, tier=tier)
     experiments = [e for e in plan.experiments if tier is None or e.tier <= tier]
@@ -255,6 +258,8 @@ def run_study(
             len(plan.experiments),
         )
     outputs = project / "data" / "07_model_output" / "".join(data_folder(plan, env, project))
+    pending = [experiment for experiment in experiments if not finished(experiment, outputs)]
+    check_experiments(plan, pending, env, project)
     take_cycle_0(plan, env, project)
     for k, experiment in enumerate(experiments, start=1):
         if finished(experiment, outputs):
