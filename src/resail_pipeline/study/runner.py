@@ -124,6 +124,12 @@ def _kedro(
         return _run(command, project, env, heartbeat, ended=ended)
 
 
+def _cycle_run(env: str) -> list[str]:
+    """The Kedro command of an experiment's cycles in configuration environment ``env``: what a
+    run finished is kept, so a rerun resumes."""
+    return ["run", "--env", env, "--pipelines", "cycle", "--only-missing-outputs"]
+
+
 def _tree_peak_rss_gib(pid: int) -> float:
     """The largest peak resident memory (``VmHWM``) of process ``pid`` and its descendants alive
     now, in GiB: what a running child has used, which its resource usage tells only once it has
@@ -204,7 +210,8 @@ class _Segment:
 
     def ended(self, peak_gib: float) -> None:
         """Count the ended run's largest resident memory (its own and its waited-for children's:
-        a worker that ended between two beats included)."""
+        a worker that ended between two beats included). A child forked from this process starts
+        from its resident set (about 0.45 GiB, torch imported), so that is the figure's floor."""
         self.peak = max(self.peak, peak_gib)
 
     def record(self, code: int | str = "") -> None:
@@ -283,7 +290,7 @@ def run_study(
         segment = _Segment(log, experiment)
         segment.record()
         code = _kedro(
-            ["run", "--env", env, "--pipelines", "cycle", "--only-missing-outputs"],
+            _cycle_run(env),
             project,
             params=experiment.run_params(plan.params),
             cycles=experiment.cycles,
@@ -323,9 +330,8 @@ def run_cycle_0(plan: StudyPlan, env: str, project: Path) -> None:
     if take_cycle_0(plan, env, project):
         return
     experiment = plan.experiments[0]
-    args = ["run", "--env", env, "--pipelines", "cycle", "--only-missing-outputs"]
     code = _kedro(
-        [*args, "--to-nodes", "cycle_0.evaluate_node"],
+        [*_cycle_run(env), "--to-nodes", "cycle_0.evaluate_node"],
         project,
         params=experiment.run_params(plan.params),
         cycles=experiment.cycles,
@@ -375,8 +381,7 @@ def rerun_cell(
     for k, experiment in enumerate(experiments):
         logger.info("rerun: %s, cycle %d, decoding seeds %s", experiment.name, cycle, list(seeds))
         nodes = (["cycle_0.evaluate_node"] if k == 0 else []) + [f"cycle_{cycle}.evaluate_node"]
-        args = ["run", "--env", env, "--pipelines", "cycle", "--only-missing-outputs"]
-        args += ["--nodes", ",".join(nodes)]
+        args = [*_cycle_run(env), "--nodes", ",".join(nodes)]
         if _kedro(args, project, params=experiment.run_params(shared), cycles=cycle) != 0:
             raise RuntimeError(
                 f"rerun: the evaluation of {experiment.name!r} failed; what it finished is kept"
