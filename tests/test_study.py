@@ -609,7 +609,7 @@ def test_cycle_0_from_a_folder_without_it_is_refused(tmp_path):
 
 
 def test_a_running_experiments_time_row_is_rewritten_in_place(tmp_path):
-    from resail_pipeline.study import _Segment, _write_row
+    from resail_pipeline.study.runner import _Segment, _write_row
 
     log = tmp_path / "times.csv"
     _write_row(log, {"experiment": "other", "started": "t0", "seconds": 5, "exit_code": 0})
@@ -630,7 +630,7 @@ def test_a_running_experiments_time_row_is_rewritten_in_place(tmp_path):
 def test_the_heartbeat_runs_while_the_command_runs(tmp_path):
     """The command waits for a file that only the third heartbeat writes: it can end only if the
     heartbeat runs while it runs (no timing is asserted; a loaded machine only adds beats)."""
-    from resail_pipeline.study import _run
+    from resail_pipeline.study.runner import _run
 
     flag = tmp_path / "third-beat"
     beats = []
@@ -651,7 +651,7 @@ def test_a_failing_heartbeat_costs_the_run_nothing_and_an_interrupt_stops_it(
 ):
     """A time row that cannot be written (a full disk) is logged and the command goes on; an
     interrupt of the runner in this process (a notebook's) stops the command before it returns."""
-    from resail_pipeline.study import _run
+    from resail_pipeline.study.runner import _run
 
     flag, beats = tmp_path / "third-beat", []
 
@@ -685,7 +685,7 @@ def test_two_writers_of_one_time_log_take_turns(tmp_path):
     import threading
 
     from resail_pipeline.io import ProcessLock
-    from resail_pipeline.study import _write_row
+    from resail_pipeline.study.runner import _write_row
 
     log, events = tmp_path / "times.csv", []
     _write_row(log, {"experiment": "oel", "started": "t0", "seconds": 1})
@@ -711,7 +711,7 @@ def test_a_running_experiments_row_counts_the_memory_of_its_process_tree(tmp_pat
     has read them from ``/proc`` (a minute at most); the row written then says so. (The finished
     children's figure cannot stand in: a child that forks from this process and execs keeps its
     parent's high-water mark, whatever it uses itself.)"""
-    from resail_pipeline.study import _run, _Segment
+    from resail_pipeline.study.runner import _run, _Segment
 
     log, flag = tmp_path / "times.csv", tmp_path / "read"
     hold = (
@@ -739,7 +739,7 @@ def test_each_experiments_row_counts_its_own_memory_not_an_earlier_ones(tmp_path
     plus 256 MiB and ends between two beats, the second's holds almost nothing. The first row
     counts its peak once it has ended; the second row does not inherit it (the peak of every
     child so far would)."""
-    from resail_pipeline.study import _run, _Segment
+    from resail_pipeline.study.runner import _run, _Segment
 
     here = next(  # a forked child starts from this process's resident set
         int(line.split()[1]) * 2**10
@@ -1203,7 +1203,7 @@ def test_the_runners_child_dies_with_the_runner(tmp_path, process_alive):
             "-c",
             "import sys\n"
             "from pathlib import Path\n"
-            "from resail_pipeline.study import _run\n"
+            "from resail_pipeline.study.runner import _run\n"
             f"_run([sys.executable, '-c', {child!r}], Path('.'), {{}})\n",
         ]
     )

@@ -95,9 +95,6 @@ from resail_pipeline.study.plan import (
 from resail_pipeline.study.plan import plan_path as plan_path
 from resail_pipeline.study.rule import RuleOutcome, apply_rule, unevaluated, with_choice
 from resail_pipeline.study.rule import write_rule as write_rule
-from resail_pipeline.study.runner import _run as _run
-from resail_pipeline.study.runner import _Segment as _Segment
-from resail_pipeline.study.runner import _write_row as _write_row
 from resail_pipeline.study.runner import rerun_cell, retrain_cell, run_cycle_0, run_study
 
 __all__ = [
