@@ -159,7 +159,16 @@ def test_results_keep_the_episodes_and_the_experience_as_parquet(
     pd.testing.assert_frame_equal(pd.read_parquet(out / "experience.parquet"), experience)
     # ordinary succeeds on task 3 only, privileged on neither: per task -1 and 0
     assert record["privileged_lead"] == [
-        {"split": "test", "tasks": 2, "difference": -0.5, "low": -1.0, "high": 0.0}
+        {
+            "split": "test",
+            "tasks": 2,
+            "difference": -0.5,
+            "low": -1.0,
+            "high": 0.0,
+            "gained": 0,
+            "lost": 1,
+            "sign_p": 1.0,
+        }
     ]
     assert record["actions"] == [
         {"split": "test", "view": "ordinary", "episodes": 1, "steps": 2}

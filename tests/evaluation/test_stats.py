@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -69,6 +70,9 @@ def test_summary_rejects_seeds_on_different_tasks_missing_columns_and_no_rows():
         summarize_eval_results(results.drop(columns="view"))
     with pytest.raises(ValueError, match="no episodes"):
         summarize_eval_results(results.iloc[:0])
+    twice = pd.DataFrame(_episodes({0: [True, False, True]})).assign(task_id=[0, 1, 1])
+    with pytest.raises(ValueError, match=r"1 episode\(s\) recorded twice, e.g. task 1 with"):
+        summarize_eval_results(twice)  # a rate over three rows of two tasks
 
 
 def _paired_episodes(success: dict[int, list[bool]]) -> pd.DataFrame:
@@ -116,6 +120,22 @@ def test_paired_difference_is_the_mean_task_difference_with_a_bootstrap_interval
         paired_difference(better, base, resamples=0)
     # tasks 0 and 2 gained, none lost: a sign test over two tasks cannot tell (p = 0.5)
     assert (out["gained"], out["lost"], out["sign_p"]) == (2, 0, 0.5)
+
+
+def test_the_percentile_interval_is_the_one_worked_by_hand():
+    """Two tasks whose differences are -1 and 0: a resample's mean is -1, -0.5 or 0 with
+    probabilities 1/4, 1/2, 1/4, so the 95% interval is [-1, 0] and the 40% one (the 30th and
+    70th percentiles) [-0.5, -0.5]; one task has no interval over tasks (nan bounds)."""
+    from resail_pipeline.evaluation.stats import paired_difference
+
+    base = _paired_episodes({0: [True], 1: [False]})
+    worse = _paired_episodes({0: [False], 1: [False]})
+    wide = paired_difference(worse, base, resamples=4000)
+    assert (wide["difference"], wide["low"], wide["high"]) == (-0.5, -1.0, 0.0)
+    narrow = paired_difference(worse, base, resamples=4000, level=0.4)
+    assert (narrow["low"], narrow["high"]) == (-0.5, -0.5)
+    one = paired_difference(worse.iloc[:1], base.iloc[:1])  # not a zero-width interval
+    assert one["difference"] == -1.0 and np.isnan(one["low"]) and np.isnan(one["high"])
 
 
 def test_an_interval_resting_on_few_tasks_comes_with_its_sign_test():
@@ -172,8 +192,12 @@ def test_the_privileged_lead_pairs_the_views_of_each_split_evaluated_in_both():
     ood = _episodes({0: [True, True]}, split="ood")  # one view only: left out
     results = pd.DataFrame(ordinary + privileged + ood)
     lead = privileged_lead(results)
-    assert lead.columns.tolist() == ["split", "tasks", "difference", "low", "high"]
+    assert lead.columns.tolist() == [
+        *("split", "tasks", "difference", "low", "high", "gained", "lost", "sign_p")
+    ]
     assert lead["split"].tolist() == ["id"] and lead["tasks"].tolist() == [3]
+    # tasks 0 and 1 gained, none lost: the sign test's p is 2 * (1/2)^2
+    assert lead[["gained", "lost", "sign_p"]].iloc[0].tolist() == [2, 0, 0.5]
     # per task: 1 - 0.5, 1 - 0, 0 - 0 -> 0.5
     assert lead["difference"].iloc[0] == pytest.approx(0.5)
     expected = paired_difference(
@@ -181,6 +205,8 @@ def test_the_privileged_lead_pairs_the_views_of_each_split_evaluated_in_both():
     )  # the view led, then the view it leads
     assert (lead["low"].iloc[0], lead["high"].iloc[0]) == (expected["low"], expected["high"])
     assert privileged_lead(pd.DataFrame(ood)).empty
+    one = results[(results["split"] == "id") & (results["task_id"] == 0)]
+    assert privileged_lead(one).empty  # one task: no interval over tasks, so no lead
     with pytest.raises(SchemaError, match="missing column"):
         privileged_lead(results.drop(columns="view"))
 
@@ -233,6 +259,12 @@ def test_variance_ratio_is_one_minus_the_correlation_of_two_policies_tasks():
         variance_ratio(half, _tasks([1] * 10))
     with pytest.raises(ValueError, match="no task varies"):
         variance_ratio(_tasks([1] * 40), _tasks([1] * 40))
+    with pytest.raises(ValueError, match="needs at least 2, got 1") as one:  # not "flat"
+        variance_ratio(_tasks([1]), _tasks([0]))
+    assert type(one.value) is ValueError
+    with pytest.raises(ValueError, match=r"results: 1 episode\(s\) without success"):
+        nulls = pd.DataFrame({"task_id": [0, 1, 2], "success": [1.0, None, 0.0]})
+        variance_ratio(nulls, _tasks([1, 1, 0]))  # the mean of task 1 would skip it
 
 
 def test_minimum_detectable_effect_and_the_tasks_it_takes():

@@ -42,8 +42,9 @@ def summarize_eval_results(results: pd.DataFrame) -> pd.DataFrame:
     """The ``eval_summary`` table of an ``eval_results`` table.
 
     For each (checkpoint, split, view) the success rate of every decoding seed is the fraction of
-    its episodes that succeeded; ``mean`` and ``sd`` are taken over those per-seed rates (sample SD).
-    Every seed of a group must cover the same tasks, so that seeds differ only in decoding.
+    its episodes that succeeded; ``mean`` and ``sd`` are taken over those per-seed rates (sample
+    SD). Every seed of a group must cover the same tasks, each once, so that seeds differ only in
+    decoding.
 
     Returns:
         One row per group with ``success_per_seed`` (list, ordered by ``seeds``), ``seeds``,
@@ -53,6 +54,14 @@ def summarize_eval_results(results: pd.DataFrame) -> pd.DataFrame:
     check_columns(results, "eval_results", source="eval_results")
     if results.empty:
         raise ValueError("eval_results: no episodes to summarise")
+    twice = results.duplicated([*SUMMARY_KEYS, "task_id", "decoding_seed"])
+    if twice.any():
+        first = results[twice].iloc[0]
+        raise ValueError(
+            f"eval_results: {int(twice.sum())} episode(s) recorded twice, e.g. task "
+            f"{first['task_id']} with decoding seed {first['decoding_seed']} in "
+            f"{first['split']}/{first['view']}; each is played once"
+        )
     rows = []
     for key, group in results.groupby(list(SUMMARY_KEYS), sort=True, dropna=False):
         tasks_per_seed = {
@@ -165,7 +174,8 @@ def replicated_difference(
     shows it, to be reported beside it). One pair is :func:`paired_difference`.
 
     Returns:
-        ``difference``, ``low``, ``high`` (fractions) and ``tasks`` (the number of tasks).
+        ``difference``, ``low``, ``high`` (fractions), ``tasks`` (the number of tasks), and
+        ``gained``, ``lost`` and ``sign_p`` (:func:`sign_test`) of the averaged differences.
     """
     if not pairs:
         raise ValueError("pairs: no replicate to average")
@@ -200,9 +210,10 @@ def paired_per_task(results: pd.DataFrame, baseline: pd.DataFrame) -> pd.Series:
     if a.index.has_duplicates or b.index.has_duplicates:
         raise ValueError("results, baseline: one episode per (task_id, decoding_seed) is expected")
     if not a.index.equals(b.index):
+        unmatched = len(a.index.symmetric_difference(b.index))
         raise ValueError(
             "results, baseline: not paired; both must hold the same (task_id, decoding_seed) "
-            f"episodes ({len(a)} vs {len(b)}, {len(a.index.symmetric_difference(b.index))} unmatched)"
+            f"episodes ({len(a)} vs {len(b)}, {unmatched} unmatched)"
         )
     return (a - b).groupby(level="task_id").mean()
 
@@ -213,20 +224,27 @@ def privileged_lead(results: pd.DataFrame) -> pd.DataFrame:
     the premise asks of a policy that teaches itself (a lead whose interval lies above zero).
 
     Args:
-        results: an evaluation's ``eval_results``; splits evaluated in one view only are left out.
+        results: an evaluation's ``eval_results``; splits evaluated in one view only, or on one
+            task only, are left out.
 
     Returns:
         One row per split evaluated in both views: ``split``, ``tasks``, ``difference``, ``low``,
-        ``high`` (fractions).
+        ``high`` (fractions), and the tasks the privileged view ``gained`` and ``lost`` with their
+        sign test's ``sign_p`` (the interval alone is too narrow where few tasks differ).
     """
     check_columns(results, "eval_results", source="eval_results")
     rows = []
     for split, episodes in results.groupby("split", sort=True):
         views = dict(tuple(episodes.groupby("view")))
-        if {VIEW_ORDINARY, VIEW_PRIVILEGED} <= views.keys():
-            lead = paired_difference(views[VIEW_PRIVILEGED], views[VIEW_ORDINARY])
-            rows.append({"split": split, **lead, "tasks": int(lead["tasks"])})
-    return pd.DataFrame(rows, columns=["split", "tasks", "difference", "low", "high"])
+        # one task has no interval over tasks (a smoke run's): its lead is not a lead
+        if {VIEW_ORDINARY, VIEW_PRIVILEGED} <= views.keys() and episodes["task_id"].nunique() > 1:
+            try:
+                lead = paired_difference(views[VIEW_PRIVILEGED], views[VIEW_ORDINARY])
+            except ValueError as error:  # "results" is the privileged view, "baseline" the other
+                raise ValueError(f"{split}, privileged vs ordinary view: {error}") from None
+            rows.append({"split": split, **lead})
+    columns = ["split", "tasks", "difference", "low", "high", "gained", "lost", "sign_p"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def task_difference(
@@ -248,7 +266,7 @@ def task_difference(
     sample than another, this weights tasks equally, unlike the difference of the two rates.
 
     Returns:
-        ``difference``, ``low``, ``high`` (fractions) and ``tasks`` (the number of tasks).
+        As :func:`paired_difference`.
     """
     a, b = _per_task(results, "results"), _per_task(baseline, "baseline")
     if not a.index.equals(b.index):
@@ -266,16 +284,18 @@ def _over_tasks(
     interval at ``level`` (tasks resampled with replacement, seeded), how many tasks gained and
     lost, and the exact two-sided sign test over those (:func:`sign_test`): the percentile
     interval is too narrow where few tasks differ (four of 256, all one way, put it above zero;
-    the sign test gives p = 0.125)."""
+    the sign test gives p = 0.125). One task has no interval over tasks: ``nan`` bounds."""
     if not 0 < level < 1:
         raise ValueError(f"level: must be in (0, 1), got {level}")
     if resamples < 1:
         raise ValueError(f"resamples: at least 1, got {resamples}")
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, per_task.size, size=(resamples, per_task.size))
-    means = per_task[draws].mean(axis=1)  # (resamples,)
-    tail = 100 * (1 - level) / 2
-    low, high = np.percentile(means, [tail, 100 - tail])
+    low = high = math.nan  # one task: every resample would be it, an interval of zero width
+    if per_task.size > 1:
+        rng = np.random.default_rng(seed)
+        draws = rng.integers(0, per_task.size, size=(resamples, per_task.size))
+        means = per_task[draws].mean(axis=1)  # (resamples,)
+        tail = 100 * (1 - level) / 2
+        low, high = np.percentile(means, [tail, 100 - tail])
     gained, lost = int((per_task > 0).sum()), int((per_task < 0).sum())
     return {
         "difference": float(per_task.mean()),
@@ -310,6 +330,8 @@ def _per_task(frame: pd.DataFrame, name: str) -> pd.Series:
         raise ValueError(f"{name}: missing column(s) {missing}")
     if frame.empty:
         raise ValueError(f"{name}: no episodes")
+    if frame["success"].isna().any():  # a mean would skip the episode in silence
+        raise ValueError(f"{name}: {int(frame['success'].isna().sum())} episode(s) without success")
     return frame.groupby("task_id")["success"].mean().astype(float).sort_index()
 
 
@@ -328,11 +350,14 @@ def variance_ratio(results: pd.DataFrame, other: pd.DataFrame) -> float:
     and ``r`` is the correlation of their tasks' successes.
 
     Raises:
-        ValueError: other tasks; :class:`FlatTasksError`: no variance in either.
+        ValueError: other tasks, or fewer than two; :class:`FlatTasksError`: no variance in
+            either.
     """
     a, b = _per_task(results, "results"), _per_task(other, "other")
     if not a.index.equals(b.index):
         raise ValueError(f"results, other: not the same tasks ({len(a)} vs {len(b)})")
+    if len(a) < 2:  # no variance over tasks at all, which is not a flat pair
+        raise ValueError(f"results, other: a variance over tasks needs at least 2, got {len(a)}")
     total = a.var(ddof=1) + b.var(ddof=1)
     if not total > 0:
         raise FlatTasksError("results, other: no task varies in success; the ratio is undefined")

@@ -79,7 +79,10 @@ def apply_rule(plan: StudyPlan, outputs: Path) -> RuleOutcome:
         results = pd.read_parquet(outputs / experiment.name / "cycle_1" / "eval_results.parquet")
         for (split, view), group in results.groupby(["split", "view"], sort=True):
             base = baseline[(baseline["split"] == split) & (baseline["view"] == view)]
-            d = paired_difference(group, base)
+            try:
+                d = paired_difference(group, base)
+            except ValueError as error:  # "results" is the candidate, "baseline" cycle 0
+                raise ValueError(f"{experiment.name}, {split}, {view} view: {error}") from None
             rows.append(
                 {
                     "experiment": experiment.name,
@@ -90,6 +93,9 @@ def apply_rule(plan: StudyPlan, outputs: Path) -> RuleOutcome:
                     "low": 100 * d["low"],
                     "high": 100 * d["high"],
                     "tasks": d["tasks"],
+                    "gained": d["gained"],
+                    "lost": d["lost"],
+                    "sign_p": d["sign_p"],
                     "harmless": d["high"] >= 0,
                     "gain": d["low"] > 0,
                 }
@@ -120,8 +126,13 @@ def write_rule(plan: StudyPlan, outputs: Path, reporting: Path) -> RuleOutcome:
 
     outcome = apply_rule(plan, outputs)
     table, chosen, rule = outcome.table, outcome.chosen, plan.rule
-    # the candidates' values as written (a learning rate is not a one-decimal figure)
-    shown = table.assign(**{rule.parameter: table[rule.parameter].map(lambda v: f"{v:g}")})
+    # the candidates' values as written (a learning rate is not a one-decimal figure), and the
+    # sign test's p to three decimals
+    shown = table.assign(
+        **{rule.parameter: table[rule.parameter].map(lambda v: f"{v:g}")},
+        sign_p=table["sign_p"].map(lambda p: f"{p:.3f}"),
+    )
+    lead = outcome.lead.assign(sign_p=outcome.lead["sign_p"].map(lambda p: f"{p:.3f}"))
     smallest = f"{table[rule.parameter].min():g}"
     if rule.choose == "largest_gain" and outcome.met:
         verdict = f"chosen: {rule.parameter} = {chosen:g}, a gain in the ordinary view"
@@ -139,7 +150,8 @@ def write_rule(plan: StudyPlan, outputs: Path, reporting: Path) -> RuleOutcome:
     text = (
         f"# Rule `{rule.choose}` over {rule.method}'s {rule.parameter}\n\n"
         "Paired difference of cycle 1 from cycle 0 in percentage points, 95% bootstrap interval "
-        "over tasks; harmless: upper bound >= 0; gain: lower bound > 0.\n\n"
+        "over tasks; harmless: upper bound >= 0; gain: lower bound > 0. Beside them, not part of "
+        "the rule: the tasks gained and lost and the exact sign test over those (sign_p).\n\n"
         f"{table_to_markdown(shown, float_format='.1f')}\n\n{verdict}\n"
     )
     if outcome.premise is not None:
@@ -148,8 +160,9 @@ def write_rule(plan: StudyPlan, outputs: Path, reporting: Path) -> RuleOutcome:
         text += (
             "\n## Cycle 0's privileged lead\n\n"
             "Privileged-view success minus ordinary-view success at cycle 0 in percentage points, "
-            "paired by task and decoding seed, 95% bootstrap interval over tasks.\n\n"
-            f"{table_to_markdown(outcome.lead, float_format='.1f')}\n\n"
+            "paired by task and decoding seed, 95% bootstrap interval over tasks; the tasks "
+            "gained and lost, and their sign test.\n\n"
+            f"{table_to_markdown(lead, float_format='.1f')}\n\n"
             f"premise {'holds' if outcome.premise else 'unmet'}: the privileged view {leads} "
             f"with an interval above zero, and {teaches}\n"
         )

@@ -4,6 +4,7 @@ ablations, the success of each cycle's collection, the rejected-summaries note, 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator, Mapping
 
 import numpy as np
@@ -425,7 +426,10 @@ def _markdown_line(cells: Iterable[str]) -> str:
 
 
 def _interval(difference: Mapping[str, float]) -> str:
-    """A difference's 95% interval (fractions) in percentage points: ``"[-4.7, 2.7]"``."""
+    """A difference's 95% interval (fractions) in percentage points: ``"[-4.7, 2.7]"``; none
+    over one task."""
+    if math.isnan(difference["low"]):
+        return MISSING
     return (
         f"[{_number(100 * difference['low'], '.1f')}, {_number(100 * difference['high'], '.1f')}]"
     )
