@@ -884,6 +884,18 @@ def test_a_tier_without_the_rules_candidates_leaves_the_rule_for_later(tmp_path,
     assert "chosen: train.optimizer.lr = 4e-05" in rule_md.read_text()
 
 
+def test_a_rule_over_one_task_is_refused_not_read_as_harm(tmp_path):
+    """One task has no interval over tasks (nan bounds): the rule refuses it, naming the cell,
+    rather than counting every candidate harmful."""
+    plan = _rule_plan(tmp_path, "largest_harmless")
+    outputs = tmp_path / "outputs"
+    _eval_results(outputs / "shared" / "cycle_0", [[True], [False]], cycle=0)
+    for name in ("small", "middle", "large"):
+        _eval_results(outputs / name / "cycle_1", [[True], [True]], cycle=1)
+    with pytest.raises(ValueError, match=r"^small, dev, ordinary view: one task; the rule's"):
+        apply_rule(plan, outputs)
+
+
 def test_the_gain_rule_chooses_the_largest_ordinary_gain_else_the_largest_harmless(tmp_path):
     from resail_pipeline.study import write_rule
 

@@ -314,12 +314,12 @@ class PreflightHook:
        fails here, naming each setting, instead of training on a corpus it did not ask for.
     6. A pipeline that writes a cycle stages its models where the catalog publishes them from,
        and holds its experiment's lock in the data folder's staging area until it ends (a second
-       run of the same experiment is refused; the kernel drops the lock of a killed run). One that
-       would write what every experiment shares (cycle 0, the cycle-1 corpus: a ``shared``
-       folder) holds ``shared.lock`` there too, so that two experiments started together on a
-       new data folder cannot both publish cycle 0, one replacing the model the other collects
-       with; a run that finds them all written, with ``--only-missing-outputs``, takes no such
-       lock, and experiments run side by side from then on.
+       run of the same experiment is refused; the kernel drops the lock of a killed run). Cycle 0
+       and the cycle-1 corpus, which every experiment of the folder reads, are guarded by
+       ``shared.lock`` there: a run that would write them (one is missing, or the run is not
+       ``--only-missing-outputs``) holds it alone, one that finds them written shares it with the
+       others, so experiments run side by side once they are written, and never beside a run
+       that replaces the cycle-0 model they collect with.
     """
 
     def __init__(self) -> None:
@@ -361,14 +361,19 @@ class PreflightHook:
         if any(name.startswith("cycle_") for name in writes):
             checkpoints = {n for n in names if n.endswith(".checkpoint")}
             self._take_lock("run", run.staging_dir, run.experiment, checkpoints, catalog)
-            shared = [n for n in writes if SHARED_FOLDER in Path(_filepath(catalog, n)).parts]
-            rewrites = not run_params.get("only_missing_outputs")
-            if shared and (rewrites or not all(catalog.exists(n) for n in shared)):
+            shared = [n for n in writes if _read_by_every_experiment(_filepath(catalog, n))]
+            if shared:
+                writer = not run_params.get("only_missing_outputs") or not all(
+                    catalog.exists(n) for n in shared
+                )
+                what = "cycle 0 and the cycle-1 corpus every experiment of this data folder shares"
                 self._hold(
                     Path(run.staging_dir).resolve() / f"{SHARED_FOLDER}.lock",
-                    "another run is writing the outputs every experiment of this data folder "
-                    "shares, cycle 0 and the cycle-1 corpus",
-                    "wait for it, then rerun with --only-missing-outputs",
+                    f"another run uses {what}, which this one would write"
+                    if writer
+                    else f"another run is writing {what}",
+                    "wait for it; with --only-missing-outputs a run keeps what is written",
+                    shared=not writer,
                 )
         if any(name.startswith(AITZ_PREFIX) for name in writes):
             aitz = build(AitzConfig, dict(params["aitz"]), "aitz")
@@ -442,10 +447,11 @@ class PreflightHook:
             f"wait for it, or give this run another --params {field}",
         )
 
-    def _hold(self, path: Path, what: str, remedy: str) -> None:
-        """Hold the lock at ``path`` until the run ends; where another process holds it, say in
-        one line ``what`` (and which process) and the ``remedy``."""
-        lock = ProcessLock(path)
+    def _hold(self, path: Path, what: str, remedy: str, *, shared: bool = False) -> None:
+        """Hold the lock at ``path`` (``shared``: beside other readers) until the run ends; where
+        another process holds it, say in one line ``what`` (and which process) and the
+        ``remedy``."""
+        lock = ProcessLock(path, shared=shared)
         try:
             lock.acquire()
         except LockedError as error:
@@ -475,6 +481,13 @@ def _described(catalog: Any, name: str) -> dict[str, Any]:
     """The dataset's description; empty for one the catalog does not declare (kept in memory)."""
     dataset = catalog.get(name) if hasattr(catalog, "get") else None
     return dataset._describe() if dataset is not None else {}
+
+
+def _read_by_every_experiment(filepath: str) -> bool:
+    """Whether a dataset's file is one every experiment of its data folder reads: cycle 0's or
+    the cycle-1 corpus's, directly in ``shared/cycle_<k>/`` (not cycle 1's cached responses and
+    scores, a folder below it for each setting they depend on)."""
+    return Path(filepath).parts[-3:-2] == (SHARED_FOLDER,)
 
 
 def _filepath(catalog: Any, name: str) -> str:

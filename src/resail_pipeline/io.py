@@ -234,15 +234,18 @@ class LockedError(RuntimeError):
 
 
 class ProcessLock:
-    """An exclusive lock on ``path`` held by this process until :meth:`release` or its end.
+    """A lock on ``path`` held by this process until :meth:`release` or its end: exclusive, or
+    ``shared`` (any number of shared holders at once, none beside an exclusive one: readers and a
+    writer).
 
     ``flock(2)`` on a file that stays in place: the kernel drops the lock when the process dies,
     however it dies, so a killed run never leaves a stale lock behind. The file records the pid
-    of the holder, for the message of the one that waits.
+    of the last holder, for the message of the one that waits.
     """
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, *, shared: bool = False) -> None:
         self.path = Path(path)
+        self.shared = shared
         self._file = None
 
     def acquire(self, wait: bool = False) -> None:
@@ -250,8 +253,9 @@ class ProcessLock:
         process, or with ``wait``, log that name and wait until it lets go."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(self.path, "a+")  # noqa: SIM115 (held open as long as the lock)
+        mode = fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(handle, mode | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
             holder = handle.read().strip() or "unknown"
@@ -259,7 +263,7 @@ class ProcessLock:
                 handle.close()
                 raise LockedError(f"{self.path}: held by process {holder}") from None
             logger.info("%s: held by process %s; waiting until it lets go", self.path, holder)
-            fcntl.flock(handle, fcntl.LOCK_EX)
+            fcntl.flock(handle, mode)
         handle.seek(0)
         handle.truncate()
         handle.write(str(os.getpid()))

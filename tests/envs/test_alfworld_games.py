@@ -165,6 +165,10 @@ def test_writing_resumes_extends_and_refuses_another_draw(tmp_path, monkeypatch)
     contents = {g: g.read_bytes() for g in first}
     drawn = _count_drawn_games(monkeypatch)
     assert write_games(out, small, workers=1) == first and drawn == []  # complete: nothing redrawn
+    shutil.rmtree(first[0].parent)  # a game removed by hand from a complete set: drawn again
+    assert write_games(out, small, workers=1) == first and drawn == [("train", 0)]
+    assert all(g.read_bytes() == contents[g] for g in first)
+    drawn.clear()
     (out / MANIFEST).unlink()  # as if killed before the manifest
     larger = tiny(train=2, seed=5)
     games = write_games(out, larger, workers=1)

@@ -631,10 +631,12 @@ def test_a_second_run_of_an_experiment_is_refused_while_the_first_holds_its_lock
     second.after_pipeline_run()
 
 
-def test_two_experiments_cannot_write_what_they_share_at_once(cycle_1, tmp_path):
-    """Cycle 0 and the cycle-1 corpus live in ``shared/``: a second experiment of the data folder
-    is refused while the first would write them, and runs beside it once they are written (with
-    ``--only-missing-outputs``; a run without it rewrites them, and takes the lock)."""
+def test_what_every_experiment_shares_is_written_by_one_run_and_read_by_many(cycle_1, tmp_path):
+    """Cycle 0 and the cycle-1 corpus live in ``shared/``: a run that would write them holds
+    ``shared.lock`` alone (another experiment is refused while it does), runs that find them
+    written share it, side by side, and a run that would rewrite them (no
+    ``--only-missing-outputs``) is refused while any of those reads. Cycle 1's responses, in a
+    folder of their setting below ``shared/cycle_1``, take no part in it."""
     from kedro.pipeline import Pipeline, node
 
     from resail_pipeline.config import ConfigError
@@ -642,31 +644,46 @@ def test_two_experiments_cannot_write_what_they_share_at_once(cycle_1, tmp_path)
     from resail_pipeline.io import ProcessLock
 
     policy, _ = cycle_1
-    shared = tmp_path / "data" / "textcraft" / "shared" / "cycle_0" / "eval_results.parquet"
+    data = tmp_path / "data" / "textcraft" / "shared"
     writer = Pipeline([node(lambda x: x, "params:run", "cycle_0.eval_results", name="writer")])
     run = {**RUN, "staging_dir": str(tmp_path / "staging")}
+    lock = tmp_path / "staging" / "shared.lock"
 
     def catalog(experiment):
         catalog = _catalog(None, policy, run={**run, "experiment": experiment})
-        catalog["cycle_0.eval_results"] = AtomicParquetDataset(str(shared))
+        catalog["cycle_0.eval_results"] = AtomicParquetDataset(
+            str(data / "cycle_0" / "eval_results.parquet")
+        )
+        catalog["cycle_1.responses"] = AtomicParquetDataset(
+            str(data / "cycle_1" / "0123abcd" / "responses.parquet")
+        )
         return catalog
 
-    first, second = PreflightHook(), PreflightHook()
     missing = {"only_missing_outputs": True}
-    first.before_pipeline_run(missing, writer, catalog("oel"))
-    assert (tmp_path / "staging" / "shared.lock").read_text() == str(os.getpid())
-    with pytest.raises(ConfigError, match=r"^another run is writing the outputs every experiment"):
-        second.before_pipeline_run(missing, writer, catalog("oel_resail"))
-    lock = ProcessLock(tmp_path / "staging" / "oel_resail.lock")  # the refused run holds none
-    lock.acquire()
-    lock.release()
+    hooks = {name: PreflightHook() for name in ("oel", "oel_resail", "rft", "sdpo")}
+    responses = Pipeline([node(lambda x: x, "params:run", "cycle_1.responses", name="r")])
+    hooks["sdpo"].before_pipeline_run(missing, responses, catalog("sdpo"))
+    assert not lock.exists()  # a setting's own folder: no lock on what all share
+    hooks["oel"].before_pipeline_run(missing, writer, catalog("oel"))  # missing: it writes
+    assert lock.read_text() == str(os.getpid())
+    uses = r"^another run uses cycle 0 and the cycle-1 corpus every experiment .* would write"
+    with pytest.raises(ConfigError, match=uses):
+        hooks["oel_resail"].before_pipeline_run(missing, writer, catalog("oel_resail"))
     catalog("oel").save("cycle_0.eval_results", pd.DataFrame({"x": [1]}))
-    second.before_pipeline_run(missing, writer, catalog("oel_resail"))  # nothing left to write
-    with pytest.raises(ConfigError, match=r"^another run is writing the outputs every experiment"):
-        PreflightHook().before_pipeline_run({}, writer, catalog("rft"))  # would rewrite them
-    first.after_pipeline_run()
-    second.before_pipeline_run({}, writer, catalog("oel_resail"))
-    second.after_pipeline_run()
+    with pytest.raises(ConfigError, match=r"^another run is writing cycle 0 and the cycle-1"):
+        hooks["oel_resail"].before_pipeline_run(missing, writer, catalog("oel_resail"))
+    hooks["oel"].after_pipeline_run()
+    hooks["oel_resail"].before_pipeline_run(missing, writer, catalog("oel_resail"))  # written
+    hooks["rft"].before_pipeline_run(missing, writer, catalog("rft"))  # beside it
+    with pytest.raises(ConfigError, match=uses):
+        hooks["oel"].before_pipeline_run({}, writer, catalog("oel"))  # would rewrite them
+    refused = ProcessLock(tmp_path / "staging" / "oel.lock")  # the refused run keeps no lock
+    refused.acquire()
+    refused.release()
+    hooks["oel_resail"].after_pipeline_run()
+    hooks["rft"].on_pipeline_error()
+    hooks["oel"].before_pipeline_run({}, writer, catalog("oel"))
+    hooks["oel"].after_pipeline_run()
 
 
 def test_two_aitz_runs_of_one_tag_are_locked_apart_and_stage_where_the_catalog_publishes(

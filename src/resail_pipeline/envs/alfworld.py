@@ -195,10 +195,11 @@ SKIPPED_IN_PATH = ("movable", "Sliced")
 
 
 def check_data_folder(root: str | os.PathLike) -> Path:
-    """``root``, made absolute, where ALFWorld would find games under it; a path that holds one of
-    :data:`SKIPPED_IN_PATH` (``/mnt/removable``, say) is refused, naming it, before a set is
-    written there or a model loaded."""
-    path = Path(root).resolve()
+    """``root``, made absolute as the adapter hands it to ALFWorld (links not followed), where
+    ALFWorld would find games under it; a path that holds one of :data:`SKIPPED_IN_PATH`
+    (``/mnt/removable``, say) is refused, naming it, before a set is written there or a model
+    loaded."""
+    path = Path(root).expanduser().absolute()
     skipped = [word for word in SKIPPED_IN_PATH if word in str(path)]
     if skipped:
         raise ConfigError(

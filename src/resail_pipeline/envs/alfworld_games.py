@@ -607,8 +607,10 @@ def _write_games(out: Path, config: GameGenConfig, workers: int | None) -> list[
     """:func:`write_games` under its lock."""
     _check_existing(out, config)
     shutil.rmtree(out / STAGING, ignore_errors=True)  # what a killed run was writing
-    if _complete(out, config):  # written while this call waited for the lock
-        return [out / name for name in read_json(out / MANIFEST)["files"]]
+    if _complete(out, config):  # complete (perhaps while this call waited for the lock)
+        listed = [out / name for name in read_json(out / MANIFEST)["files"]]
+        if all(game.is_file() for game in listed):  # else a game removed since: drawn again
+            return listed
     jobs = [(split, i) for split in SPLITS for i in range(config.games(split))]
     written = {split: _written(out, split) for split in SPLITS}
     missing = [(split, i) for split, i in jobs if _trial(config, i) not in written[split]]

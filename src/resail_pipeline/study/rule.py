@@ -27,13 +27,15 @@ class RuleOutcome:
     met the rule's aim (``largest_gain``: a gain; ``largest_harmless``: no harm), whether any
     candidate gained, and cycle 0's privileged lead."""
 
-    # one row per candidate, split and view: difference, low, high (points), tasks, harmless, gain
+    # one row per candidate, split and view: difference, low, high (points), tasks, gained, lost,
+    # sign_p, harmless, gain
     table: pd.DataFrame
     chosen: float | None
     met: bool
     # whether a candidate's first cycle gains in the ordinary view (interval above 0, every split)
     gained: bool
-    # one row per split cycle 0 evaluated in both views: tasks, difference, low, high (points)
+    # one row per split cycle 0 evaluated in both views on two tasks or more: tasks, difference,
+    # low, high (points), gained, lost, sign_p
     lead: pd.DataFrame
 
     @property
@@ -41,7 +43,7 @@ class RuleOutcome:
         """Whether the paper's premise holds: cycle 0's privileged view leads its ordinary view
         on every split with a paired interval above zero (the teacher knows more), and a
         candidate's first cycle gains in the ordinary view (a first cycle teaches), whatever the
-        rule chose; ``None`` where cycle 0 has one view only."""
+        rule chose; ``None`` where cycle 0 has no split with both views on two tasks or more."""
         if self.lead.empty:
             return None
         return bool((self.lead["low"] > 0).all()) and self.gained
@@ -79,10 +81,13 @@ def apply_rule(plan: StudyPlan, outputs: Path) -> RuleOutcome:
         results = pd.read_parquet(outputs / experiment.name / "cycle_1" / "eval_results.parquet")
         for (split, view), group in results.groupby(["split", "view"], sort=True):
             base = baseline[(baseline["split"] == split) & (baseline["view"] == view)]
+            where = f"{experiment.name}, {split}, {view} view"
             try:
                 d = paired_difference(group, base)
             except ValueError as error:  # "results" is the candidate, "baseline" cycle 0
-                raise ValueError(f"{experiment.name}, {split}, {view} view: {error}") from None
+                raise ValueError(f"{where}: {error}") from None
+            if d["tasks"] < 2:  # no interval over tasks: neither harmless nor harmful
+                raise ValueError(f"{where}: one task; the rule's interval needs at least two")
             rows.append(
                 {
                     "experiment": experiment.name,
