@@ -12,11 +12,10 @@ import argparse
 import math
 from collections.abc import Iterator
 from pathlib import Path
-from statistics import NormalDist
 
 import pandas as pd
 
-from resail_pipeline.evaluation.stats import paired_per_task
+from resail_pipeline.evaluation.stats import detection_z, paired_per_task
 
 #: each parent and its ReSAIL version
 PAIRS = (("oel", "oel_resail"), ("sdpo", "sdpo_resail"))
@@ -40,8 +39,7 @@ def paired_cells(
 
 def contrasts(grid: Path, level: float = 0.95, power: float = 0.8) -> pd.DataFrame:
     """One row per pair, cycle, split and view of ``grid`` (a data folder's model outputs)."""
-    normal = NormalDist()
-    z = normal.inv_cdf(1 - (1 - level) / 2) + normal.inv_cdf(power)
+    z = detection_z(level, power)
     rows = []
     for parent, resail, cycle, split, view, group, paired in paired_cells(grid):
         cell = f"{grid}: {resail} - {parent}, cycle {cycle}, {split}, {view}"
