@@ -7,10 +7,11 @@ per-game variance from cycle 0's evaluation on ``dev``. From both: the minimum d
 (80% power, 5% two-sided) at ``--tasks`` games per split, and the games per split it takes to
 bring it to ``--effect`` points. Written to ``--out`` (JSON) and printed::
 
+    dev=alfworld-study-premise-dev
     .venv/bin/python scripts/premise_power.py \\
         --grid data/07_model_output/alfworld-study \\
-        --baseline data/07_model_output/alfworld-study-premise-dev/shared/cycle_0/eval_results.parquet \\
-        --out data/08_reporting/alfworld-study-premise-dev/power.json
+        --baseline data/07_model_output/$dev/shared/cycle_0/eval_results.parquet \\
+        --out data/08_reporting/$dev/power.json
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ import copy
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -128,3 +130,30 @@ def process_alive():
             return False
 
     return alive
+
+
+@pytest.fixture(scope="session")
+def while_lock_held():
+    """``(path, work, events=None, hold=0.5) -> events``: holds the lock at ``path`` (another open
+    file of the same path, so ``flock`` conflicts within this process), runs ``work`` in a thread,
+    gives it ``hold`` seconds, notes ``"released"`` and lets go, then waits for ``work``, whose
+    result is noted last. ``["released", <result>]`` shows that ``work`` waited for the lock."""
+    from resail_pipeline.io import ProcessLock
+
+    def run(
+        path: Path, work: Callable[[], object], events: list | None = None, hold: float = 0.5
+    ) -> list:
+        events = [] if events is None else events
+        held = ProcessLock(path)
+        held.acquire()
+        thread = threading.Thread(target=lambda: events.append(work()))
+        try:
+            thread.start()
+            thread.join(timeout=hold)
+            events.append("released")
+        finally:
+            held.release()
+        thread.join()
+        return events
+
+    return run

@@ -679,28 +679,19 @@ def test_a_failing_heartbeat_costs_the_run_nothing_and_an_interrupt_stops_it(
     assert not process_alive(children[0])
 
 
-def test_two_writers_of_one_time_log_take_turns(tmp_path):
+def test_two_writers_of_one_time_log_take_turns(tmp_path, while_lock_held):
     """Two runs sharing a time log (two cells retrained with one training seed) rewrite it one at
     a time: a writer waits while the log's lock is held, and both rows are kept."""
-    import threading
-
-    from resail_pipeline.io import ProcessLock
     from resail_pipeline.study.runner import _write_row
 
-    log, events = tmp_path / "times.csv", []
+    log = tmp_path / "times.csv"
     _write_row(log, {"experiment": "oel", "started": "t0", "seconds": 1})
-    held = ProcessLock(tmp_path / ".times.csv.lock")  # the other writer, mid-rewrite
-    held.acquire()
-    second = threading.Thread(
-        target=lambda: events.append(
+    events = while_lock_held(  # the other writer, mid-rewrite
+        tmp_path / ".times.csv.lock",
+        lambda: (
             _write_row(log, {"experiment": "oel_resail", "started": "t1", "seconds": 2}) or "wrote"
-        )
+        ),
     )
-    second.start()
-    second.join(timeout=0.5)
-    events.append("released")
-    held.release()
-    second.join()
     assert events == ["released", "wrote"]
     assert pd.read_csv(log)["experiment"].tolist() == ["oel", "oel_resail"]
 

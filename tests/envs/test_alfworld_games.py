@@ -398,15 +398,12 @@ def test_the_main_jobs_set_is_written_once_then_reused(tmp_path, monkeypatch):
 
 
 def test_a_second_writer_waits_for_the_first_then_draws_nothing_again(
-    one_per_split, tmp_path, monkeypatch
+    one_per_split, tmp_path, monkeypatch, while_lock_held
 ):
     """Two processes writing one set (a report drawn beside a running grid) once removed each
     other's staging under their workers; the second now waits for the first's lock, then finds
     every game written (and clears what a killed writer left)."""
-    import threading
-
     from resail_pipeline.envs import alfworld_games
-    from resail_pipeline.io import ProcessLock
 
     out, events = tmp_path / "games", []
     shutil.copytree(one_per_split[0], out)
@@ -423,16 +420,9 @@ def test_a_second_writer_waits_for_the_first_then_draws_nothing_again(
         return checking(*args)
 
     monkeypatch.setattr(alfworld_games, "_check_existing", noting)
-    first = ProcessLock(out / LOCK_FILE)  # the first writer (another open file: flock conflicts)
-    first.acquire()
-    second = threading.Thread(
-        target=lambda: events.append(len(write_games(out, tiny(seed=0), workers=1)))
+    while_lock_held(  # the first writer; half a second to get past its lock, were it not held
+        out / LOCK_FILE, lambda: len(write_games(out, tiny(seed=0), workers=1)), events
     )
-    second.start()
-    second.join(timeout=0.5)  # time to get past the lock, were it not held
-    events.append("released")
-    first.release()
-    second.join()
     assert events == ["released", "entered", len(SPLITS)] and not (out / STAGING).exists()
 
 
@@ -682,7 +672,11 @@ def test_the_command_draws_full_rooms_unless_given_a_number(tmp_path, monkeypatc
     main(["--out", str(tmp_path), "--max-receptacles"])
     main(["--out", str(tmp_path), "--n", "2", "--max-receptacles", "8"])
     main(["--out", str(tmp_path), "--max-receptacles", "8", "--id", "128", "--ood", "128"])
+    main(["--out", str(tmp_path), "--max-attempts", "80", "--max-plan-length", "25"])
+    main(["--out", str(tmp_path), "--distractors", "0"])
     assert asked[0] == asked[1] == GameGenConfig()
+    assert asked[4] == GameGenConfig(max_attempts=80, max_plan_length=25)
+    assert asked[5] == GameGenConfig(distractors=0)
     assert asked[2] == GameGenConfig(**dict.fromkeys(SPLITS, 2), max_receptacles=8)
     assert asked[3] == GameGenConfig(id=128, ood=128, max_receptacles=8)
     with pytest.raises(SystemExit):
@@ -690,3 +684,5 @@ def test_the_command_draws_full_rooms_unless_given_a_number(tmp_path, monkeypatc
     assert "--n and --dev: give the games of every split or of each" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="max_receptacles: must be an integer >= 3"):
         main(["--out", str(tmp_path), "--max-receptacles", "2"])
+    with pytest.raises(SystemExit, match=r"max_plan_length: must be an integer in \[1, 30\]"):
+        main(["--out", str(tmp_path), "--max-plan-length", "31"])

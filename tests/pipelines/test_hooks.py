@@ -750,28 +750,19 @@ def test_a_killed_runs_lock_is_free():
             holder.kill()
 
 
-def test_a_lock_taken_with_wait_waits_for_its_holder(tmp_path, caplog):
-    import threading
-
+def test_a_lock_taken_with_wait_waits_for_its_holder(tmp_path, caplog, while_lock_held):
     from resail_pipeline.io import ProcessLock
 
-    path, events = tmp_path / "x.lock", []
-    holder = ProcessLock(path)  # another open file of the same path: flock conflicts in-process
-    holder.acquire()
+    path = tmp_path / "x.lock"
 
     def take():
         lock = ProcessLock(path)
         lock.acquire(wait=True)
-        events.append("taken")
         lock.release()
+        return "taken"
 
-    waiter = threading.Thread(target=take)
     with caplog.at_level(logging.INFO, logger="resail_pipeline.io"):
-        waiter.start()
-        waiter.join(timeout=1.0)
-        events.append("released")
-        holder.release()
-        waiter.join()
+        events = while_lock_held(path, take, hold=1.0)
     assert events == ["released", "taken"]
     assert f"{path}: held by process {os.getpid()}; waiting until it lets go" in caplog.text
 

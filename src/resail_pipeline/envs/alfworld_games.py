@@ -855,8 +855,13 @@ def write_game(
             folder.parent.rmdir()
     raise RuntimeError(
         f"no solvable {task_type} game for split {split!r} #{index} in {config.max_attempts} "
-        "attempts; raise max_attempts or max_plan_length"
+        "attempts; raise max_attempts or max_plan_length (the command's --max-attempts, "
+        "--max-plan-length)"
     )
+
+
+#: The integer drawing settings the command line sets as they are (``--max-plan-length``, ...)
+_DRAWING_OPTIONS = ("distractors", "max_plan_length", "max_attempts")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -889,6 +894,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="receptacles per game, the needed ones first; without N (the default) every "
         "receptacle of the room",
     )
+    for name in _DRAWING_OPTIONS:
+        parser.add_argument(
+            f"--{name.replace('_', '-')}",
+            type=int,
+            default=getattr(defaults, name),
+            metavar="N",
+            help=f"{GameGenConfig.model_fields[name].description} (default %(default)s)",
+        )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     each = {split: getattr(args, split) for split in SPLITS if getattr(args, split) is not None}
@@ -896,7 +909,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(f"--n and --{next(iter(each))}: give the games of every split or of each")
     counts = each if args.n is None else {split: args.n for split in SPLITS}
     try:
-        config = GameGenConfig(**counts, seed=args.seed, max_receptacles=args.max_receptacles)
+        drawing = {name: getattr(args, name) for name in _DRAWING_OPTIONS}
+        config = GameGenConfig(
+            **counts, seed=args.seed, max_receptacles=args.max_receptacles, **drawing
+        )
         games = write_games(args.out, config)
     except ConfigError as error:
         raise SystemExit(f"error: {error}") from None
