@@ -1111,6 +1111,7 @@ def test_a_cell_trains_again_with_another_training_seed_beside_the_grid(tmp_path
     their paired differences go beside the grid's with their mean and spread."""
     import resail_pipeline.study as study
     from resail_pipeline.config import flatten
+    from resail_pipeline.study.__main__ import main
     from resail_pipeline.study.plan import TRAINING_SEED_KEYS
 
     project, data = _cell_project(tmp_path)
@@ -1120,7 +1121,7 @@ def test_a_cell_trains_again_with_another_training_seed_beside_the_grid(tmp_path
         """A fake of the cycle runs: OEL solves one task in four at every cycle, OEL + ReSAIL
         half of them (the grid's solves all at cycle 2); the report run does nothing."""
         if "report" in args:
-            calls.append(("report", params["data_tag"]))
+            calls.append(("report", params.get("data_tag")))
             return 0
         name = params["run"]["experiment"]
         flat = flatten(params)
@@ -1162,6 +1163,23 @@ def test_a_cell_trains_again_with_another_training_seed_beside_the_grid(tmp_path
     calls.clear()
     study.retrain_cell(plan, "study", project, name="oel_resail", cycle=2, seed=1, log=log)
     assert calls == [("report", folder)]
+
+    # the grid's own run moves a cell the seeds share (here OEL + ReSAIL's cycle 2 evaluated
+    # again, solving half the tasks): the table beside it follows, written by that run too
+    grid = data / "07_model_output" / "textcraft-g"
+    _eval_results(
+        grid / "oel_resail" / "cycle_2", [[t % 2 == 0 for t in range(40)]] * 2, 2, "oel_resail"
+    )
+    mine = tmp_path / "grid.yml"
+    mine.write_text(
+        "experiments:\n  - {method: oel, cycles: 2}\n  - {method: oel_resail, cycles: 2}\n"
+    )
+    calls.clear()
+    main(["--env", "study", "--project", str(project), "--plan", str(mine)])
+    assert calls == [("report", None)]  # the env's own folder
+    written = pd.read_csv(data / "08_reporting" / "textcraft-g" / "training-seeds.csv")
+    lead = written.set_index(["Comparison", "Cycle"]).loc[("OEL + ReSAIL - OEL", 2)]
+    assert (lead["Seed 0 (pp)"], lead["Seed 1 (pp)"]) == (25.0, 25.0)
 
 
 @pytest.mark.parametrize(

@@ -67,7 +67,8 @@ EXPERIMENT --cycle N``, with the experiment it is compared with, cycles 1 to N) 
 grid's do, resumable, with their time rows in ``<plan>-<env>-training-seed<S>.csv``; then every
 comparison of the report that two or more seeds reached goes to ``data/08_reporting/<the grid's
 folder>/training-seeds.md`` and ``.csv``: each training seed's paired difference, their mean with
-its 95% interval over tasks, and their sample SD over seeds.
+its 95% interval over tasks, and their sample SD over seeds (written again by every later run of the
+grid or of a seed, as their cells move).
 
     python -m resail_pipeline.study --env study --tier 1 --training-seed 1
     python -m resail_pipeline.study --env study --rerun oel_resail --cycle 3 --training-seed 1

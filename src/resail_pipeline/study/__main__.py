@@ -102,17 +102,14 @@ def main(argv: Sequence[str] | None = None) -> None:
                 seed=args.training_seed,
                 log=log,
             )
-        elif args.training_seed is not None:
-            run_study(
-                with_training_seed(plan, args.env, args.project, args.training_seed),
-                args.env,
-                args.project,
-                log=log,
-                tier=args.tier,
-            )
-            write_training_seeds(plan, args.env, args.project)
         else:
-            run_study(plan, args.env, args.project, log=log, tier=args.tier)
+            runs = plan
+            if args.training_seed is not None:
+                runs = with_training_seed(plan, args.env, args.project, args.training_seed)
+            run_study(runs, args.env, args.project, log=log, tier=args.tier)
+            # either seed's run moves cells the seeds share: their table follows (nothing is
+            # written while no cell is evaluated under two training seeds)
+            write_training_seeds(plan, args.env, args.project)
     except ConfigError as error:  # a bad plan or option: one line naming the field, status 2
         parser.exit(2, f"error: {error}\n")
 

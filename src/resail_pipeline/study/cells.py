@@ -130,7 +130,8 @@ def _cell_names(plan: StudyPlan, name: str) -> list[Experiment]:
     entries = {e.name: e for e in plan.experiments}  # the last entry: the most cycles
     if name not in entries:
         raise ConfigError(f"--rerun: no experiment {name!r} in the plan; it has {sorted(entries)}")
-    against = dict(comparisons({name: entries[name].method})).get(name)
+    pairs = comparisons({name: entries[name].method})  # the first: its parent or full method
+    against = pairs[0][1] if pairs else None
     names = [name] if against is None else [against, name]
     missing = [n for n in names if n not in entries]
     if missing:
@@ -213,18 +214,22 @@ def write_training_seeds(plan: StudyPlan, env: str, project: Path) -> pd.DataFra
     ``data/08_reporting/<the grid's folder>/training-seeds.md`` and ``.csv``.
 
     Returns:
-        The table; empty (and nothing written) where no cell is evaluated under two seeds.
+        The table; empty (and nothing written) where the grid was trained with no other seed or
+        no cell is evaluated under two seeds.
     """
     from resail_pipeline.evaluation.report import table_to_markdown, training_seeds_table
 
     run_env, tag = data_folder(plan, env, project)
     outputs = project / "data" / "07_model_output"
     prefix = f"{run_env}{tag}{TRAINING_SEED_SUFFIX}"
-    folders = {training_seed_of(plan, env, project): outputs / f"{run_env}{tag}"}
-    for folder in sorted(outputs.glob(f"{prefix}*")):
-        suffix = folder.name.removeprefix(prefix)
-        if suffix.isdecimal():
-            folders[int(suffix)] = folder
+    others = {
+        int(folder.name.removeprefix(prefix)): folder
+        for folder in sorted(outputs.glob(f"{prefix}*"))
+        if folder.name.removeprefix(prefix).isdecimal()
+    }
+    if not others:
+        return pd.DataFrame()
+    folders = {training_seed_of(plan, env, project): outputs / f"{run_env}{tag}", **others}
     frames = [
         _results(sorted(folder.glob("*/cycle_*/eval_results.parquet"))).assign(training_seed=seed)
         for seed, folder in folders.items()
