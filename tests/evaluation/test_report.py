@@ -469,12 +469,14 @@ def test_comparisons_pair_each_variant_with_its_parent_first_then_each_ablation(
         "oel_resail": "oel_resail",
         "sdpo-x": "sdpo",
     }
-    # variant -> parent first, then ablations in the given order; the one compared with need
-    # not be present (no "sdpo" run here)
+    # variant -> parent first, then ablations in the given order, then each ablation of a
+    # ReSAIL variant against the variant's parent; the one compared with need not be present
+    # (no "sdpo" run here)
     assert comparisons(methods) == [
         ("oel_resail", "oel"),
         ("oel_resail-selection_bottom", "oel_resail"),
         ("sdpo-x", "sdpo"),
+        ("oel_resail-selection_bottom", "oel"),
     ]
     assert comparisons({"rft": "rft", "oel": "oel"}) == []
 
@@ -515,6 +517,15 @@ def test_paired_differences_compare_each_variant_with_its_parent_or_full_method(
     # OEL + ReSAIL - OEL at cycle 1 (ordinary): tasks 0 and 2 gained, none lost
     assert table["Gained / lost"].iloc[-3] == "2 / 0" and table["Sign test p"].iloc[-3] == 0.5
     assert table["Gained / lost"].iloc[-2] == "0 / 0" and table["Sign test p"].iloc[-2] == 1.0
+    # an ablation of OEL + ReSAIL against OEL too, where OEL reached its cycle: what the parts
+    # it keeps add to OEL (here at cycle 1, where OEL + ReSAIL itself has no ablation run)
+    kept = pd.DataFrame(
+        _episode_rows("oel", 1, "ordinary", parent)
+        + _episode_rows("oel_resail-sgs_only", 1, "ordinary", variant, "oel_resail")
+    )
+    assert paired_differences_table(kept)[["Comparison", "Difference (pp)"]].values.tolist() == [
+        ["oel_resail-sgs_only - OEL", 37.5]
+    ]
     low, high = (float(x) for x in table["95% CI (pp)"].iloc[-3].strip("[]").split(", "))
     assert 0.0 <= low < 37.5 < high <= 100.0
     assert paired_differences_table(results.iloc[:0]).empty
@@ -667,6 +678,19 @@ def test_ablation_table_has_one_row_per_variant_and_both_views():
         ["Ordinary", "--", "--"],
         ["Privileged (ours)", "60.0 (10.0)", "80.0 (0.0)"],
     ]
+    # a grid part-way: a cycle two variants reached is shown, the one behind dashed there; a
+    # cycle only one reached (the full method's later cycles) compares nothing and is left out
+    later = [
+        summary_row("oel_resail", "oel_resail", 2, [0.5, 0.5, 0.5]),
+        summary_row("oel_resail", "oel_resail", 3, [0.4, 0.4, 0.4]),
+        summary_row("oel_resail-retention_ordinary", "oel_resail", 1, [0.2, 0.2, 0.2]),
+        summary_row("oel_resail-retention_ordinary", "oel_resail", 2, [0.1, 0.1, 0.1]),
+    ]
+    table = ablation_table(pd.DataFrame(rows + later), spec)
+    assert table.columns.tolist()[:3] == ["Variant", "TextCraft, Cycle 1", "TextCraft, Cycle 2"]
+    assert table.values.tolist()[0][:3] == ["None", "30.0 (0.0)", "--"]
+    assert table.values.tolist()[1][:3] == ["Ordinary", "20.0 (0.0)", "10.0 (0.0)"]
+    assert "TextCraft, Cycle 3" not in table.columns
 
 
 def test_the_report_says_how_many_summaries_were_rejected():

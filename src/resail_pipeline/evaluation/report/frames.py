@@ -96,10 +96,14 @@ def comparisons(methods: Mapping[str, str]) -> list[tuple[str, str]]:
     """(experiment, the experiment it is compared with at the same cycle) for ``methods``
     (experiment -> method), in the report's order: each ReSAIL variant with its parent (the
     experiments named after the two methods), then, in the order of ``methods``, each other
-    experiment of a method with the one named after it (an ablation with its full method). The
-    experiment compared with need not be in ``methods``."""
+    experiment of a method with the one named after it (an ablation with its full method: what
+    the parts it changes are worth), then each such experiment of a ReSAIL variant with the
+    variant's parent (what the parts it keeps add to the parent: the paper's table 2 as paired
+    contrasts). The experiment compared with need not be in ``methods``."""
     parents = [(e, parent) for e, parent in RESAIL_PARENTS.items() if e in methods]
-    return parents + [(e, method) for e, method in methods.items() if e != method]
+    ablations = [(e, method) for e, method in methods.items() if e != method]
+    kept = [(e, RESAIL_PARENTS[method]) for e, method in ablations if method in RESAIL_PARENTS]
+    return parents + ablations + kept
 
 
 def experiment_methods(frame: pd.DataFrame, source: str) -> dict[str, str]:

@@ -5,6 +5,7 @@ ablations, the success of each cycle's collection, the rejected-summaries note, 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 
 import numpy as np
@@ -109,9 +110,9 @@ def _compared(
 ) -> Iterator[tuple[tuple[str, str, str, int], pd.DataFrame, pd.DataFrame]]:
     """Every comparison of the report's paired differences, in its order: ``((comparison,
     benchmark, view, cycle), episodes, the episodes they are paired with)``; first every experiment
-    at every cycle against the initial model (ReAct, cycle 0), then each ReSAIL variant against
-    its parent (the experiments named after the two methods), then each other experiment of a
-    method against the one named after it, each at every cycle both reached."""
+    at every cycle against the initial model (ReAct, cycle 0), then the pairs of
+    :func:`~resail_pipeline.evaluation.report.frames.comparisons`, each at every cycle both
+    reached."""
     check_columns(eval_results, "eval_results", source=source)
     require(eval_results, ("experiment",), source)
     trained = eval_results[eval_results["cycle"] > 0]
@@ -154,8 +155,10 @@ def paired_differences_table(
     bootstrap intervals over tasks: first every experiment at every cycle against the initial
     model (ReAct, cycle 0), then each ReSAIL variant against its parent (the experiments named
     after the two methods), then each other experiment of a method against the one named after it
-    (an ablation against the full method, e.g. ``oel_resail-retention_none - OEL + ReSAIL``), each
-    at every cycle both reached; per benchmark and view.
+    (an ablation against the full method, e.g. ``oel_resail-retention_none - OEL + ReSAIL``), then
+    each such experiment of a ReSAIL variant against the variant's parent
+    (``oel_resail-retention_none - OEL``), each at every cycle both reached; per benchmark and
+    view.
 
     Returns:
         Columns ``Comparison``, ``Benchmark``, ``View``, ``Cycle``, ``Difference (pp)``,
@@ -262,8 +265,10 @@ def ablation_table(
     eval_summary: pd.DataFrame, rows: Mapping[str, str], *, source: str = "eval_summary"
 ) -> pd.DataFrame:
     """An ablation in table 3's format: one row per ``label -> experiment`` of ``rows``, columns
-    benchmark x cycle (the cycles every variant evaluated there reached), success without PI and,
-    where evaluated, with PI (``"(with PI)"``).
+    benchmark x cycle, success without PI and, where evaluated, with PI (``"(with PI)"``). A
+    column is a cycle that at least two of the variants evaluated there reached (every cycle of
+    the one variant where only one is), so that each column compares, and a variant still behind
+    the others shows ``--`` rather than hiding their cycle.
 
     Cells as :func:`format_cell`; ``--`` where an experiment (or a cycle of it) is missing.
     """
@@ -276,9 +281,11 @@ def ablation_table(
             for view in VIEWS:
                 suffix = "" if view == "ordinary" else " (with PI)"
                 here = rows_where(chosen, env=env, split=split, view=view)
-                # the cycles every variant run here reached: the rows compare like with like
-                reached = [set(g["cycle"]) for _, g in here.groupby("experiment")]
-                for cycle in sorted(set.intersection(*reached) if reached else ()):
+                reached = Counter(
+                    int(c) for c in here.drop_duplicates(["experiment", "cycle"]).cycle
+                )
+                least = min(2, here["experiment"].nunique())
+                for cycle in sorted(c for c, variants in reached.items() if variants >= least):
                     columns[(env, split, view, int(cycle))] = (
                         f"{benchmark_label(env, split)}, Cycle {cycle}{suffix}"
                     )
