@@ -249,6 +249,22 @@ def test_a_full_grid_gets_a_colour_each_and_a_legend_that_leaves_the_panel_its_w
     assert figure.axes[0].get_window_extent().width >= 0.6 * width  # and the panel keeps its size
 
 
+def test_figures_draw_only_the_experiments_given(eval_summary):
+    """The paper's figure 1a shows table 1's methods, its figure 3 the retention views: a grid
+    with ablations draws those rows, ReAct always."""
+    figure = success_figure(eval_summary, experiments={"oel", "not_run"})
+    assert _legend_labels(figure) == ["OEL", "ReAct (initial model, no update)"]
+    assert [c.get_label() for c in _errorbars(figure.axes[1])] == [
+        "OEL",
+        "ReAct (initial model, no update)",
+    ]
+    figure = dual_view_figure(eval_summary, experiments={"oel_resail", "rft"})
+    assert _legend_labels(figure) == ["RFT", "OEL + ReSAIL", "ReAct (initial model, no update)"]
+    assert _legend_labels(success_figure(eval_summary, experiments=None)) == _legend_labels(
+        success_figure(eval_summary)
+    )
+
+
 def test_dual_view_figure_has_both_views_and_says_when_one_is_missing(eval_summary):
     figure = dual_view_figure(eval_summary)
     titles = [ax.get_title() for ax in figure.axes]

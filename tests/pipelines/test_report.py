@@ -58,7 +58,7 @@ def data(tmp_path) -> Path:
     return tmp_path
 
 
-def _report(data: Path) -> tuple:
+def _report(data: Path, params: dict | None = None) -> tuple:
     """The report node's outputs from the collections the catalog gives it."""
     inputs = {
         name: ParquetCollectionDataset(
@@ -72,10 +72,22 @@ def _report(data: Path) -> tuple:
         inputs["train_metrics"],
         inputs["probe"],
         inputs["trajectories"],
-        {},
+        params or {},
     )
     plt.close("all")
     return outputs
+
+
+def test_figures_1a_and_3_draw_the_experiments_of_the_papers_tables(data):
+    def lines(figure) -> set[str]:
+        return {line.get_label() for ax in figure.axes for line in ax.containers}
+
+    react = "ReAct (initial model, no update)"
+    everything = _report(data)
+    assert lines(everything[9]) == lines(everything[10]) == {"OEL", react}
+    chosen = _report(data, {"paper": {"1": {"rft": "rft"}, "dual": {"privileged": "oel"}}})
+    assert lines(chosen[9]) == {react}  # table 1 names no experiment run here
+    assert lines(chosen[10]) == {"OEL", react}
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ there is, one without data says so in its title.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 import matplotlib as mpl
 import numpy as np
@@ -159,8 +159,21 @@ def _errorbar(
     )
 
 
-def success_figure(eval_summary: pd.DataFrame, *, source: str = "eval_summary") -> Figure:
-    """Figure 1a: success without PI per cycle, one panel per benchmark, one line per experiment.
+def _drawn(trained: pd.DataFrame, source: str, experiments: Collection[str] | None) -> list[str]:
+    """The experiments of ``trained`` a figure draws, in table-1 order: those of ``experiments``
+    (a figure of the paper's draws its rows), or all where ``None``."""
+    ordered = ordered_experiments(experiment_methods(trained, source))
+    return ordered if experiments is None else [e for e in ordered if e in experiments]
+
+
+def success_figure(
+    eval_summary: pd.DataFrame,
+    *,
+    experiments: Collection[str] | None = None,
+    source: str = "eval_summary",
+) -> Figure:
+    """Figure 1a: success without PI per cycle, one panel per benchmark, one line per experiment
+    (of ``experiments`` only, where given: the paper's figure shows table 1's methods).
 
     Points are means over decoding seeds, error bars ±1 sample SD; every line starts from the
     shared initial model at C0.
@@ -173,7 +186,7 @@ def success_figure(eval_summary: pd.DataFrame, *, source: str = "eval_summary") 
     if ordinary.empty:
         return _empty_figure(title, f"{source} has no ordinary-view rows")
     trained = ordinary[ordinary["cycle"] > 0]
-    experiments = ordered_experiments(experiment_methods(trained, source))
+    experiments = _drawn(trained, source, experiments)
     colors = _colors(experiments)
     initial = initial_rows(ordinary)
     benchmarks = ordered_benchmarks(ordinary)
@@ -192,18 +205,25 @@ def success_figure(eval_summary: pd.DataFrame, *, source: str = "eval_summary") 
     return figure
 
 
-def dual_view_figure(eval_summary: pd.DataFrame, *, source: str = "eval_summary") -> Figure:
+def dual_view_figure(
+    eval_summary: pd.DataFrame,
+    *,
+    experiments: Collection[str] | None = None,
+    source: str = "eval_summary",
+) -> Figure:
     """Figure 3: success per cycle without PI (left) and with the fixed PI (right).
 
-    One row of panels per benchmark, y shared within a row; one line per experiment starting from
-    the initial model at C0; error bars ±1 sample SD. A view without rows says so in its title.
+    One row of panels per benchmark, y shared within a row; one line per experiment (of
+    ``experiments`` only, where given: the paper's figure shows the retention views) starting
+    from the initial model at C0; error bars ±1 sample SD. A view without rows says so in its
+    title.
     """
     title = "Task success under both input views"
     if eval_summary.empty:
         return _empty_figure(title, f"{source} has no rows")
     frame = checked_eval_summary(eval_summary, source)
     trained = frame[frame["cycle"] > 0]
-    experiments = ordered_experiments(experiment_methods(trained, source))
+    experiments = _drawn(trained, source, experiments)
     colors = _colors(experiments)
     initial = initial_rows(frame)
     benchmarks = ordered_benchmarks(frame)

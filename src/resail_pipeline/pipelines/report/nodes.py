@@ -26,7 +26,9 @@ class ReportConfig(Config):
     paper: dict[str, dict[str, str]] = Field(default_factory=dict)
     """The paper's tables set beside this grid's (``paper_comparison.md``): table (``1``, ``2``,
     ``3(a)``, ``3(b)``, ``rho``, ``lambda``, ``dual``) -> {the paper's row: the experiment that
-    runs its setting}; a row no experiment runs shows the paper's cells only."""
+    runs its setting}; a row no experiment runs shows the paper's cells only. Figure 1a draws the
+    experiments of table ``1`` and figure 3 those of ``dual``, as the paper's do, where given
+    (else every experiment)."""
 
     @model_validator(mode="after")
     def _paper_rows(self) -> ReportConfig:
@@ -47,6 +49,12 @@ def _with_cycle(frame: pd.DataFrame) -> pd.DataFrame:
     if "cycle" in frame.columns or frame.empty:
         return frame
     return frame.assign(cycle=frame["namespace"].str.removeprefix("cycle_").astype(int))
+
+
+def _rows_of(paper: dict[str, dict[str, str]], table: str) -> set[str] | None:
+    """The experiments ``paper`` sets beside the rows of the paper's ``table``; ``None`` where it
+    names none."""
+    return set(paper[table].values()) if paper.get(table) else None
 
 
 def report_node(
@@ -108,8 +116,8 @@ def report_node(
         report.table_to_markdown(collection) if not collection.empty else "Nothing collected.\n",
         cost_md,
         cost_csv,
-        report.success_figure(eval_summaries),
-        report.dual_view_figure(eval_summaries),
+        report.success_figure(eval_summaries, experiments=_rows_of(config.paper, "1")),
+        report.dual_view_figure(eval_summaries, experiments=_rows_of(config.paper, "dual")),
         report.sweep_figure(eval_summaries, config.sweeps),
         report.cost_figure(metrics),
         report.sensitivity_figure(probe),
