@@ -260,6 +260,14 @@ def test_figures_draw_only_the_experiments_given(eval_summary):
     ]
     figure = dual_view_figure(eval_summary, experiments={"oel_resail", "rft"})
     assert _legend_labels(figure) == ["RFT", "OEL + ReSAIL", "ReAct (initial model, no update)"]
+
+    def colour(figure, label):
+        lines = [c for ax in figure.axes for c in ax.containers if c.get_label() == label]
+        return tuple(lines[0].lines[0].get_color())
+
+    # an experiment keeps its colour whichever others a figure draws
+    every = success_figure(eval_summary)
+    assert colour(figure, "OEL + ReSAIL") == colour(every, "OEL + ReSAIL")
     assert _legend_labels(success_figure(eval_summary, experiments=None)) == _legend_labels(
         success_figure(eval_summary)
     )
@@ -707,6 +715,11 @@ def test_ablation_table_has_one_row_per_variant_and_both_views():
     assert table.values.tolist()[0][:3] == ["None", "30.0 (0.0)", "--"]
     assert table.values.tolist()[1][:3] == ["Ordinary", "20.0 (0.0)", "10.0 (0.0)"]
     assert "TextCraft, Cycle 3" not in table.columns
+    # no two variants share a cycle: every cycle shown, each dashed where its variant lacks it
+    apart = [rows[3], summary_row("oel_resail", "oel_resail", 2, [0.5, 0.5, 0.5])]
+    table = ablation_table(pd.DataFrame(apart), spec)
+    assert table.columns.tolist() == ["Variant", "TextCraft, Cycle 1", "TextCraft, Cycle 2"]
+    assert table.values.tolist()[0] == ["None", "30.0 (0.0)", "--"]
 
 
 def test_the_report_says_how_many_summaries_were_rejected():

@@ -85,9 +85,9 @@ def test_figures_1a_and_3_draw_the_experiments_of_the_papers_tables(data):
     react = "ReAct (initial model, no update)"
     everything = _report(data)
     assert lines(everything[9]) == lines(everything[10]) == {"OEL", react}
-    chosen = _report(data, {"paper": {"1": {"rft": "rft"}, "dual": {"privileged": "oel"}}})
-    assert lines(chosen[9]) == {react}  # table 1 names no experiment run here
-    assert lines(chosen[10]) == {"OEL", react}
+    chosen = _report(data, {"paper": {"1": {"oel": "oel"}, "dual": {"privileged": "oel_resail"}}})
+    assert lines(chosen[9]) == {"OEL", react}
+    assert lines(chosen[10]) == {react}  # the dual-view rows name no experiment run here
 
 
 @pytest.mark.parametrize(

@@ -157,8 +157,9 @@ def compare_cells(grid: pd.DataFrame, rerun: pd.DataFrame) -> pd.DataFrame:
     """The paired differences of a cell's comparisons in the grid and in its rerun, side by side.
 
     Both are ``eval_results`` of the initial policy and the cell's experiments, with their
-    ``experiment``; each gives every comparison the report makes (each experiment against the
-    initial policy, the ReSAIL variant against its parent, an ablation against its full method) per
+    ``experiment``; each gives every comparison the report makes among them (each experiment
+    against the initial policy, the ReSAIL variant against its parent, an ablation against its
+    full method; not an ablation against the parent, which a rerun does not evaluate) per
     benchmark and view, with its 95% interval over tasks and the decoding seeds it was measured over.
     """
     from resail_pipeline.evaluation.report import paired_differences_table

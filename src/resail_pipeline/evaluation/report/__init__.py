@@ -7,8 +7,9 @@ Built from whatever experiments and cycles the catalog holds:
   ``"mean (SD)"`` in percent with one decimal, ``--`` where nothing was evaluated. ReAct is the
   shared initial model, never updated: its row repeats cycle 0 under every cycle.
 - :func:`paired_differences_table`: every experiment against the initial model, each ReSAIL
-  variant against its parent and each ablation against its full method, at every cycle and view:
-  the paired difference on the same tasks and seeds with a 95% bootstrap interval over tasks.
+  variant against its parent, each ablation against its full method and each ablation of a ReSAIL
+  variant against the variant's parent, at every cycle and view: the paired difference on the same
+  tasks and seeds with a 95% bootstrap interval over tasks.
 - :func:`training_seeds_table`: the same differences for a grid trained again with other
   training seeds: each seed's, their mean with its interval over tasks, and their SD over seeds.
 - :func:`ablation_table`: table 3 style, named experiments as rows (e.g. the retention views).

@@ -159,11 +159,15 @@ def _errorbar(
     )
 
 
-def _drawn(trained: pd.DataFrame, source: str, experiments: Collection[str] | None) -> list[str]:
-    """The experiments of ``trained`` a figure draws, in table-1 order: those of ``experiments``
-    (a figure of the paper's draws its rows), or all where ``None``."""
+def _drawn(
+    trained: pd.DataFrame, source: str, experiments: Collection[str] | None
+) -> tuple[list[str], dict[str, tuple[float, ...]]]:
+    """The experiments of ``trained`` a figure draws, in table-1 order (those of ``experiments``,
+    as a figure of the paper's draws its rows; all where ``None``), and their colours, given
+    over every experiment so that each keeps its colour in every figure."""
     ordered = ordered_experiments(experiment_methods(trained, source))
-    return ordered if experiments is None else [e for e in ordered if e in experiments]
+    colors = _colors(ordered)
+    return ordered if experiments is None else [e for e in ordered if e in experiments], colors
 
 
 def success_figure(
@@ -186,8 +190,7 @@ def success_figure(
     if ordinary.empty:
         return _empty_figure(title, f"{source} has no ordinary-view rows")
     trained = ordinary[ordinary["cycle"] > 0]
-    experiments = _drawn(trained, source, experiments)
-    colors = _colors(experiments)
+    experiments, colors = _drawn(trained, source, experiments)
     initial = initial_rows(ordinary)
     benchmarks = ordered_benchmarks(ordinary)
     figure, axes = _new_figure(1, len(benchmarks), (5.0, 3.8))
@@ -223,8 +226,7 @@ def dual_view_figure(
         return _empty_figure(title, f"{source} has no rows")
     frame = checked_eval_summary(eval_summary, source)
     trained = frame[frame["cycle"] > 0]
-    experiments = _drawn(trained, source, experiments)
-    colors = _colors(experiments)
+    experiments, colors = _drawn(trained, source, experiments)
     initial = initial_rows(frame)
     benchmarks = ordered_benchmarks(frame)
     captions = {"ordinary": "ordinary view (without PI)", "privileged": "privileged view (with PI)"}

@@ -266,9 +266,9 @@ def ablation_table(
 ) -> pd.DataFrame:
     """An ablation in table 3's format: one row per ``label -> experiment`` of ``rows``, columns
     benchmark x cycle, success without PI and, where evaluated, with PI (``"(with PI)"``). A
-    column is a cycle that at least two of the variants evaluated there reached (every cycle of
-    the one variant where only one is), so that each column compares, and a variant still behind
-    the others shows ``--`` rather than hiding their cycle.
+    column is a cycle that at least two of the variants evaluated there reached (every cycle
+    where only one variant is, or where no two share one), so that each column compares, and a
+    variant still behind the others shows ``--`` rather than hiding their cycle.
 
     Cells as :func:`format_cell`; ``--`` where an experiment (or a cycle of it) is missing.
     """
@@ -285,7 +285,8 @@ def ablation_table(
                     int(c) for c in here.drop_duplicates(["experiment", "cycle"]).cycle
                 )
                 least = min(2, here["experiment"].nunique())
-                for cycle in sorted(c for c, variants in reached.items() if variants >= least):
+                shown = [c for c, variants in reached.items() if variants >= least]
+                for cycle in sorted(shown or reached):  # none shared: every one, dashed
                     columns[(env, split, view, int(cycle))] = (
                         f"{benchmark_label(env, split)}, Cycle {cycle}{suffix}"
                     )
