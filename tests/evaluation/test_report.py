@@ -163,6 +163,13 @@ def test_a_value_that_rounds_to_zero_is_printed_without_a_sign():
     ]
 
 
+def test_a_sign_tests_p_value_keeps_three_decimals_in_markdown():
+    table = pd.DataFrame(
+        {"Difference (pp)": [-3.91], "Sign test p": [0.00201], "grid: sign test p": [0.125]}
+    )
+    assert table_to_markdown(table).splitlines()[2] == "| -3.9 | 0.002 | 0.125 |"
+
+
 @pytest.mark.parametrize(
     ("change", "error", "message"),
     [

@@ -419,13 +419,26 @@ def gui_accuracy_table(curves: pd.DataFrame) -> pd.DataFrame:
     return table.rename(columns={"run": "Run"})
 
 
+#: the float format of a column whose name ends so (any case), in place of ``float_format``: a
+#: p-value of 0.002 is not printed ``0.0``
+_COLUMN_FORMATS = {"sign test p": ".3f"}
+
+
 def table_to_markdown(table: pd.DataFrame, *, float_format: str = ".1f") -> str:
-    """A GitHub-flavoured Markdown table: first column left-aligned, the others centred."""
+    """A GitHub-flavoured Markdown table: first column left-aligned, the others centred; floats
+    by ``float_format``, those of a sign test's p-value column (``Sign test p``, ``grid: sign
+    test p``) to three decimals."""
     header = [str(c) for c in table.columns]
     align = [":---"] + [":---:"] * (len(header) - 1)
+    formats = [
+        next((f for end, f in _COLUMN_FORMATS.items() if c.lower().endswith(end)), float_format)
+        for c in header
+    ]
     lines = [_markdown_line(header), _markdown_line(align)]
     for row in table.itertuples(index=False):
-        lines.append(_markdown_line(_markdown_cell(v, float_format) for v in row))
+        lines.append(
+            _markdown_line(_markdown_cell(v, f) for v, f in zip(row, formats, strict=True))
+        )
     return "\n".join(lines) + "\n"
 
 
