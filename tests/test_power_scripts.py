@@ -1,4 +1,5 @@
-"""scripts/grid_power.py and scripts/premise_power.py on tiny grids, run as a user runs them."""
+"""scripts/grid_power.py, premise_power.py and grid_progress.py on tiny grids, run as a user runs
+them."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+
+from resail_pipeline.evaluation.stats import summarize_eval_results
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,6 +30,8 @@ def _results(folder: Path, successes: dict[int, list[bool]], split: str = "test"
     ]
     folder.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_parquet(folder / "eval_results.parquet", index=False)
+    summary = summarize_eval_results(pd.DataFrame(rows))
+    summary.to_parquet(folder / "eval_summary.parquet", index=False)
 
 
 def _run(script: str, *args: str) -> subprocess.CompletedProcess:
@@ -74,3 +79,40 @@ def test_premise_power_leaves_out_a_pair_that_does_not_vary(tmp_path):
     report = json.loads(out.read_text())
     assert [row["ratio"] for row in report["prior_ratios"]] == [0.4286, None]
     assert report["ratio"] == 0.4286 and "of 1 pairs" in done.stdout
+
+
+def test_grid_progress_reads_the_cells_evaluated_so_far(tmp_path):
+    _results(tmp_path / "shared" / "cycle_0", {t: [t < 4, t < 4] for t in range(8)})
+    _results(tmp_path / "oel" / "cycle_1", {t: [t < 6, t < 4] for t in range(8)})
+    _results(tmp_path / "oel" / "cycle_2", {t: [t < 2, t < 2] for t in range(8)})
+    (tmp_path / "oel_resail" / "cycle_1").mkdir(parents=True)  # trained, not yet evaluated
+    out = tmp_path / "reporting" / "progress.md"
+    done = _run("grid_progress.py", "--grid", str(tmp_path), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert out.read_text() == done.stdout
+    lines = done.stdout.splitlines()
+    # the initial policy's row first, then each experiment's cycles (seeds 75% and 50%: SD 17.7)
+    assert [line for line in lines if line.startswith(("| shared", "| oel"))] == [
+        "| shared | 0 | 50.0 (0.0) |",
+        "| oel | 1 | 62.5 (17.7) |",
+        "| oel | 2 | 25.0 (0.0) |",
+    ]
+    # cycle 1 and 2 against cycle 0, then cycle 2 against cycle 1: games 2 to 5 lost
+    assert [line.split(" | ")[0] for line in lines if line.startswith("| OEL")] == [
+        "| OEL - ReAct",
+        "| OEL - ReAct",
+        "| OEL - previous cycle",
+    ]
+    last = lines[-1].split(" | ")
+    assert last[3:5] == ["2", "-37.5"] and last[-2:] == ["0 / 4", "0.125 |"]
+    # a cell whose episodes its summary does not count is refused, naming it
+    cut = pd.read_parquet(tmp_path / "oel" / "cycle_2" / "eval_results.parquet").iloc[:-1]
+    cut.to_parquet(tmp_path / "oel" / "cycle_2" / "eval_results.parquet", index=False)
+    done = _run("grid_progress.py", "--grid", str(tmp_path))
+    assert done.returncode == 1 and "oel cycle 2 alfworld/test ordinary has 15" in done.stderr
+    # a grid whose only evaluation is cycle 0's has nothing to read yet; a path not a folder
+    _results(tmp_path / "fresh" / "shared" / "cycle_0", {t: [t < 4] for t in range(8)})
+    fresh = _run("grid_progress.py", "--grid", str(tmp_path / "fresh"))
+    assert fresh.returncode == 1 and "no trained cycle's eval_results.parquet yet" in fresh.stderr
+    wrong = _run("grid_progress.py", "--grid", str(tmp_path / "nowhere"))
+    assert wrong.returncode == 1 and "nowhere is not a folder" in wrong.stderr

@@ -525,7 +525,7 @@ def test_paired_differences_compare_each_variant_with_its_parent_or_full_method(
         + _episode_rows("oel_resail", 1, "privileged", variant)
         + _episode_rows("sdpo_resail", 1, "ordinary", variant)  # no sdpo run: no row
         + _episode_rows("oel_resail-retention_none", 2, "ordinary", parent, "oel_resail")
-        + _episode_rows("oel_resail-retention_none", 3, "ordinary", parent, "oel_resail")
+        + _episode_rows("oel_resail-retention_none", 3, "ordinary", variant, "oel_resail")
     )
     table = paired_differences_table(results)
     # against the initial model (only its ordinary view was evaluated), then variant - parent,
@@ -542,7 +542,7 @@ def test_paired_differences_compare_each_variant_with_its_parent_or_full_method(
         ["oel_resail-retention_none - OEL + ReSAIL", "ordinary", 2],
     ]
     assert table["Difference (pp)"].tolist() == pytest.approx(
-        [50.0, 12.5, 50.0, 50.0, 12.5, 12.5, 37.5, 0.0, -37.5]
+        [50.0, 12.5, 50.0, 50.0, 12.5, 50.0, 37.5, 0.0, -37.5]
     )
     assert table["95% CI (pp)"].iloc[-2] == "[0.0, 0.0]" and (table["Tasks"] == 4).all()
     # OEL + ReSAIL - OEL at cycle 1 (ordinary): tasks 0 and 2 gained, none lost
@@ -556,6 +556,18 @@ def test_paired_differences_compare_each_variant_with_its_parent_or_full_method(
     )
     assert paired_differences_table(kept)[["Comparison", "Difference (pp)"]].values.tolist() == [
         ["oel_resail-sgs_only - OEL", 37.5]
+    ]
+    # each experiment against its own previous cycle, after the report's pairs, where asked:
+    # OEL + ReSAIL's cycle 2 repeats its cycle 1 (a difference of 0), the ablation's cycle 3 gains
+    # games 0 and 2 over its cycle 2; no experiment's cycle 1 has a previous one of its own
+    # (cycle 0 is the initial model's row)
+    successive = paired_differences_table(results, successive=True)
+    assert successive.iloc[: len(table)].equals(table)
+    assert successive.iloc[len(table) :][
+        ["Comparison", "View", "Cycle", "Difference (pp)"]
+    ].values.tolist() == [
+        ["OEL + ReSAIL - previous cycle", "ordinary", 2, 0.0],
+        ["oel_resail-retention_none - previous cycle", "ordinary", 3, 37.5],
     ]
     low, high = (float(x) for x in table["95% CI (pp)"].iloc[-3].strip("[]").split(", "))
     assert 0.0 <= low < 37.5 < high <= 100.0

@@ -106,13 +106,14 @@ _DIFFERENCE_KEYS = ["Comparison", "Benchmark", "View", "Cycle"]
 
 
 def _compared(
-    eval_results: pd.DataFrame, source: str
+    eval_results: pd.DataFrame, source: str, *, successive: bool = False
 ) -> Iterator[tuple[tuple[str, str, str, int], pd.DataFrame, pd.DataFrame]]:
     """Every comparison of the report's paired differences, in its order: ``((comparison,
     benchmark, view, cycle), episodes, the episodes they are paired with)``; first every experiment
     at every cycle against the initial model (ReAct, cycle 0), then the pairs of
     :func:`~resail_pipeline.evaluation.report.frames.comparisons`, each at every cycle both
-    reached."""
+    reached, then, with ``successive``, every experiment at every cycle against its own previous
+    cycle."""
     check_columns(eval_results, "eval_results", source=source)
     require(eval_results, ("experiment",), source)
     trained = eval_results[eval_results["cycle"] > 0]
@@ -120,35 +121,37 @@ def _compared(
     label = METHOD_LABELS[INITIAL_METHOD]
     methods = experiment_methods(trained, source)
     experiments = ordered_experiments(methods)
-    pairs = [  # (label, rows, baseline rows, whether the baseline is the initial model)
-        (f"{method_label(e)} - {label}", trained[trained["experiment"] == e], initial, True)
-        for e in experiments
+    of = {e: trained[trained["experiment"] == e] for e in experiments}
+    pairs = [  # (label, rows, baseline rows, the baseline's cycle lag; None: the initial model)
+        (f"{method_label(e)} - {label}", of[e], initial, None) for e in experiments
     ]
     pairs += [
         (
             f"{method_label(ours)} - {method_label(theirs)}",
-            trained[trained["experiment"] == ours],
-            trained[trained["experiment"] == theirs],
-            False,
+            of[ours],
+            trained[trained["experiment"] == theirs],  # none where ``theirs`` has not run
+            0,
         )
         for ours, theirs in comparisons({e: methods[e] for e in experiments})
     ]
-    for name, ours, theirs, from_initial in pairs:
+    if successive:
+        pairs += [(f"{method_label(e)} - previous cycle", of[e], of[e], 1) for e in experiments]
+    for name, ours, theirs, lag in pairs:
         for (env, split, view, cycle), group in ours.groupby(
             ["env", "split", "view", "cycle"], sort=True
         ):
             where = {"env": env, "split": split, "view": view}
             base = (
                 rows_where(theirs, **where)
-                if from_initial
-                else rows_where(theirs, cycle=cycle, **where)
+                if lag is None
+                else rows_where(theirs, cycle=cycle - lag, **where)
             )
             if not base.empty:
                 yield (name, benchmark_label(env, split), view, int(cycle)), group, base
 
 
 def paired_differences_table(
-    eval_results: pd.DataFrame, *, source: str = "eval_results"
+    eval_results: pd.DataFrame, *, source: str = "eval_results", successive: bool = False
 ) -> pd.DataFrame:
     """Paired differences in success (same tasks, same decoding seeds;
     :func:`~resail_pipeline.evaluation.stats.paired_difference`) in percentage points, with 95%
@@ -157,8 +160,9 @@ def paired_differences_table(
     after the two methods), then each other experiment of a method against the one named after it
     (an ablation against the full method, e.g. ``oel_resail-retention_none - OEL + ReSAIL``), then
     each such experiment of a ReSAIL variant against the variant's parent
-    (``oel_resail-retention_none - OEL``), each at every cycle both reached; per benchmark and
-    view.
+    (``oel_resail-retention_none - OEL``), each at every cycle both reached; with ``successive``,
+    then every experiment at every cycle against its own previous one (``OEL - previous cycle``
+    at cycle 3: cycle 3 over cycle 2; a grid's reading between cells); per benchmark and view.
 
     Returns:
         Columns ``Comparison``, ``Benchmark``, ``View``, ``Cycle``, ``Difference (pp)``,
@@ -177,7 +181,7 @@ def paired_differences_table(
     if eval_results.empty:
         return pd.DataFrame(columns=columns)
     rows = []
-    for keys, ours, theirs in _compared(eval_results, source):
+    for keys, ours, theirs in _compared(eval_results, source, successive=successive):
         try:
             d = paired_difference(ours, theirs)
         except ValueError as error:  # e.g. an evaluation cut short: name the cell
