@@ -26,14 +26,7 @@ from resail_pipeline.evaluation.report.frames import (
     ordered_benchmarks,
 )
 from resail_pipeline.io import atomic_path
-
-
-def evaluated(grid: Path, name: str) -> pd.DataFrame:
-    """Every ``<experiment>/cycle_<k>/<name>.parquet`` of ``grid`` (a data folder's model
-    outputs), with its ``experiment`` (cycle 0's is ``shared``)."""
-    files = sorted(grid.glob(f"*/cycle_*/{name}.parquet"))
-    frames = [pd.read_parquet(f).assign(experiment=f.parent.parent.name) for f in files]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+from resail_pipeline.study.cells import grid_cells
 
 
 def success_table(summaries: pd.DataFrame) -> pd.DataFrame:
@@ -73,7 +66,7 @@ def main() -> None:
     args = parser.parse_args()
     if not args.grid.is_dir():
         raise SystemExit(f"--grid: {args.grid} is not a folder")
-    results, summaries = evaluated(args.grid, "eval_results"), evaluated(args.grid, "eval_summary")
+    results, summaries = grid_cells(args.grid), grid_cells(args.grid, "eval_summary")
     if results.empty or not (results["cycle"] > 0).any():
         raise SystemExit(f"{args.grid}: no trained cycle's eval_results.parquet yet")
     sources = (f"{args.grid} eval_summary files", f"{args.grid} eval_results files")

@@ -140,10 +140,16 @@ def _cell_names(plan: StudyPlan, name: str) -> list[Experiment]:
 
 
 def _results(paths: Sequence[Path]) -> pd.DataFrame:
-    """The ``eval_results`` files ``paths`` (``<experiment>/cycle_<r>/eval_results.parquet``),
+    """The files ``paths`` (``<experiment>/cycle_<r>/<name>.parquet``, e.g. ``eval_results``),
     concatenated, each row with its ``experiment`` (``shared`` for cycle 0)."""
     frames = [pd.read_parquet(path).assign(experiment=path.parent.parent.name) for path in paths]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def grid_cells(outputs: Path, name: str = "eval_results") -> pd.DataFrame:
+    """Every ``<experiment>/cycle_<r>/<name>.parquet`` of ``outputs`` (a data folder's model
+    outputs), concatenated, each row with its ``experiment``."""
+    return _results(sorted(outputs.glob(f"*/cycle_*/{name}.parquet")))
 
 
 def _cell_results(outputs: Path, names: Sequence[str], cycle: int) -> pd.DataFrame:
@@ -231,10 +237,7 @@ def write_training_seeds(plan: StudyPlan, env: str, project: Path) -> pd.DataFra
     if not others:
         return pd.DataFrame()
     folders = {training_seed_of(plan, env, project): outputs / f"{run_env}{tag}", **others}
-    frames = [
-        _results(sorted(folder.glob("*/cycle_*/eval_results.parquet"))).assign(training_seed=seed)
-        for seed, folder in folders.items()
-    ]
+    frames = [grid_cells(folder).assign(training_seed=seed) for seed, folder in folders.items()]
     frames = [frame for frame in frames if not frame.empty]
     if not frames:
         return pd.DataFrame()
